@@ -1,0 +1,37 @@
+//! Compiles `proto/*.proto` with the pure-Rust `protox` compiler (no system
+//! `protoc`) and generates tonic clients and servers from the result.
+
+use std::{env, fs, path::PathBuf};
+
+use prost::Message;
+
+const PROTOS: &[&str] = &[
+    "identity.proto",
+    "operator.proto",
+    "operator_lifecycle.proto",
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
+    let proto_dir = manifest_dir.join("../../proto").canonicalize()?;
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+
+    for proto in PROTOS {
+        println!("cargo:rerun-if-changed={}", proto_dir.join(proto).display());
+    }
+
+    let descriptors = protox::compile(PROTOS, [&proto_dir])?;
+
+    // `compile_fds` does not write the descriptor set, and gRPC reflection
+    // needs it, so it is encoded here.
+    fs::write(
+        out_dir.join("cnpgi_descriptor.bin"),
+        descriptors.encode_to_vec(),
+    )?;
+
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,418 @@
+//! Certificate verifiers for the CNPG-I trust model.
+//!
+//! Both sides of a CNPG-I connection are configured with *pinned*
+//! certificates: the operator pins the plugin's server certificate, the
+//! plugin pins the operator's client certificate. A peer is trusted when the
+//! certificate it presents
+//!
+//! * is byte-identical to a pinned certificate and currently valid (the
+//!   self-signed leaves of cert-manager's `selfSigned` issuer, and leaves
+//!   issued by a CA that is not itself pinned, as Go's `crypto/tls` accepts), or
+//! * chains to a pinned certificate acting as a CA, per the Web PKI rules.
+//!
+//! Any other certificate is refused. The name a server presents is always
+//! checked against the name the client expects.
+
+use std::sync::Arc;
+
+use rustls::{
+    CertificateError, DigitallySignedStruct, DistinguishedName, Error, RootCertStore,
+    SignatureScheme,
+    client::{
+        WebPkiServerVerifier,
+        danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
+    },
+    crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature},
+    server::{
+        ParsedCertificate, WebPkiClientVerifier,
+        danger::{ClientCertVerified, ClientCertVerifier},
+    },
+};
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+use x509_parser::{certificate::X509Certificate, prelude::FromDer, time::ASN1Time};
+
+use crate::{TlsError, crypto_provider};
+
+/// Which side of the connection a certificate authenticates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Server,
+    Client,
+}
+
+/// Verifies a server's certificate against pinned certificates (client side).
+#[derive(Debug)]
+pub struct PinnedServerVerifier {
+    pinned: Vec<CertificateDer<'static>>,
+    chain: Arc<WebPkiServerVerifier>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl PinnedServerVerifier {
+    /// Trusts servers presenting one of `pinned`, or a chain to one of them.
+    ///
+    /// ```
+    /// # let key = rcgen::KeyPair::generate().unwrap();
+    /// # let cert = rcgen::CertificateParams::new(vec!["plugin".into()]).unwrap().self_signed(&key).unwrap();
+    /// let verifier = cnpgi_tls::verify::PinnedServerVerifier::new(vec![cert.der().clone()])?;
+    /// # Ok::<(), cnpgi_tls::TlsError>(())
+    /// ```
+    pub fn new(pinned: Vec<CertificateDer<'static>>) -> Result<Arc<Self>, TlsError> {
+        let provider = crypto_provider();
+        let chain = WebPkiServerVerifier::builder_with_provider(
+            Arc::new(root_store(&pinned)?),
+            provider.clone(),
+        )
+        .build()
+        .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        Ok(Arc::new(Self {
+            pinned,
+            chain,
+            provider,
+        }))
+    }
+}
+
+impl ServerCertVerifier for PinnedServerVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, Error> {
+        if is_pinned(&self.pinned, end_entity) {
+            check_pinned_leaf(end_entity, now, Purpose::Server)?;
+            let parsed = ParsedCertificate::try_from(end_entity)?;
+            rustls::client::verify_server_name(&parsed, server_name)?;
+            return Ok(ServerCertVerified::assertion());
+        }
+        self.chain
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// Verifies a client's certificate against pinned certificates (server side).
+/// A client certificate is always required.
+#[derive(Debug)]
+pub struct PinnedClientVerifier {
+    pinned: Vec<CertificateDer<'static>>,
+    chain: Arc<dyn ClientCertVerifier>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl PinnedClientVerifier {
+    /// Trusts clients presenting one of `pinned`, or a chain to one of them.
+    pub fn new(pinned: Vec<CertificateDer<'static>>) -> Result<Arc<Self>, TlsError> {
+        let provider = crypto_provider();
+        let chain = WebPkiClientVerifier::builder_with_provider(
+            Arc::new(root_store(&pinned)?),
+            provider.clone(),
+        )
+        .build()
+        .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        Ok(Arc::new(Self {
+            pinned,
+            chain,
+            provider,
+        }))
+    }
+}
+
+impl ClientCertVerifier for PinnedClientVerifier {
+    // No hints: a Go client only sends a certificate whose issuer is among the
+    // hinted names, which would hide a pinned CA-issued leaf. With an empty
+    // list every client sends the certificate it has.
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, Error> {
+        if is_pinned(&self.pinned, end_entity) {
+            check_pinned_leaf(end_entity, now, Purpose::Client)?;
+            return Ok(ClientCertVerified::assertion());
+        }
+        self.chain
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+fn root_store(pinned: &[CertificateDer<'static>]) -> Result<RootCertStore, TlsError> {
+    if pinned.is_empty() {
+        return Err(TlsError::Verifier("no pinned certificate given".into()));
+    }
+    let mut roots = RootCertStore::empty();
+    for cert in pinned {
+        roots.add(cert.clone()).map_err(|e| {
+            TlsError::Verifier(format!("pinned certificate cannot be a trust anchor: {e}"))
+        })?;
+    }
+    Ok(roots)
+}
+
+fn is_pinned(pinned: &[CertificateDer<'static>], presented: &CertificateDer<'_>) -> bool {
+    pinned.iter().any(|p| p.as_ref() == presented.as_ref())
+}
+
+/// The checks Go applies to a presented certificate found in its root pool:
+/// it must be within its validity period and, when it restricts its extended
+/// key usage, allow the purpose it is used for.
+fn check_pinned_leaf(
+    der: &CertificateDer<'_>,
+    now: UnixTime,
+    purpose: Purpose,
+) -> Result<(), Error> {
+    let (_, cert) = X509Certificate::from_der(der.as_ref())
+        .map_err(|_| Error::InvalidCertificate(CertificateError::BadEncoding))?;
+    let now = i64::try_from(now.as_secs())
+        .ok()
+        .and_then(|secs| ASN1Time::from_timestamp(secs).ok())
+        .ok_or(Error::InvalidCertificate(CertificateError::BadEncoding))?;
+    let validity = cert.validity();
+    if now < validity.not_before {
+        return Err(Error::InvalidCertificate(CertificateError::NotValidYet));
+    }
+    if now > validity.not_after {
+        return Err(Error::InvalidCertificate(CertificateError::Expired));
+    }
+    if let Ok(Some(eku)) = cert.extended_key_usage() {
+        let eku = eku.value;
+        let allowed = eku.any
+            || match purpose {
+                Purpose::Server => eku.server_auth,
+                Purpose::Client => eku.client_auth,
+            };
+        if !allowed {
+            return Err(Error::InvalidCertificate(CertificateError::InvalidPurpose));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+
+    use super::*;
+
+    fn now() -> UnixTime {
+        UnixTime::now()
+    }
+
+    fn leaf(name: &str, eku: ExtendedKeyUsagePurpose) -> (rcgen::Certificate, KeyPair) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec![name.into()]).unwrap();
+        params.extended_key_usages = vec![eku];
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2100, 1, 1);
+        (params.self_signed(&key).unwrap(), key)
+    }
+
+    fn ca() -> (rcgen::Certificate, KeyPair, CertificateParams) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec![]).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let cert = params.clone().self_signed(&key).unwrap();
+        (cert, key, params)
+    }
+
+    fn issued(
+        name: &str,
+        ca: &(rcgen::Certificate, KeyPair, CertificateParams),
+    ) -> rcgen::Certificate {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec![name.into()]).unwrap();
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let issuer = rcgen::Issuer::from_params(&ca.2, &ca.1);
+        params.signed_by(&key, &issuer).unwrap()
+    }
+
+    fn name(n: &str) -> ServerName<'static> {
+        ServerName::try_from(n.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn self_signed_leaf_pinned_as_its_own_root_is_trusted() {
+        let (cert, _) = leaf("cnpg-i-hello-world", ExtendedKeyUsagePurpose::ServerAuth);
+        let v = PinnedServerVerifier::new(vec![cert.der().clone()]).unwrap();
+        v.verify_server_cert(cert.der(), &[], &name("cnpg-i-hello-world"), &[], now())
+            .unwrap();
+    }
+
+    #[test]
+    fn pinned_leaf_must_match_the_server_name() {
+        let (cert, _) = leaf("cnpg-i-hello-world", ExtendedKeyUsagePurpose::ServerAuth);
+        let v = PinnedServerVerifier::new(vec![cert.der().clone()]).unwrap();
+        let err = v
+            .verify_server_cert(cert.der(), &[], &name("other-plugin"), &[], now())
+            .unwrap_err();
+        assert!(err.to_string().contains("not valid for name"), "{err}");
+    }
+
+    #[test]
+    fn ca_issued_leaf_pinned_byte_for_byte_is_trusted_without_its_ca() {
+        let authority = ca();
+        let cert = issued("plugin.svc", &authority);
+        let v = PinnedServerVerifier::new(vec![cert.der().clone()]).unwrap();
+        v.verify_server_cert(cert.der(), &[], &name("plugin.svc"), &[], now())
+            .unwrap();
+        let c = PinnedClientVerifier::new(vec![cert.der().clone()]).unwrap();
+        c.verify_client_cert(cert.der(), &[], now()).unwrap();
+    }
+
+    #[test]
+    fn leaf_chaining_to_a_pinned_ca_is_trusted() {
+        let authority = ca();
+        let cert = issued("plugin.svc", &authority);
+        let v = PinnedServerVerifier::new(vec![authority.0.der().clone()]).unwrap();
+        v.verify_server_cert(cert.der(), &[], &name("plugin.svc"), &[], now())
+            .unwrap();
+        let c = PinnedClientVerifier::new(vec![authority.0.der().clone()]).unwrap();
+        c.verify_client_cert(cert.der(), &[], now()).unwrap();
+    }
+
+    #[test]
+    fn any_other_certificate_is_refused() {
+        let (pinned, _) = leaf("plugin", ExtendedKeyUsagePurpose::ServerAuth);
+        let (stranger, _) = leaf("plugin", ExtendedKeyUsagePurpose::ServerAuth);
+        let other_ca = ca();
+        let from_other_ca = issued("plugin", &other_ca);
+        let v = PinnedServerVerifier::new(vec![pinned.der().clone()]).unwrap();
+        let c = PinnedClientVerifier::new(vec![pinned.der().clone()]).unwrap();
+        for presented in [stranger.der(), from_other_ca.der()] {
+            let err = v
+                .verify_server_cert(presented, &[], &name("plugin"), &[], now())
+                .unwrap_err();
+            assert!(matches!(err, Error::InvalidCertificate(_)), "{err}");
+            assert!(c.verify_client_cert(presented, &[], now()).is_err());
+        }
+    }
+
+    #[test]
+    fn expired_or_not_yet_valid_pinned_leaf_is_refused() {
+        let (cert, _) = leaf("plugin", ExtendedKeyUsagePurpose::ServerAuth);
+        let v = PinnedServerVerifier::new(vec![cert.der().clone()]).unwrap();
+        let far_future = UnixTime::since_unix_epoch(
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                + Duration::from_secs(100 * 365 * 24 * 3600),
+        );
+        let err = v
+            .verify_server_cert(cert.der(), &[], &name("plugin"), &[], far_future)
+            .unwrap_err();
+        assert_eq!(err, Error::InvalidCertificate(CertificateError::Expired));
+        let long_ago = UnixTime::since_unix_epoch(Duration::from_secs(3600));
+        let err = v
+            .verify_server_cert(cert.der(), &[], &name("plugin"), &[], long_ago)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::InvalidCertificate(CertificateError::NotValidYet)
+        );
+    }
+
+    #[test]
+    fn pinned_leaf_restricted_to_another_purpose_is_refused() {
+        let (client_only, _) = leaf("plugin", ExtendedKeyUsagePurpose::ClientAuth);
+        let v = PinnedServerVerifier::new(vec![client_only.der().clone()]).unwrap();
+        let err = v
+            .verify_server_cert(client_only.der(), &[], &name("plugin"), &[], now())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::InvalidCertificate(CertificateError::InvalidPurpose)
+        );
+        let c = PinnedClientVerifier::new(vec![client_only.der().clone()]).unwrap();
+        c.verify_client_cert(client_only.der(), &[], now()).unwrap();
+    }
+
+    #[test]
+    fn no_pinned_certificate_is_a_configuration_error() {
+        let err = PinnedServerVerifier::new(vec![]).unwrap_err();
+        assert!(err.to_string().contains("no pinned certificate"), "{err}");
+    }
+}
