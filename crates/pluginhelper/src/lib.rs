@@ -1,12 +1,41 @@
 //! Write CNPG-I plugins in Rust.
 //!
-//! placeholder: crate docs written with the server module.
+//! A CNPG-I plugin is a gRPC server that an operator (CloudNativePG, or
+//! `cnpgi-operator` from this project) calls to validate and default
+//! Clusters and to patch the objects it writes. This crate is what
+//! cnpg-i-machinery's `pluginhelper` is to Go plugin authors:
+//!
+//! * [`create_main_cmd`]: the `plugin` command of a plugin binary, serving
+//!   over mutual TLS (TLS 1.3, client certificate required, files re-read on
+//!   rotation) or a Unix socket, with health, reflection, per-call logs,
+//!   panic recovery and graceful shutdown ([`server`], [`cmd`]);
+//! * [`cluster`]: lenient Cluster decoding and the plugin's own entry;
+//! * [`parameters`]: a declared parameter schema yielding validation errors
+//!   and defaults; [`validation`]: `ValidationError` builders;
+//! * [`patch`]: RFC 6902 JSON patches from before/after JSON;
+//! * [`sidecar`]: sidecar injection into instance Pods;
+//! * [`status`]: `SetStatusInCluster` answers;
+//! * [`testing`] (feature `testing`): in-process test servers and clients.
+//!
+//! See `examples/hello-world` in the repository for a complete plugin.
 
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod cmd;
+pub mod logging;
+mod middleware;
 pub mod parameters;
 pub mod patch;
+pub mod server;
 pub mod sidecar;
 pub mod status;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod validation;
+
+pub use cmd::{PluginArgs, PluginCommand, create_main_cmd};
+/// The generated CNPG-I protocol types, clients and servers.
+pub use cnpgi_proto as proto;
+/// The gRPC framework the generated code uses.
+pub use tonic;

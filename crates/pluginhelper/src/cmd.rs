@@ -1,0 +1,292 @@
+//! The `plugin` command every plugin binary runs: `create_main_cmd`.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{ArgMatches, Args, Command, FromArgMatches};
+use cnpgi_proto::identity::v1::identity_server::Identity;
+use cnpgi_tls::server::ServerTlsFiles;
+use tonic::service::RoutesBuilder;
+
+use crate::{
+    logging::{self, LogFormat},
+    server::{PluginListener, PluginServer, ServeError},
+};
+
+/// Where a sidecar plugin puts its socket when no flag says otherwise.
+pub const DEFAULT_PLUGIN_PATH: &str = "/plugins";
+
+/// Flags of the `plugin` command. Every flag can also come from the
+/// environment variable named in its help, as with upstream cnpg-i-machinery.
+#[derive(Debug, Clone, Args)]
+pub struct PluginArgs {
+    /// Address to serve on with mutual TLS, e.g. `:9090` or `0.0.0.0:9090`.
+    #[arg(long, env = "SERVER_ADDRESS", value_name = "ADDRESS",
+          requires_all = ["server_cert", "server_key", "client_cert"], conflicts_with = "plugin_path")]
+    pub server_address: Option<String>,
+
+    /// PEM certificate the server presents (`tls.crt` of the server Secret).
+    #[arg(long, env = "SERVER_CERT", value_name = "FILE",
+          requires_all = ["server_address", "server_key", "client_cert"], conflicts_with = "plugin_path")]
+    pub server_cert: Option<PathBuf>,
+
+    /// PEM private key of the server certificate (`tls.key`).
+    #[arg(long, env = "SERVER_KEY", value_name = "FILE",
+          requires_all = ["server_address", "server_cert", "client_cert"], conflicts_with = "plugin_path")]
+    pub server_key: Option<PathBuf>,
+
+    /// PEM certificate clients must present or chain to (`tls.crt` of the client Secret).
+    #[arg(long, env = "CLIENT_CERT", value_name = "FILE",
+          requires_all = ["server_address", "server_cert", "server_key"], conflicts_with = "plugin_path")]
+    pub client_cert: Option<PathBuf>,
+
+    /// Serve on the Unix socket DIR/<plugin name>, without TLS (sidecar plugins).
+    /// The default when no TLS flag is given: /plugins.
+    #[arg(long, env = "PLUGIN_PATH", value_name = "DIR")]
+    pub plugin_path: Option<PathBuf>,
+
+    /// Log line format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter, e.g. `info` or `debug` (RUST_LOG wins when set).
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+impl PluginArgs {
+    /// The TLS files, when serving over TCP.
+    fn tls_files(&self) -> Option<(String, ServerTlsFiles)> {
+        match (
+            &self.server_address,
+            &self.server_cert,
+            &self.server_key,
+            &self.client_cert,
+        ) {
+            (Some(address), Some(cert), Some(key), Some(client)) => Some((
+                address.clone(),
+                ServerTlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    client_ca: Some(client.clone()),
+                },
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// The clap definition of the `plugin` subcommand, to embed in a larger CLI
+/// (then serve with [`PluginCommand::execute_matches`]).
+pub fn plugin_command() -> Command {
+    PluginArgs::augment_args(Command::new("plugin").about("Serve this CNPG-I plugin over gRPC"))
+}
+
+/// The `plugin` command of a plugin binary, from [`create_main_cmd`].
+#[derive(Debug)]
+pub struct PluginCommand<I> {
+    server: PluginServer<I>,
+}
+
+/// Builds the command that serves a plugin, like cnpg-i-machinery's
+/// `CreateMainCmd`: `identity` answers the Identity service, and `register`
+/// adds the plugin's other services.
+///
+/// ```no_run
+/// use cnpgi_pluginhelper::{create_main_cmd, proto::identity::v1::*};
+/// use tonic::{Request, Response, Status};
+///
+/// struct MyIdentity;
+///
+/// #[tonic::async_trait]
+/// impl identity_server::Identity for MyIdentity {
+///     async fn get_plugin_metadata(&self, _: Request<GetPluginMetadataRequest>)
+///         -> Result<Response<GetPluginMetadataResponse>, Status> {
+///         Ok(Response::new(GetPluginMetadataResponse {
+///             name: "my-plugin.example.com".into(),
+///             version: "0.1.0".into(),
+///             ..Default::default()
+///         }))
+///     }
+///     async fn get_plugin_capabilities(&self, _: Request<GetPluginCapabilitiesRequest>)
+///         -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+///         Ok(Response::new(GetPluginCapabilitiesResponse::default()))
+///     }
+///     async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+///         Ok(Response::new(ProbeResponse { ready: true }))
+///     }
+/// }
+///
+/// fn main() -> std::process::ExitCode {
+///     create_main_cmd(MyIdentity, |routes| {
+///         // routes.add_service(OperatorServer::new(MyOperator));
+///         let _ = routes;
+///     })
+///     .execute()
+/// }
+/// ```
+///
+/// The binary is then run as
+/// `my-plugin plugin --server-address=:9090 --server-cert=… --server-key=… --client-cert=…`
+/// (mutual TLS) or `my-plugin plugin --plugin-path=/plugins` (Unix socket).
+pub fn create_main_cmd<I: Identity>(
+    identity: I,
+    register: impl FnOnce(&mut RoutesBuilder),
+) -> PluginCommand<I> {
+    PluginCommand {
+        server: PluginServer::new(identity).register(register),
+    }
+}
+
+impl<I: Identity> PluginCommand<I> {
+    /// Parses the process arguments (`<binary> plugin [FLAGS]`) and serves the
+    /// plugin. Usage errors print help and exit with code 2; a plugin that
+    /// cannot start exits with code 1; a clean shutdown exits with 0.
+    pub fn execute(self) -> ExitCode {
+        let binary = std::env::args_os()
+            .next()
+            .and_then(|arg0| {
+                PathBuf::from(arg0)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+            })
+            .unwrap_or_else(|| "plugin".to_owned());
+        let matches = Command::new(binary)
+            .about("A CNPG-I plugin")
+            .subcommand_required(true)
+            .arg_required_else_help(true)
+            .subcommand(plugin_command())
+            .get_matches();
+        match matches.subcommand() {
+            Some(("plugin", sub)) => self.execute_matches(sub),
+            // subcommand_required makes clap reject anything else before this point.
+            _ => ExitCode::from(2),
+        }
+    }
+
+    /// Serves with flags already parsed by the caller's own clap command.
+    pub fn execute_matches(self, matches: &ArgMatches) -> ExitCode {
+        let args = match PluginArgs::from_arg_matches(matches) {
+            Ok(args) => args,
+            Err(error) => error.exit(),
+        };
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(error) => {
+                eprintln!("error: cannot start the async runtime: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        match runtime.block_on(self.run(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!(%error, "plugin failed");
+                eprintln!("error: {error}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+
+    /// Sets up logging, binds the listener the flags ask for and serves until
+    /// SIGTERM or SIGINT.
+    pub async fn run(self, args: PluginArgs) -> Result<(), ServeError> {
+        logging::init(args.log_format, &args.log_level);
+        let metadata = self.server.metadata().await?;
+        tracing::info!(
+            name = %metadata.name,
+            version = %metadata.version,
+            display_name = %metadata.display_name,
+            "starting plugin"
+        );
+        let listener = match args.tls_files() {
+            Some((address, files)) => PluginListener::bind_tcp(&address, files).await?,
+            None => {
+                let dir = args
+                    .plugin_path
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_PLUGIN_PATH.into());
+                PluginListener::bind_unix(&dir, &metadata.name)?
+            }
+        };
+        tracing::info!(address = %listener.address(), tls = matches!(listener, PluginListener::Tcp { .. }), "listening");
+        self.server.serve(listener, shutdown_signal()).await
+    }
+}
+
+/// Completes on SIGTERM (Kubernetes stopping the Pod) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = terminate => tracing::info!("received SIGTERM"),
+        result = tokio::signal::ctrl_c() => match result {
+            Ok(()) => tracing::info!("received SIGINT"),
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGINT");
+                std::future::pending::<()>().await;
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::error::ErrorKind;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<PluginArgs, clap::Error> {
+        let matches = plugin_command()
+            .try_get_matches_from(std::iter::once("plugin").chain(args.iter().copied()))?;
+        PluginArgs::from_arg_matches(&matches)
+    }
+
+    #[test]
+    fn tls_flags_are_required_together() {
+        let args = parse(&[
+            "--server-address=:9090",
+            "--server-cert=s.crt",
+            "--server-key=s.key",
+            "--client-cert=c.crt",
+        ])
+        .unwrap();
+        let (address, files) = args.tls_files().unwrap();
+        assert_eq!(address, ":9090");
+        assert_eq!(files.client_ca, Some(PathBuf::from("c.crt")));
+
+        let err = parse(&["--server-address=:9090", "--server-cert=s.crt"]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::MissingRequiredArgument);
+        assert_eq!(err.exit_code(), 2);
+        let text = err.to_string();
+        assert!(
+            text.contains("--server-key") && text.contains("--client-cert"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn plugin_path_excludes_tls_flags() {
+        let args = parse(&["--plugin-path=/tmp/plugins"]).unwrap();
+        assert!(args.tls_files().is_none());
+        let err = parse(&["--plugin-path=/p", "--server-cert=s.crt"]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ArgumentConflict);
+        assert_eq!(err.exit_code(), 2);
+    }
+
+    #[test]
+    fn no_flags_means_the_default_socket_directory() {
+        let args = parse(&[]).unwrap();
+        assert!(args.tls_files().is_none() && args.plugin_path.is_none());
+    }
+}

@@ -1,0 +1,313 @@
+//! Run a plugin in-process for tests (cargo feature `testing`).
+//!
+//! [`TestPlugin`] serves a [`PluginServer`] on a loopback port with freshly
+//! generated mutual-TLS certificates, or on a Unix socket in a temporary
+//! directory, exactly as `create_main_cmd` would serve it, and hands back
+//! clients connected to it. Certificates are made the way cert-manager's
+//! `selfSigned` issuer makes them: two self-signed leaves, the server's pinned
+//! by the client and the client's pinned by the server.
+//!
+//! ```no_run
+//! # async fn example<I: cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity>(identity: I) {
+//! use cnpgi_pluginhelper::{server::PluginServer, testing::TestPlugin};
+//!
+//! let plugin = TestPlugin::start_tls(PluginServer::new(identity)).await.unwrap();
+//! let metadata = plugin.identity().get_plugin_metadata(Default::default()).await.unwrap();
+//! println!("{}", metadata.into_inner().name);
+//! # }
+//! ```
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc};
+
+use cnpgi_proto::{
+    identity::v1::{identity_client::IdentityClient, identity_server::Identity},
+    operator::v1::operator_client::OperatorClient,
+    operator_lifecycle::v1::operator_lifecycle_client::OperatorLifecycleClient,
+};
+use cnpgi_tls::{
+    client::{TlsConnectorService, client_config, server_name},
+    pem,
+    server::ServerTlsFiles,
+    verify::PinnedServerVerifier,
+};
+use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, KeyPair};
+use tokio::{sync::oneshot, task::JoinHandle};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::server::{PluginListener, PluginServer, ServeError};
+
+/// Why a test plugin could not be started or reached.
+#[derive(Debug, thiserror::Error)]
+pub enum TestError {
+    /// Certificate generation failed.
+    #[error("cannot generate test certificates: {0}")]
+    Certificates(#[from] rcgen::Error),
+    /// Writing files to the temporary directory failed.
+    #[error("cannot write test files: {0}")]
+    Io(#[from] std::io::Error),
+    /// TLS set-up failed.
+    #[error(transparent)]
+    Tls(#[from] cnpgi_tls::TlsError),
+    /// The plugin could not be served.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// The client could not connect.
+    #[error("cannot connect to the test plugin: {0}")]
+    Connect(#[from] tonic::transport::Error),
+}
+
+/// A self-signed key pair written to disk as PEM.
+#[derive(Debug, Clone)]
+pub struct TestKeyPair {
+    /// Certificate, PEM.
+    pub cert_pem: String,
+    /// Private key, PEM.
+    pub key_pem: String,
+    /// Path of the certificate file.
+    pub cert_path: PathBuf,
+    /// Path of the key file.
+    pub key_path: PathBuf,
+}
+
+/// Server and client certificates for one test plugin, in a temporary directory.
+#[derive(Debug)]
+pub struct TestCertificates {
+    dir: tempfile::TempDir,
+    /// The DNS name in the server certificate.
+    pub server_name: String,
+    /// The plugin's serving certificate (SANs: the server name, `localhost`, `127.0.0.1`).
+    pub server: TestKeyPair,
+    /// The certificate the operator presents.
+    pub client: TestKeyPair,
+}
+
+impl TestCertificates {
+    /// Generates self-signed server and client leaves, like cert-manager's
+    /// `selfSigned` issuer with `usages: [server auth]` / `[client auth]`.
+    pub fn generate(server_name: &str) -> Result<Self, TestError> {
+        let dir = tempfile::tempdir()?;
+        let server = Self::self_signed(
+            &dir,
+            "server",
+            vec![
+                server_name.to_owned(),
+                "localhost".to_owned(),
+                "127.0.0.1".to_owned(),
+            ],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )?;
+        let client = Self::self_signed(
+            &dir,
+            "client",
+            vec!["cnpgi-operator".to_owned()],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )?;
+        Ok(Self {
+            dir,
+            server_name: server_name.to_owned(),
+            server,
+            client,
+        })
+    }
+
+    /// Generates a self-signed key pair and writes it as `<stem>.crt`/`<stem>.key` in `dir`.
+    pub fn self_signed(
+        dir: &tempfile::TempDir,
+        stem: &str,
+        names: Vec<String>,
+        usage: ExtendedKeyUsagePurpose,
+    ) -> Result<TestKeyPair, TestError> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(names)?;
+        params.extended_key_usages = vec![usage];
+        let cert = params.self_signed(&key)?;
+        let pair = TestKeyPair {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            cert_path: dir.path().join(format!("{stem}.crt")),
+            key_path: dir.path().join(format!("{stem}.key")),
+        };
+        std::fs::write(&pair.cert_path, &pair.cert_pem)?;
+        std::fs::write(&pair.key_path, &pair.key_pem)?;
+        Ok(pair)
+    }
+
+    /// The temporary directory holding the files.
+    pub fn dir(&self) -> &tempfile::TempDir {
+        &self.dir
+    }
+
+    /// The files the plugin serves with (`--server-cert`, `--server-key`, `--client-cert`).
+    pub fn server_files(&self) -> ServerTlsFiles {
+        ServerTlsFiles {
+            cert: self.server.cert_path.clone(),
+            key: self.server.key_path.clone(),
+            client_ca: Some(self.client.cert_path.clone()),
+        }
+    }
+
+    /// A client configuration presenting the client certificate and pinning
+    /// the server certificate, as the operator would.
+    pub fn client_config(&self) -> Result<rustls::ClientConfig, TestError> {
+        let pinned = pem::read_certificates(&self.server.cert_path, "server certificate")?;
+        let certs = pem::read_certificates(&self.client.cert_path, "client certificate")?;
+        let key = pem::read_private_key(&self.client.key_path, "client key")?;
+        Ok(client_config(
+            certs,
+            key,
+            PinnedServerVerifier::new(pinned)?,
+        )?)
+    }
+}
+
+/// Opens a gRPC channel over mutual TLS to `address`, verifying the server as `name`.
+pub async fn connect_tls(
+    address: SocketAddr,
+    config: rustls::ClientConfig,
+    name: &str,
+) -> Result<Channel, TestError> {
+    let connector = TlsConnectorService::new(Arc::new(config), server_name(name)?);
+    // The connector does TLS, so the URI scheme tonic sees is plain http.
+    Ok(Endpoint::from_shared(format!("http://{address}"))?
+        .connect_with_connector(connector)
+        .await?)
+}
+
+/// Opens a gRPC channel to a Unix socket.
+pub async fn connect_unix(path: &std::path::Path) -> Result<Channel, TestError> {
+    Ok(Endpoint::from_shared(format!("unix://{}", path.display()))?
+        .connect()
+        .await?)
+}
+
+/// A plugin served in-process for the duration of a test; stopped when dropped.
+#[derive(Debug)]
+pub struct TestPlugin {
+    channel: Channel,
+    address: String,
+    tcp_address: Option<SocketAddr>,
+    certificates: Option<TestCertificates>,
+    _socket_dir: Option<tempfile::TempDir>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ServeError>>,
+}
+
+impl TestPlugin {
+    /// Serves on `127.0.0.1:<free port>` with new mutual-TLS certificates.
+    pub async fn start_tls<I: Identity>(server: PluginServer<I>) -> Result<Self, TestError> {
+        let name = server.metadata().await?.name;
+        Self::start_tls_with(server, TestCertificates::generate(&name)?).await
+    }
+
+    /// Serves on `127.0.0.1:<free port>` with the given certificates.
+    pub async fn start_tls_with<I: Identity>(
+        server: PluginServer<I>,
+        certificates: TestCertificates,
+    ) -> Result<Self, TestError> {
+        let listener = PluginListener::bind_tcp("127.0.0.1:0", certificates.server_files()).await?;
+        let PluginListener::Tcp { address, .. } = &listener else {
+            unreachable!("bind_tcp returns a TCP listener")
+        };
+        let address = *address;
+        let (stop, task) = spawn(server, listener);
+        let channel = connect_tls(
+            address,
+            certificates.client_config()?,
+            &certificates.server_name,
+        )
+        .await?;
+        Ok(Self {
+            channel,
+            address: address.to_string(),
+            tcp_address: Some(address),
+            certificates: Some(certificates),
+            _socket_dir: None,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// Serves on a Unix socket named after the plugin in a temporary directory.
+    pub async fn start_unix<I: Identity>(server: PluginServer<I>) -> Result<Self, TestError> {
+        let name = server.metadata().await?.name;
+        let dir = tempfile::tempdir()?;
+        let listener = PluginListener::bind_unix(dir.path(), &name)?;
+        let path = dir.path().join(&name);
+        let (stop, task) = spawn(server, listener);
+        let channel = connect_unix(&path).await?;
+        Ok(Self {
+            channel,
+            address: format!("unix://{}", path.display()),
+            tcp_address: None,
+            certificates: None,
+            _socket_dir: Some(dir),
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// The connected channel (cheap to clone).
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
+    /// An Identity client on the channel.
+    pub fn identity(&self) -> IdentityClient<Channel> {
+        IdentityClient::new(self.channel())
+    }
+
+    /// An Operator client on the channel.
+    pub fn operator(&self) -> OperatorClient<Channel> {
+        OperatorClient::new(self.channel())
+    }
+
+    /// An OperatorLifecycle client on the channel.
+    pub fn lifecycle(&self) -> OperatorLifecycleClient<Channel> {
+        OperatorLifecycleClient::new(self.channel())
+    }
+
+    /// `127.0.0.1:port` or `unix:///path`.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// The TCP address, for a TLS plugin.
+    pub fn tcp_address(&self) -> Option<SocketAddr> {
+        self.tcp_address
+    }
+
+    /// The certificates, for a TLS plugin (to build other clients, or rotate them).
+    pub fn certificates(&self) -> Option<&TestCertificates> {
+        self.certificates.as_ref()
+    }
+
+    /// Stops the server gracefully and returns how serving ended.
+    pub async fn stop(mut self) -> Result<(), ServeError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match (&mut self.task).await {
+            Ok(result) => result,
+            Err(join) => std::panic::resume_unwind(join.into_panic()),
+        }
+    }
+}
+
+impl Drop for TestPlugin {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+fn spawn<I: Identity>(
+    server: PluginServer<I>,
+    listener: PluginListener,
+) -> (oneshot::Sender<()>, JoinHandle<Result<(), ServeError>>) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(server.serve(listener, async {
+        let _ = stopped.await;
+    }));
+    (stop, task)
+}

@@ -1,0 +1,430 @@
+//! The plugin server over real sockets: mutual TLS acceptance and refusal,
+//! certificate rotation, panics, health, reflection, Unix sockets, shutdown.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use cnpgi_pluginhelper::{
+    proto::{
+        identity::v1::{
+            GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest,
+            GetPluginMetadataResponse, ProbeRequest, ProbeResponse,
+            identity_client::IdentityClient, identity_server,
+        },
+        operator::v1::{
+            DeregisterRequest, DeregisterResponse, OperatorCapabilitiesRequest,
+            OperatorCapabilitiesResult, OperatorMutateClusterRequest, OperatorMutateClusterResult,
+            OperatorValidateClusterChangeRequest, OperatorValidateClusterChangeResult,
+            OperatorValidateClusterCreateRequest, OperatorValidateClusterCreateResult,
+            SetStatusInClusterRequest, SetStatusInClusterResponse,
+            operator_server::{Operator, OperatorServer},
+        },
+    },
+    server::{PluginServer, ServeOptions},
+    testing::{TestCertificates, TestPlugin, connect_tls},
+};
+use rcgen::ExtendedKeyUsagePurpose;
+use tonic::{Code, Request, Response, Status, transport::Endpoint};
+
+const NAME: &str = "test-plugin.example.com";
+
+#[derive(Clone)]
+struct TestIdentity {
+    ready: Arc<AtomicBool>,
+}
+
+#[tonic::async_trait]
+impl identity_server::Identity for TestIdentity {
+    async fn get_plugin_metadata(
+        &self,
+        _: Request<GetPluginMetadataRequest>,
+    ) -> Result<Response<GetPluginMetadataResponse>, Status> {
+        Ok(Response::new(GetPluginMetadataResponse {
+            name: NAME.into(),
+            version: "1.2.3".into(),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        Ok(Response::new(GetPluginCapabilitiesResponse::default()))
+    }
+
+    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+        Ok(Response::new(ProbeResponse {
+            ready: self.ready.load(Ordering::SeqCst),
+        }))
+    }
+}
+
+/// An Operator whose RPCs misbehave on purpose.
+struct Misbehaving;
+
+#[tonic::async_trait]
+impl Operator for Misbehaving {
+    async fn get_capabilities(
+        &self,
+        _: Request<OperatorCapabilitiesRequest>,
+    ) -> Result<Response<OperatorCapabilitiesResult>, Status> {
+        Ok(Response::new(OperatorCapabilitiesResult::default()))
+    }
+    async fn validate_cluster_create(
+        &self,
+        _: Request<OperatorValidateClusterCreateRequest>,
+    ) -> Result<Response<OperatorValidateClusterCreateResult>, Status> {
+        panic!("deliberate panic in ValidateClusterCreate");
+    }
+    async fn validate_cluster_change(
+        &self,
+        _: Request<OperatorValidateClusterChangeRequest>,
+    ) -> Result<Response<OperatorValidateClusterChangeResult>, Status> {
+        Err(Status::failed_precondition("not today"))
+    }
+    async fn mutate_cluster(
+        &self,
+        _: Request<OperatorMutateClusterRequest>,
+    ) -> Result<Response<OperatorMutateClusterResult>, Status> {
+        // A slow call, to observe graceful shutdown.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok(Response::new(OperatorMutateClusterResult {
+            json_patch: b"[]".to_vec(),
+        }))
+    }
+    async fn set_status_in_cluster(
+        &self,
+        _: Request<SetStatusInClusterRequest>,
+    ) -> Result<Response<SetStatusInClusterResponse>, Status> {
+        Err(Status::unimplemented("no status"))
+    }
+    async fn deregister(
+        &self,
+        _: Request<DeregisterRequest>,
+    ) -> Result<Response<DeregisterResponse>, Status> {
+        Ok(Response::new(DeregisterResponse {}))
+    }
+}
+
+fn server(ready: bool) -> (PluginServer<TestIdentity>, Arc<AtomicBool>) {
+    let flag = Arc::new(AtomicBool::new(ready));
+    let server = PluginServer::new(TestIdentity {
+        ready: flag.clone(),
+    })
+    .add_service(OperatorServer::new(Misbehaving))
+    .with_options(ServeOptions {
+        probe_interval: Duration::from_millis(50),
+        ..ServeOptions::default()
+    });
+    (server, flag)
+}
+
+async fn metadata_over(channel: tonic::transport::Channel) -> Result<String, Status> {
+    IdentityClient::new(channel)
+        .get_plugin_metadata(GetPluginMetadataRequest {})
+        .await
+        .map(|r| r.into_inner().name)
+}
+
+/// A client that must be refused: connecting or the first call fails.
+async fn assert_refused(
+    connect: impl Future<
+        Output = Result<tonic::transport::Channel, cnpgi_pluginhelper::testing::TestError>,
+    >,
+) {
+    match connect.await {
+        Err(_) => {}
+        Ok(channel) => {
+            let result = metadata_over(channel).await;
+            assert!(
+                result.is_err(),
+                "the server answered a client it should refuse: {result:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn mtls_client_with_the_pinned_certificate_is_served() {
+    let plugin = TestPlugin::start_tls(server(true).0).await.unwrap();
+    assert_eq!(metadata_over(plugin.channel()).await.unwrap(), NAME);
+}
+
+#[tokio::test]
+async fn client_without_a_certificate_is_refused() {
+    let plugin = TestPlugin::start_tls(server(true).0).await.unwrap();
+    let certs = plugin.certificates().unwrap();
+    let pinned = cnpgi_tls::pem::read_certificates(&certs.server.cert_path, "server").unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(cnpgi_tls::crypto_provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(
+            cnpgi_tls::verify::PinnedServerVerifier::new(pinned).unwrap(),
+        )
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    assert_refused(connect_tls(
+        plugin.tcp_address().unwrap(),
+        config,
+        &certs.server_name,
+    ))
+    .await;
+    // The server keeps serving the right client.
+    assert_eq!(metadata_over(plugin.channel()).await.unwrap(), NAME);
+}
+
+#[tokio::test]
+async fn client_with_a_certificate_from_another_issuer_is_refused() {
+    let plugin = TestPlugin::start_tls(server(true).0).await.unwrap();
+    let certs = plugin.certificates().unwrap();
+    let other = TestCertificates::generate(&certs.server_name).unwrap();
+    // Trusts the real server, but presents a client certificate the plugin never pinned.
+    let stranger = TestCertificates::self_signed(
+        other.dir(),
+        "stranger",
+        vec!["cnpgi-operator".into()],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    )
+    .unwrap();
+    let pinned = cnpgi_tls::pem::read_certificates(&certs.server.cert_path, "server").unwrap();
+    let config = cnpgi_tls::client::client_config(
+        cnpgi_tls::pem::read_certificates(&stranger.cert_path, "c").unwrap(),
+        cnpgi_tls::pem::read_private_key(&stranger.key_path, "k").unwrap(),
+        cnpgi_tls::verify::PinnedServerVerifier::new(pinned).unwrap(),
+    )
+    .unwrap();
+    assert_refused(connect_tls(
+        plugin.tcp_address().unwrap(),
+        config,
+        &certs.server_name,
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn client_that_does_not_trust_the_server_certificate_fails() {
+    let plugin = TestPlugin::start_tls(server(true).0).await.unwrap();
+    let certs = plugin.certificates().unwrap();
+    let other = TestCertificates::generate(&certs.server_name).unwrap();
+    // Presents the right client certificate but pins another server certificate.
+    let config = cnpgi_tls::client::client_config(
+        cnpgi_tls::pem::read_certificates(&certs.client.cert_path, "c").unwrap(),
+        cnpgi_tls::pem::read_private_key(&certs.client.key_path, "k").unwrap(),
+        cnpgi_tls::verify::PinnedServerVerifier::new(
+            cnpgi_tls::pem::read_certificates(&other.server.cert_path, "s").unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_refused(connect_tls(
+        plugin.tcp_address().unwrap(),
+        config,
+        &certs.server_name,
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn plaintext_http2_is_refused() {
+    let plugin = TestPlugin::start_tls(server(true).0).await.unwrap();
+    let endpoint = Endpoint::from_shared(format!("http://{}", plugin.tcp_address().unwrap()))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5));
+    match endpoint.connect().await {
+        Err(_) => {}
+        Ok(channel) => {
+            let result = metadata_over(channel).await;
+            assert!(result.is_err(), "plaintext client was answered: {result:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn rotated_server_certificate_is_used_by_new_connections() {
+    let plugin = TestPlugin::start_tls(server(true).0).await.unwrap();
+    let certs = plugin.certificates().unwrap();
+    let address = plugin.tcp_address().unwrap();
+    let old_config = certs.client_config().unwrap();
+
+    // cert-manager renews the certificate: new key pair, same names. Written
+    // elsewhere and renamed over the served files, as the kubelet does.
+    let staging = TestCertificates::generate(&certs.server_name).unwrap();
+    std::fs::rename(&staging.server.cert_path, &certs.server.cert_path).unwrap();
+    std::fs::rename(&staging.server.key_path, &certs.server.key_path).unwrap();
+
+    // A client pinning the new certificate connects; one pinning the old one
+    // cannot open a new connection any more.
+    let new_config = certs.client_config().unwrap();
+    let channel = connect_tls(address, new_config, &certs.server_name)
+        .await
+        .unwrap();
+    assert_eq!(metadata_over(channel).await.unwrap(), NAME);
+    assert_refused(connect_tls(address, old_config, &certs.server_name)).await;
+    // The connection opened before the rotation keeps working.
+    assert_eq!(metadata_over(plugin.channel()).await.unwrap(), NAME);
+}
+
+#[tokio::test]
+async fn rotated_client_certificate_is_required_from_new_connections() {
+    let plugin = TestPlugin::start_tls(server(true).0).await.unwrap();
+    let certs = plugin.certificates().unwrap();
+    let address = plugin.tcp_address().unwrap();
+    let old_config = certs.client_config().unwrap();
+
+    let staging = TestCertificates::generate(&certs.server_name).unwrap();
+    std::fs::rename(&staging.client.cert_path, &certs.client.cert_path).unwrap();
+    std::fs::rename(&staging.client.key_path, &certs.client.key_path).unwrap();
+
+    let channel = connect_tls(address, certs.client_config().unwrap(), &certs.server_name)
+        .await
+        .unwrap();
+    assert_eq!(metadata_over(channel).await.unwrap(), NAME);
+    assert_refused(connect_tls(address, old_config, &certs.server_name)).await;
+}
+
+#[tokio::test]
+async fn a_panicking_handler_answers_internal_and_the_server_keeps_serving() {
+    let plugin = TestPlugin::start_tls(server(true).0).await.unwrap();
+    let status = plugin
+        .operator()
+        .validate_cluster_create(OperatorValidateClusterCreateRequest {
+            definition: b"{}".to_vec(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("deliberate panic in ValidateClusterCreate"),
+        "{status:?}"
+    );
+    assert!(
+        status
+            .message()
+            .contains("/cnpgi.operator.v1.Operator/ValidateClusterCreate"),
+        "{status:?}"
+    );
+    // Errors returned by handlers pass through untouched.
+    let status = plugin
+        .operator()
+        .validate_cluster_change(OperatorValidateClusterChangeRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert_eq!(metadata_over(plugin.channel()).await.unwrap(), NAME);
+}
+
+async fn health_status(plugin: &TestPlugin, service: &str) -> i32 {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    HealthClient::new(plugin.channel())
+        .check(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}
+
+#[tokio::test]
+async fn health_service_follows_probe() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let (server, ready) = server(false);
+    let plugin = TestPlugin::start_tls(server).await.unwrap();
+    let wait_for = |want: ServingStatus| {
+        let plugin = &plugin;
+        async move {
+            for _ in 0..100 {
+                if health_status(plugin, "").await == want as i32 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            panic!("health never became {want:?}");
+        }
+    };
+    wait_for(ServingStatus::NotServing).await;
+    ready.store(true, Ordering::SeqCst);
+    wait_for(ServingStatus::Serving).await;
+    assert_eq!(
+        health_status(&plugin, "cnpgi.identity.v1.Identity").await,
+        ServingStatus::Serving as i32
+    );
+    ready.store(false, Ordering::SeqCst);
+    wait_for(ServingStatus::NotServing).await;
+}
+
+#[tokio::test]
+async fn reflection_lists_the_cnpgi_services() {
+    use tokio_stream::StreamExt;
+    use tonic_reflection::pb::v1::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    let plugin = TestPlugin::start_unix(server(true).0).await.unwrap();
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = ServerReflectionClient::new(plugin.channel())
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(MessageResponse::ListServicesResponse(list)) =
+        responses.next().await.unwrap().unwrap().message_response
+    else {
+        panic!("unexpected reflection answer");
+    };
+    let names: Vec<_> = list.service.into_iter().map(|s| s.name).collect();
+    for expected in [
+        "cnpgi.identity.v1.Identity",
+        "cnpgi.operator.v1.Operator",
+        "cnpgi.operator_lifecycle.v1.OperatorLifecycle",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} missing from {names:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn unix_socket_is_served_and_removed_on_stop() {
+    let plugin = TestPlugin::start_unix(server(true).0).await.unwrap();
+    let path = plugin.address().trim_start_matches("unix://").to_owned();
+    assert!(path.ends_with(NAME), "{path}");
+    assert!(std::path::Path::new(&path).exists());
+    assert_eq!(metadata_over(plugin.channel()).await.unwrap(), NAME);
+    plugin.stop().await.unwrap();
+    assert!(
+        !std::path::Path::new(&path).exists(),
+        "socket file left behind"
+    );
+}
+
+#[tokio::test]
+async fn shutdown_lets_in_flight_calls_finish() {
+    let plugin = TestPlugin::start_tls(server(true).0).await.unwrap();
+    let mut operator = plugin.operator();
+    let call = tokio::spawn(async move {
+        operator
+            .mutate_cluster(OperatorMutateClusterRequest {
+                definition: b"{}".to_vec(),
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    plugin.stop().await.unwrap();
+    let answer = call.await.unwrap().unwrap();
+    assert_eq!(answer.into_inner().json_patch, b"[]");
+}
