@@ -5,11 +5,7 @@ use std::{env, fs, path::PathBuf};
 
 use prost::Message;
 
-const PROTOS: &[&str] = &[
-    "identity.proto",
-    "operator.proto",
-    "operator_lifecycle.proto",
-];
+const PROTOS: &[&str] = &["identity.proto", "operator.proto", "operator_lifecycle.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
@@ -24,14 +20,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // `compile_fds` does not write the descriptor set, and gRPC reflection
     // needs it, so it is encoded here.
-    fs::write(
-        out_dir.join("cnpgi_descriptor.bin"),
-        descriptors.encode_to_vec(),
-    )?;
+    fs::write(out_dir.join("cnpgi_descriptor.bin"), descriptors.encode_to_vec())?;
 
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // Unimplemented RPCs answer UNIMPLEMENTED, like embedding Go's
+        // Unimplemented*Server: a plugin implements only what it advertises.
+        .generate_default_stubs(true)
         .compile_fds(descriptors)?;
     Ok(())
 }

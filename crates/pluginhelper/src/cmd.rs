@@ -128,10 +128,7 @@ pub struct PluginCommand<I> {
 /// The binary is then run as
 /// `my-plugin plugin --server-address=:9090 --server-cert=… --server-key=… --client-cert=…`
 /// (mutual TLS) or `my-plugin plugin --plugin-path=/plugins` (Unix socket).
-pub fn create_main_cmd<I: Identity>(
-    identity: I,
-    register: impl FnOnce(&mut RoutesBuilder),
-) -> PluginCommand<I> {
+pub fn create_main_cmd<I: Identity>(identity: I, register: impl FnOnce(&mut RoutesBuilder)) -> PluginCommand<I> {
     PluginCommand {
         server: PluginServer::new(identity).register(register),
     }
@@ -169,10 +166,7 @@ impl<I: Identity> PluginCommand<I> {
             Ok(args) => args,
             Err(error) => error.exit(),
         };
-        let runtime = match tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-        {
+        let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
             Ok(runtime) => runtime,
             Err(error) => {
                 eprintln!("error: cannot start the async runtime: {error}");
@@ -203,10 +197,7 @@ impl<I: Identity> PluginCommand<I> {
         let listener = match args.tls_files() {
             Some((address, files)) => PluginListener::bind_tcp(&address, files).await?,
             None => {
-                let dir = args
-                    .plugin_path
-                    .clone()
-                    .unwrap_or_else(|| DEFAULT_PLUGIN_PATH.into());
+                let dir = args.plugin_path.clone().unwrap_or_else(|| DEFAULT_PLUGIN_PATH.into());
                 PluginListener::bind_unix(&dir, &metadata.name)?
             }
         };
@@ -247,8 +238,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<PluginArgs, clap::Error> {
-        let matches = plugin_command()
-            .try_get_matches_from(std::iter::once("plugin").chain(args.iter().copied()))?;
+        let matches = plugin_command().try_get_matches_from(std::iter::once("plugin").chain(args.iter().copied()))?;
         PluginArgs::from_arg_matches(&matches)
     }
 

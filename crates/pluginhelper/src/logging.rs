@@ -23,16 +23,9 @@ pub fn init(format: LogFormat, level: &str) {
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {
-        LogFormat::Text => registry
-            .with(fmt::layer().with_writer(std::io::stderr))
-            .try_init(),
+        LogFormat::Text => registry.with(fmt::layer().with_writer(std::io::stderr)).try_init(),
         LogFormat::Json => registry
-            .with(
-                fmt::layer()
-                    .json()
-                    .with_current_span(true)
-                    .with_writer(std::io::stderr),
-            )
+            .with(fmt::layer().json().with_current_span(true).with_writer(std::io::stderr))
             .try_init(),
     };
     // An already installed subscriber is the caller's choice, not an error.

@@ -36,9 +36,7 @@ pub(crate) struct CallService<S> {
 
 /// Calls that happen every few seconds and would drown the log at `info`.
 fn is_routine(path: &str) -> bool {
-    path.ends_with("/Probe")
-        || path.starts_with("/grpc.health.")
-        || path.starts_with("/grpc.reflection.")
+    path.ends_with("/Probe") || path.starts_with("/grpc.health.") || path.starts_with("/grpc.reflection.")
 }
 
 fn panic_message(panic: &(dyn Any + Send)) -> &str {
@@ -91,15 +89,11 @@ where
                     }
                     Err(panic) => {
                         let message = panic_message(panic.as_ref());
-                        tracing::error!(
-                            elapsed_ms,
-                            panic = message,
-                            "handler panicked; answering INTERNAL"
-                        );
-                        Ok(tonic::Status::internal(format!(
-                            "plugin handler for {method} panicked: {message}"
-                        ))
-                        .into_http())
+                        tracing::error!(elapsed_ms, panic = message, "handler panicked; answering INTERNAL");
+                        Ok(
+                            tonic::Status::internal(format!("plugin handler for {method} panicked: {message}"))
+                                .into_http(),
+                        )
                     }
                 }
             }

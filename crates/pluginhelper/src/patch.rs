@@ -1,1 +1,302 @@
-//! TODO(helper)
+//! RFC 6902 JSON Patches, as `MutateCluster` and lifecycle hooks answer them.
+//!
+//! A plugin decodes the object it receives, changes a copy, and answers with
+//! the patch from the original to the copy; an **empty** answer means "no
+//! change" ([`patch_bytes`]). The operator side applies the answers in turn
+//! ([`apply_patch_bytes`]).
+//!
+//! ```
+//! use cnpgi_pluginhelper::patch::{apply_patch_bytes, patch_bytes};
+//! use serde_json::json;
+//!
+//! let old = json!({"metadata": {"labels": {"app": "pg"}}});
+//! let mut new = old.clone();
+//! new["metadata"]["labels"]["app.kubernetes.io/name"] = json!("pg");
+//!
+//! let patch = patch_bytes(&old, &new)?;
+//! assert_eq!(
+//!     String::from_utf8_lossy(&patch),
+//!     r#"[{"op":"add","path":"/metadata/labels/app.kubernetes.io~1name","value":"pg"}]"#,
+//! );
+//! assert!(patch_bytes(&old, &old)?.is_empty());
+//!
+//! let mut doc = old.clone();
+//! apply_patch_bytes(&mut doc, &patch)?;
+//! assert_eq!(doc, new);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use json_patch::{Patch, PatchOperation};
+use serde_json::Value;
+
+/// The JSON Patch that turns `old` into `new` (empty when they are equal).
+///
+/// ```
+/// use cnpgi_pluginhelper::patch::create_patch;
+/// use serde_json::json;
+///
+/// let patch = create_patch(&json!({"a": 1}), &json!({"a": 2}));
+/// assert_eq!(serde_json::to_value(&patch)?, json!([{"op": "replace", "path": "/a", "value": 2}]));
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+pub fn create_patch(old: &Value, new: &Value) -> Patch {
+    json_patch::diff(old, new)
+}
+
+/// The serialized JSON Patch that turns `old` into `new`, or **empty bytes**
+/// when they are equal (CNPG-I's "no change").
+///
+/// # Errors
+///
+/// The `serde_json` error if the patch cannot be serialized (not expected
+/// for patches between JSON values).
+pub fn patch_bytes(old: &Value, new: &Value) -> Result<Vec<u8>, serde_json::Error> {
+    let patch = create_patch(old, new);
+    if patch.0.is_empty() {
+        return Ok(Vec::new());
+    }
+    serde_json::to_vec(&patch)
+}
+
+/// A JSON Patch could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum PatchError {
+    /// The bytes are not a JSON Patch (not JSON, not an array, or an
+    /// operation without the fields its `op` needs).
+    #[error("malformed JSON patch: {source}")]
+    Malformed {
+        /// The `serde_json` error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An operation of a well-formed patch does not apply to the document.
+    #[error(
+        "JSON patch operation {index} ({op} at {path:?}) does not apply: {}",
+        .source.kind
+    )]
+    Apply {
+        /// Position of the failing operation in the patch, from 0.
+        index: usize,
+        /// The failing operation: `add`, `remove`, `replace`, `move`, `copy`
+        /// or `test`.
+        op: &'static str,
+        /// The operation's `path`, a JSON pointer.
+        path: String,
+        /// The `json_patch` error.
+        #[source]
+        source: json_patch::PatchError,
+    },
+}
+
+fn op_name(op: &PatchOperation) -> &'static str {
+    match op {
+        PatchOperation::Add(_) => "add",
+        PatchOperation::Remove(_) => "remove",
+        PatchOperation::Replace(_) => "replace",
+        PatchOperation::Move(_) => "move",
+        PatchOperation::Copy(_) => "copy",
+        PatchOperation::Test(_) => "test",
+    }
+}
+
+/// Applies a serialized JSON Patch to `doc`; empty bytes are a no-op.
+///
+/// The patch applies atomically: on error `doc` is left exactly as it was.
+///
+/// # Errors
+///
+/// [`PatchError::Malformed`] when `patch` is not a JSON Patch,
+/// [`PatchError::Apply`] naming the operation that failed otherwise.
+///
+/// ```
+/// use cnpgi_pluginhelper::patch::{apply_patch_bytes, PatchError};
+/// use serde_json::json;
+///
+/// let mut doc = json!({"a": 1});
+/// let err = apply_patch_bytes(
+///     &mut doc,
+///     br#"[{"op":"replace","path":"/a","value":2},{"op":"remove","path":"/b"}]"#,
+/// )
+/// .unwrap_err();
+/// assert!(matches!(err, PatchError::Apply { index: 1, op: "remove", .. }));
+/// assert_eq!(doc, json!({"a": 1})); // unchanged
+/// ```
+pub fn apply_patch_bytes(doc: &mut Value, patch: &[u8]) -> Result<(), PatchError> {
+    if patch.is_empty() {
+        return Ok(());
+    }
+    let patch: Patch = serde_json::from_slice(patch).map_err(|source| PatchError::Malformed { source })?;
+    apply_patch(doc, &patch)
+}
+
+/// Applies a JSON Patch to `doc`, atomically (see [`apply_patch_bytes`]).
+///
+/// # Errors
+///
+/// [`PatchError::Apply`] naming the operation that failed.
+pub fn apply_patch(doc: &mut Value, patch: &Patch) -> Result<(), PatchError> {
+    // json_patch::patch undoes applied operations on failure, but panics if
+    // the undo itself fails; patching a copy is simpler to trust.
+    let mut patched = doc.clone();
+    json_patch::patch_unsafe(&mut patched, patch).map_err(|source| {
+        let op = patch.0.get(source.operation);
+        PatchError::Apply {
+            index: source.operation,
+            op: op.map_or("unknown", op_name),
+            path: source.path.to_string(),
+            source,
+        }
+    })?;
+    *doc = patched;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pairs() -> Vec<(Value, Value)> {
+        vec![
+            (json!({}), json!({})),
+            (json!({}), json!({"a": 1})),
+            (json!({"a": 1}), json!({})),
+            (json!({"a": 1}), json!({"a": "1"})),
+            (
+                json!({"metadata": {"labels": {"app.kubernetes.io/name": "x"}}}),
+                json!({"metadata": {"labels": {"app.kubernetes.io/name": "y", "a~b": "z"}}}),
+            ),
+            (json!({"a~b": {"c/d": 1}}), json!({"a~b": {"c/d": 2, "~0": true}})),
+            (json!({"": 1}), json!({"": 2, " ": 3})),
+            (json!({"list": [1, 2, 3]}), json!({"list": [1, 3]})),
+            (json!({"list": [1, 2, 3]}), json!({"list": [0, 1, 2, 3, 4]})),
+            (
+                json!({"list": [{"n": "a"}, {"n": "b"}]}),
+                json!({"list": [{"n": "b", "x": 1}]}),
+            ),
+            (
+                json!({"a": {"b": {"c": [1, {"d": null}]}}}),
+                json!({"a": {"b": {"c": [1, {"d": false}], "e": []}}}),
+            ),
+            (json!({"a": [1]}), json!({"a": {"0": 1}})),
+            (json!({"a": {"0": 1}}), json!({"a": [1]})),
+            (json!([1, 2]), json!({"x": 1})),
+            (json!("s"), json!(null)),
+            (
+                json!({"spec": {"containers": [{"name": "postgres"}]}, "status": {}}),
+                json!({"spec": {"containers": [{"name": "postgres"}, {"name": "side", "restartPolicy": "Always"}], "volumes": [{"name": "plugins", "emptyDir": {}}]}}),
+            ),
+        ]
+    }
+
+    #[test]
+    fn applying_the_created_patch_gives_new() {
+        for (old, new) in pairs() {
+            let mut doc = old.clone();
+            json_patch::patch(&mut doc, &create_patch(&old, &new)).unwrap();
+            assert_eq!(doc, new, "{old} -> {new}");
+
+            let bytes = patch_bytes(&old, &new).unwrap();
+            assert_eq!(bytes.is_empty(), old == new, "{old} -> {new}");
+            let mut doc = old.clone();
+            apply_patch_bytes(&mut doc, &bytes).unwrap();
+            assert_eq!(doc, new, "{old} -> {new}");
+        }
+    }
+
+    #[test]
+    fn pointer_escaping() {
+        let old = json!({"labels": {}});
+        let new = json!({"labels": {"app.kubernetes.io/name": "v", "a~b": "w"}});
+        let text = String::from_utf8(patch_bytes(&old, &new).unwrap()).unwrap();
+        assert!(text.contains(r#""path":"/labels/app.kubernetes.io~1name""#), "{text}");
+        assert!(text.contains(r#""path":"/labels/a~0b""#), "{text}");
+    }
+
+    #[test]
+    fn empty_patch_is_a_no_op() {
+        let mut doc = json!({"a": 1});
+        apply_patch_bytes(&mut doc, b"").unwrap();
+        apply_patch_bytes(&mut doc, b"[]").unwrap();
+        assert_eq!(doc, json!({"a": 1}));
+    }
+
+    #[test]
+    fn malformed_patches() {
+        for bytes in [
+            &b" "[..],
+            b"{",
+            b"{}",
+            b"null",
+            br#"[{"op":"jump","path":"/a"}]"#,
+            br#"[{"op":"add","path":"/a"}]"#,
+        ] {
+            let mut doc = json!({"a": 1});
+            let err = apply_patch_bytes(&mut doc, bytes).unwrap_err();
+            assert!(matches!(err, PatchError::Malformed { .. }), "{err:?}");
+            assert!(err.to_string().starts_with("malformed JSON patch: "), "{err}");
+            assert_eq!(doc, json!({"a": 1}));
+        }
+    }
+
+    #[test]
+    fn failing_operation_is_named_and_doc_unchanged() {
+        let original = json!({"a": {"b": [1, 2]}, "c": "d"});
+        let cases: &[(&str, usize, &str, &str)] = &[
+            (r#"[{"op":"remove","path":"/x"}]"#, 0, "remove", "/x"),
+            (
+                r#"[{"op":"add","path":"/new","value":1},{"op":"replace","path":"/a/b/5","value":0}]"#,
+                1,
+                "replace",
+                "/a/b/5",
+            ),
+            (
+                r#"[{"op":"remove","path":"/c"},{"op":"add","path":"/a/b/-","value":3},{"op":"test","path":"/a/b/0","value":9}]"#,
+                2,
+                "test",
+                "/a/b/0",
+            ),
+            (
+                r#"[{"op":"add","path":"/a/b/0","value":0},{"op":"move","from":"/nope","path":"/z"}]"#,
+                1,
+                "move",
+                "/z",
+            ),
+            (r#"[{"op":"copy","from":"/a","path":"/q/r"}]"#, 0, "copy", "/q/r"),
+            (r#"[{"op":"add","path":"/c/x","value":1}]"#, 0, "add", "/c/x"),
+        ];
+        for (patch, index, op, path) in cases {
+            let mut doc = original.clone();
+            let err = apply_patch_bytes(&mut doc, patch.as_bytes()).unwrap_err();
+            match &err {
+                PatchError::Apply {
+                    index: i,
+                    op: o,
+                    path: p,
+                    ..
+                } => {
+                    assert_eq!((*i, *o, p.as_str()), (*index, *op, *path), "{patch}");
+                }
+                other => panic!("{patch}: unexpected {other:?}"),
+            }
+            assert!(
+                err.to_string().starts_with(&format!(
+                    "JSON patch operation {index} ({op} at \"{path}\") does not apply: "
+                )),
+                "{err}"
+            );
+            assert_eq!(doc, original, "{patch} changed the document");
+        }
+    }
+
+    #[test]
+    fn patches_apply_in_sequence() {
+        let mut doc = json!({"a": [1]});
+        apply_patch_bytes(
+            &mut doc,
+            br#"[{"op":"add","path":"/a/-","value":2},{"op":"copy","from":"/a","path":"/b"},{"op":"move","from":"/a/0","path":"/first"},{"op":"test","path":"/b","value":[1,2]}]"#,
+        )
+        .unwrap();
+        assert_eq!(doc, json!({"a": [2], "b": [1, 2], "first": 1}));
+    }
+}

@@ -16,9 +16,7 @@ use std::{
 
 use cnpgi_proto::{
     FILE_DESCRIPTOR_SET,
-    identity::v1::{
-        GetPluginMetadataRequest, GetPluginMetadataResponse, ProbeRequest, identity_server,
-    },
+    identity::v1::{GetPluginMetadataRequest, GetPluginMetadataResponse, ProbeRequest, identity_server},
     service_names,
 };
 use cnpgi_tls::server::{ReloadingServerConfig, ServerTlsFiles};
@@ -80,7 +78,8 @@ pub enum ServeError {
 pub struct ServeOptions {
     /// How often `Probe` is asked, to drive the gRPC health service. Default 10 s.
     pub probe_interval: Duration,
-    /// How long in-flight calls may run after a shutdown signal. Default 30 s.
+    /// How long in-flight calls may run after a shutdown signal. Default 25 s, inside
+    /// the 30 s Kubernetes gives a Pod between SIGTERM and SIGKILL.
     pub shutdown_grace: Duration,
     /// How long a client has to complete the TLS handshake. Default 10 s.
     pub handshake_timeout: Duration,
@@ -90,7 +89,7 @@ impl Default for ServeOptions {
     fn default() -> Self {
         Self {
             probe_interval: Duration::from_secs(10),
-            shutdown_grace: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(25),
             handshake_timeout: Duration::from_secs(10),
         }
     }
@@ -196,9 +195,7 @@ impl<I: identity_server::Identity> PluginServer<I> {
 
         let mut routes = self.routes;
         routes
-            .add_service(identity_server::IdentityServer::from_arc(
-                self.identity.clone(),
-            ))
+            .add_service(identity_server::IdentityServer::from_arc(self.identity.clone()))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha);
@@ -288,21 +285,15 @@ impl PluginListener {
     pub async fn bind_tcp(address: &str, tls: ServerTlsFiles) -> Result<Self, ServeError> {
         let tls = ReloadingServerConfig::new(tls)?;
         let addr = resolve_address(address).await?;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServeError::Bind {
-                address: addr.to_string(),
-                source,
-            })?;
+        let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind {
+            address: addr.to_string(),
+            source,
+        })?;
         let address = listener.local_addr().map_err(|source| ServeError::Bind {
             address: addr.to_string(),
             source,
         })?;
-        Ok(Self::Tcp {
-            listener,
-            tls,
-            address,
-        })
+        Ok(Self::Tcp { listener, tls, address })
     }
 
     /// Binds the socket `dir/<plugin name>`, replacing a stale socket file
@@ -491,10 +482,7 @@ mod tests {
 
     #[tokio::test]
     async fn go_style_addresses() {
-        assert_eq!(
-            resolve_address(":9090").await.unwrap(),
-            "0.0.0.0:9090".parse().unwrap()
-        );
+        assert_eq!(resolve_address(":9090").await.unwrap(), "0.0.0.0:9090".parse().unwrap());
         assert_eq!(
             resolve_address("0:9090").await.unwrap(),
             "0.0.0.0:9090".parse().unwrap()
@@ -503,10 +491,7 @@ mod tests {
             resolve_address("127.0.0.1:1").await.unwrap(),
             "127.0.0.1:1".parse().unwrap()
         );
-        assert_eq!(
-            resolve_address("[::1]:7").await.unwrap(),
-            "[::1]:7".parse().unwrap()
-        );
+        assert_eq!(resolve_address("[::1]:7").await.unwrap(), "[::1]:7".parse().unwrap());
         let err = resolve_address("9090").await.unwrap_err().to_string();
         assert!(err.contains("expected host:port"), "{err}");
         let err = resolve_address(":http").await.unwrap_err().to_string();

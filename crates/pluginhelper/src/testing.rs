@@ -9,10 +9,10 @@
 //!
 //! ```no_run
 //! # async fn example<I: cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity>(identity: I) {
-//! use cnpgi_pluginhelper::{server::PluginServer, testing::TestPlugin};
+//! use cnpgi_pluginhelper::{proto::identity::v1::GetPluginMetadataRequest, server::PluginServer, testing::TestPlugin};
 //!
 //! let plugin = TestPlugin::start_tls(PluginServer::new(identity)).await.unwrap();
-//! let metadata = plugin.identity().get_plugin_metadata(Default::default()).await.unwrap();
+//! let metadata = plugin.identity().get_plugin_metadata(GetPluginMetadataRequest {}).await.unwrap();
 //! println!("{}", metadata.into_inner().name);
 //! # }
 //! ```
@@ -89,11 +89,7 @@ impl TestCertificates {
         let server = Self::self_signed(
             &dir,
             "server",
-            vec![
-                server_name.to_owned(),
-                "localhost".to_owned(),
-                "127.0.0.1".to_owned(),
-            ],
+            vec![server_name.to_owned(), "localhost".to_owned(), "127.0.0.1".to_owned()],
             ExtendedKeyUsagePurpose::ServerAuth,
         )?;
         let client = Self::self_signed(
@@ -152,20 +148,12 @@ impl TestCertificates {
         let pinned = pem::read_certificates(&self.server.cert_path, "server certificate")?;
         let certs = pem::read_certificates(&self.client.cert_path, "client certificate")?;
         let key = pem::read_private_key(&self.client.key_path, "client key")?;
-        Ok(client_config(
-            certs,
-            key,
-            PinnedServerVerifier::new(pinned)?,
-        )?)
+        Ok(client_config(certs, key, PinnedServerVerifier::new(pinned)?)?)
     }
 }
 
 /// Opens a gRPC channel over mutual TLS to `address`, verifying the server as `name`.
-pub async fn connect_tls(
-    address: SocketAddr,
-    config: rustls::ClientConfig,
-    name: &str,
-) -> Result<Channel, TestError> {
+pub async fn connect_tls(address: SocketAddr, config: rustls::ClientConfig, name: &str) -> Result<Channel, TestError> {
     let connector = TlsConnectorService::new(Arc::new(config), server_name(name)?);
     // The connector does TLS, so the URI scheme tonic sees is plain http.
     Ok(Endpoint::from_shared(format!("http://{address}"))?
@@ -210,12 +198,7 @@ impl TestPlugin {
         };
         let address = *address;
         let (stop, task) = spawn(server, listener);
-        let channel = connect_tls(
-            address,
-            certificates.client_config()?,
-            &certificates.server_name,
-        )
-        .await?;
+        let channel = connect_tls(address, certificates.client_config()?, &certificates.server_name).await?;
         Ok(Self {
             channel,
             address: address.to_string(),

@@ -1,1 +1,254 @@
-//! TODO(helper)
+//! Building and rendering CNPG-I [`ValidationError`]s.
+//!
+//! `ValidateClusterCreate` and `ValidateClusterChange` answer with a list of
+//! `ValidationError { path_components, value, message }`. The convention for
+//! an error about a plugin parameter is:
+//!
+//! * `path_components` = `["<index of the plugin in spec.plugins>", "<parameter name>"]`,
+//! * `value` = the offending value,
+//! * `message` = why it is wrong.
+//!
+//! The operator reports such an error on the field
+//! `spec.plugins[<index>].parameters.<name>` ([`field_path`]). Other shapes of
+//! `path_components`, including an empty one, must be accepted by the caller
+//! without crashing.
+//!
+//! ```
+//! use cnpgi_pluginhelper::validation::{field_path, parameter_error};
+//!
+//! let err = parameter_error(0, "labels", "{", "expected a JSON object");
+//! assert_eq!(err.path_components, ["0", "labels"]);
+//! assert_eq!(field_path(&err.path_components), "spec.plugins[0].parameters.labels");
+//! ```
+
+pub use cnpgi_proto::operator::v1::ValidationError;
+
+/// A validation error about the parameter `parameter` of the plugin at
+/// `plugin_index` in `spec.plugins`, with the conventional
+/// `["<index>", "<parameter>"]` path.
+///
+/// ```
+/// use cnpgi_pluginhelper::validation::parameter_error;
+///
+/// let err = parameter_error(2, "mode", "fastest", r#"must be one of: "fast", "safe""#);
+/// assert_eq!(err.path_components, ["2", "mode"]);
+/// assert_eq!(err.value, "fastest");
+/// ```
+pub fn parameter_error(
+    plugin_index: usize,
+    parameter: &str,
+    value: impl Into<String>,
+    message: impl Into<String>,
+) -> ValidationError {
+    ValidationError {
+        path_components: vec![plugin_index.to_string(), parameter.to_owned()],
+        value: value.into(),
+        message: message.into(),
+    }
+}
+
+/// A validation error with arbitrary path components.
+///
+/// ```
+/// use cnpgi_pluginhelper::validation::{error, field_path};
+///
+/// let err = error(["spec", "instances"], "0", "at least one instance is needed");
+/// assert_eq!(field_path(&err.path_components), "spec.instances");
+/// ```
+pub fn error<I, S>(path_components: I, value: impl Into<String>, message: impl Into<String>) -> ValidationError
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    ValidationError {
+        path_components: path_components.into_iter().map(Into::into).collect(),
+        value: value.into(),
+        message: message.into(),
+    }
+}
+
+/// Renders `path_components` as a field path of the Cluster, for messages.
+///
+/// * `[]` → `spec` (the error is about the Cluster spec as a whole);
+/// * first component numeric (the CNPG-I convention) → `spec.plugins[<index>]`,
+///   then `.parameters.<name>` for the second component and `.<c>` for any
+///   further one: `["0", "labels"]` → `spec.plugins[0].parameters.labels`;
+/// * otherwise the components joined with `.`, numeric ones rendered as an
+///   index: `["spec", "plugins", "1", "name"]` → `spec.plugins[1].name`.
+///
+/// Never panics, whatever the input.
+///
+/// ```
+/// use cnpgi_pluginhelper::validation::field_path;
+///
+/// let path = |c: &[&str]| field_path(&c.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+/// assert_eq!(path(&[]), "spec");
+/// assert_eq!(path(&["3"]), "spec.plugins[3]");
+/// assert_eq!(path(&["0", "labels"]), "spec.plugins[0].parameters.labels");
+/// assert_eq!(path(&["metadata", "name"]), "metadata.name");
+/// ```
+pub fn field_path(path_components: &[String]) -> String {
+    let Some((first, rest)) = path_components.split_first() else {
+        return "spec".to_owned();
+    };
+    if is_index(first) {
+        let mut out = format!("spec.plugins[{first}]");
+        let mut rest = rest.iter();
+        if let Some(parameter) = rest.next() {
+            out.push_str(".parameters.");
+            out.push_str(parameter);
+        }
+        for component in rest {
+            out.push('.');
+            out.push_str(component);
+        }
+        return out;
+    }
+    let mut out = first.clone();
+    for component in rest {
+        if is_index(component) {
+            out.push('[');
+            out.push_str(component);
+            out.push(']');
+        } else {
+            out.push('.');
+            out.push_str(component);
+        }
+    }
+    out
+}
+
+/// Whether a path component is an array index (non-empty, ASCII digits only).
+fn is_index(component: &str) -> bool {
+    !component.is_empty() && component.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// One line per error: `<field path>: <message> (value "<value>")`, the value
+/// part left out when it is empty.
+///
+/// ```
+/// use cnpgi_pluginhelper::validation::{describe, parameter_error};
+///
+/// let errors = [parameter_error(0, "mode", "x", "must be one of: \"fast\", \"safe\"")];
+/// assert_eq!(
+///     describe(&errors),
+///     r#"spec.plugins[0].parameters.mode: must be one of: "fast", "safe" (value "x")"#,
+/// );
+/// ```
+pub fn describe(errors: &[ValidationError]) -> String {
+    errors
+        .iter()
+        .map(|err| {
+            let path = field_path(&err.path_components);
+            if err.value.is_empty() {
+                format!("{path}: {}", err.message)
+            } else {
+                format!("{path}: {} (value {:?})", err.message, err.value)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A `tonic::Status` with code `InvalidArgument` listing `errors` (see
+/// [`describe`]), for RPCs that have no `validation_errors` field, such as
+/// `MutateCluster` or a lifecycle hook that finds bad parameters.
+///
+/// ```
+/// use cnpgi_pluginhelper::validation::{parameter_error, to_status};
+///
+/// let status = to_status(&[parameter_error(1, "replicas", "0", "must be at least 1")]);
+/// assert_eq!(status.code(), tonic::Code::InvalidArgument);
+/// assert!(status.message().contains("spec.plugins[1].parameters.replicas: must be at least 1"));
+/// ```
+pub fn to_status(errors: &[ValidationError]) -> tonic::Status {
+    tonic::Status::invalid_argument(format!("invalid plugin configuration:\n{}", describe(errors)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(components: &[&str]) -> Vec<String> {
+        components.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn parameter_error_uses_the_convention() {
+        let err = parameter_error(7, "labels", "{", "bad JSON");
+        assert_eq!(
+            err,
+            ValidationError {
+                path_components: strings(&["7", "labels"]),
+                value: "{".to_owned(),
+                message: "bad JSON".to_owned(),
+            }
+        );
+    }
+
+    #[test]
+    fn error_accepts_any_components() {
+        let err = error(vec!["spec".to_owned(), "instances".to_owned()], "", "m");
+        assert_eq!(err.path_components, strings(&["spec", "instances"]));
+        let err = error(Vec::<String>::new(), "v", "m");
+        assert!(err.path_components.is_empty());
+        assert_eq!(err.value, "v");
+    }
+
+    #[test]
+    fn field_paths() {
+        let cases: &[(&[&str], &str)] = &[
+            (&[], "spec"),
+            (&["0"], "spec.plugins[0]"),
+            (&["0", "labels"], "spec.plugins[0].parameters.labels"),
+            (&["12", "a.b"], "spec.plugins[12].parameters.a.b"),
+            (&["1", "labels", "extra"], "spec.plugins[1].parameters.labels.extra"),
+            (&["spec", "instances"], "spec.instances"),
+            (&["spec", "plugins", "0", "labels"], "spec.plugins[0].labels"),
+            (&["labels"], "labels"),
+            (&["-1", "x"], "-1.x"),
+            (&["+1"], "+1"),
+            (
+                &["99999999999999999999999999", "x"],
+                "spec.plugins[99999999999999999999999999].parameters.x",
+            ),
+        ];
+        for (components, expected) in cases {
+            assert_eq!(field_path(&strings(components)), *expected, "{components:?}");
+        }
+    }
+
+    #[test]
+    fn field_path_never_panics_on_odd_input() {
+        for components in [
+            strings(&[""]),
+            strings(&["", ""]),
+            strings(&["0", ""]),
+            strings(&["é", "💥", "0"]),
+            strings(&["[", "]", "."]),
+        ] {
+            let _ = field_path(&components);
+        }
+        assert_eq!(field_path(&strings(&["", "0"])), "[0]");
+    }
+
+    #[test]
+    fn describe_and_status() {
+        let errors = vec![
+            parameter_error(0, "mode", "", "parameter is required"),
+            parameter_error(0, "replicas", "0", "must be at least 1"),
+            error(Vec::<String>::new(), "", "whole spec is wrong"),
+        ];
+        let text = describe(&errors);
+        assert_eq!(
+            text,
+            "spec.plugins[0].parameters.mode: parameter is required\n\
+             spec.plugins[0].parameters.replicas: must be at least 1 (value \"0\")\n\
+             spec: whole spec is wrong"
+        );
+        let status = to_status(&errors);
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(status.message(), format!("invalid plugin configuration:\n{text}"));
+        assert_eq!(describe(&[]), "");
+    }
+}

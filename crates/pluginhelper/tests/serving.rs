@@ -13,15 +13,13 @@ use cnpgi_pluginhelper::{
     proto::{
         identity::v1::{
             GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest,
-            GetPluginMetadataResponse, ProbeRequest, ProbeResponse,
-            identity_client::IdentityClient, identity_server,
+            GetPluginMetadataResponse, ProbeRequest, ProbeResponse, identity_client::IdentityClient, identity_server,
         },
         operator::v1::{
-            DeregisterRequest, DeregisterResponse, OperatorCapabilitiesRequest,
-            OperatorCapabilitiesResult, OperatorMutateClusterRequest, OperatorMutateClusterResult,
-            OperatorValidateClusterChangeRequest, OperatorValidateClusterChangeResult,
-            OperatorValidateClusterCreateRequest, OperatorValidateClusterCreateResult,
-            SetStatusInClusterRequest, SetStatusInClusterResponse,
+            DeregisterRequest, DeregisterResponse, OperatorCapabilitiesRequest, OperatorCapabilitiesResult,
+            OperatorMutateClusterRequest, OperatorMutateClusterResult, OperatorValidateClusterChangeRequest,
+            OperatorValidateClusterChangeResult, OperatorValidateClusterCreateRequest,
+            OperatorValidateClusterCreateResult, SetStatusInClusterRequest, SetStatusInClusterResponse,
             operator_server::{Operator, OperatorServer},
         },
     },
@@ -104,24 +102,19 @@ impl Operator for Misbehaving {
     ) -> Result<Response<SetStatusInClusterResponse>, Status> {
         Err(Status::unimplemented("no status"))
     }
-    async fn deregister(
-        &self,
-        _: Request<DeregisterRequest>,
-    ) -> Result<Response<DeregisterResponse>, Status> {
+    async fn deregister(&self, _: Request<DeregisterRequest>) -> Result<Response<DeregisterResponse>, Status> {
         Ok(Response::new(DeregisterResponse {}))
     }
 }
 
 fn server(ready: bool) -> (PluginServer<TestIdentity>, Arc<AtomicBool>) {
     let flag = Arc::new(AtomicBool::new(ready));
-    let server = PluginServer::new(TestIdentity {
-        ready: flag.clone(),
-    })
-    .add_service(OperatorServer::new(Misbehaving))
-    .with_options(ServeOptions {
-        probe_interval: Duration::from_millis(50),
-        ..ServeOptions::default()
-    });
+    let server = PluginServer::new(TestIdentity { ready: flag.clone() })
+        .add_service(OperatorServer::new(Misbehaving))
+        .with_options(ServeOptions {
+            probe_interval: Duration::from_millis(50),
+            ..ServeOptions::default()
+        });
     (server, flag)
 }
 
@@ -134,9 +127,7 @@ async fn metadata_over(channel: tonic::transport::Channel) -> Result<String, Sta
 
 /// A client that must be refused: connecting or the first call fails.
 async fn assert_refused(
-    connect: impl Future<
-        Output = Result<tonic::transport::Channel, cnpgi_pluginhelper::testing::TestError>,
-    >,
+    connect: impl Future<Output = Result<tonic::transport::Channel, cnpgi_pluginhelper::testing::TestError>>,
 ) {
     match connect.await {
         Err(_) => {}
@@ -165,17 +156,10 @@ async fn client_without_a_certificate_is_refused() {
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(
-            cnpgi_tls::verify::PinnedServerVerifier::new(pinned).unwrap(),
-        )
+        .with_custom_certificate_verifier(cnpgi_tls::verify::PinnedServerVerifier::new(pinned).unwrap())
         .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
-    assert_refused(connect_tls(
-        plugin.tcp_address().unwrap(),
-        config,
-        &certs.server_name,
-    ))
-    .await;
+    assert_refused(connect_tls(plugin.tcp_address().unwrap(), config, &certs.server_name)).await;
     // The server keeps serving the right client.
     assert_eq!(metadata_over(plugin.channel()).await.unwrap(), NAME);
 }
@@ -200,12 +184,7 @@ async fn client_with_a_certificate_from_another_issuer_is_refused() {
         cnpgi_tls::verify::PinnedServerVerifier::new(pinned).unwrap(),
     )
     .unwrap();
-    assert_refused(connect_tls(
-        plugin.tcp_address().unwrap(),
-        config,
-        &certs.server_name,
-    ))
-    .await;
+    assert_refused(connect_tls(plugin.tcp_address().unwrap(), config, &certs.server_name)).await;
 }
 
 #[tokio::test]
@@ -223,12 +202,7 @@ async fn client_that_does_not_trust_the_server_certificate_fails() {
         .unwrap(),
     )
     .unwrap();
-    assert_refused(connect_tls(
-        plugin.tcp_address().unwrap(),
-        config,
-        &certs.server_name,
-    ))
-    .await;
+    assert_refused(connect_tls(plugin.tcp_address().unwrap(), config, &certs.server_name)).await;
 }
 
 #[tokio::test]
@@ -263,9 +237,7 @@ async fn rotated_server_certificate_is_used_by_new_connections() {
     // A client pinning the new certificate connects; one pinning the old one
     // cannot open a new connection any more.
     let new_config = certs.client_config().unwrap();
-    let channel = connect_tls(address, new_config, &certs.server_name)
-        .await
-        .unwrap();
+    let channel = connect_tls(address, new_config, &certs.server_name).await.unwrap();
     assert_eq!(metadata_over(channel).await.unwrap(), NAME);
     assert_refused(connect_tls(address, old_config, &certs.server_name)).await;
     // The connection opened before the rotation keeps working.
@@ -302,9 +274,7 @@ async fn a_panicking_handler_answers_internal_and_the_server_keeps_serving() {
         .unwrap_err();
     assert_eq!(status.code(), Code::Internal, "{status:?}");
     assert!(
-        status
-            .message()
-            .contains("deliberate panic in ValidateClusterCreate"),
+        status.message().contains("deliberate panic in ValidateClusterCreate"),
         "{status:?}"
     );
     assert!(
@@ -380,8 +350,7 @@ async fn reflection_lists_the_cnpgi_services() {
         .await
         .unwrap()
         .into_inner();
-    let Some(MessageResponse::ListServicesResponse(list)) =
-        responses.next().await.unwrap().unwrap().message_response
+    let Some(MessageResponse::ListServicesResponse(list)) = responses.next().await.unwrap().unwrap().message_response
     else {
         panic!("unexpected reflection answer");
     };
@@ -391,10 +360,7 @@ async fn reflection_lists_the_cnpgi_services() {
         "cnpgi.operator.v1.Operator",
         "cnpgi.operator_lifecycle.v1.OperatorLifecycle",
     ] {
-        assert!(
-            names.iter().any(|n| n == expected),
-            "{expected} missing from {names:?}"
-        );
+        assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
     }
 }
 
@@ -406,10 +372,7 @@ async fn unix_socket_is_served_and_removed_on_stop() {
     assert!(std::path::Path::new(&path).exists());
     assert_eq!(metadata_over(plugin.channel()).await.unwrap(), NAME);
     plugin.stop().await.unwrap();
-    assert!(
-        !std::path::Path::new(&path).exists(),
-        "socket file left behind"
-    );
+    assert!(!std::path::Path::new(&path).exists(), "socket file left behind");
 }
 
 #[tokio::test]

@@ -23,8 +23,7 @@
 
 /// The encoded `FileDescriptorSet` of every CNPG-I `.proto` file in this
 /// crate, for use with gRPC server reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/cnpgi_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cnpgi_descriptor.bin"));
 
 /// `cnpgi.identity.*`: the service every plugin implements.
 pub mod identity {
@@ -107,12 +106,7 @@ mod tests {
 
     #[test]
     fn plugin_names() {
-        for good in [
-            "a",
-            "cnpg-i-hello-world.cloudnative-pg.io",
-            "x1",
-            &"a".repeat(63),
-        ] {
+        for good in ["a", "cnpg-i-hello-world.cloudnative-pg.io", "x1", &"a".repeat(63)] {
             assert!(validate_plugin_name(good).is_ok(), "{good}");
         }
         for (bad, why) in [

@@ -124,21 +124,16 @@ impl tower_service::Service<http::Uri> for TlsConnectorService {
     fn call(&mut self, uri: http::Uri) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
-            let host = uri
-                .host()
-                .ok_or_else(|| ConnectError::NoAuthority(uri.clone()))?;
+            let host = uri.host().ok_or_else(|| ConnectError::NoAuthority(uri.clone()))?;
             let host = host.trim_start_matches('[').trim_end_matches(']');
-            let port = uri
-                .port_u16()
-                .ok_or_else(|| ConnectError::NoAuthority(uri.clone()))?;
+            let port = uri.port_u16().ok_or_else(|| ConnectError::NoAuthority(uri.clone()))?;
             let address = format!("{host}:{port}");
-            let tcp =
-                TcpStream::connect((host, port))
-                    .await
-                    .map_err(|source| ConnectError::Tcp {
-                        address: address.clone(),
-                        source,
-                    })?;
+            let tcp = TcpStream::connect((host, port))
+                .await
+                .map_err(|source| ConnectError::Tcp {
+                    address: address.clone(),
+                    source,
+                })?;
             // gRPC messages are small; waiting for Nagle only adds latency.
             let _ = tcp.set_nodelay(true);
             let tls = this

@@ -10,19 +10,13 @@ use rustls_pki_types::{
 use crate::TlsError;
 
 /// Reads every certificate in a PEM file. An empty file is an error.
-pub fn read_certificates(
-    path: &Path,
-    what: &'static str,
-) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+pub fn read_certificates(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let bytes = read(path, what)?;
     parse_certificates(&bytes, path, what)
 }
 
 /// Reads the first private key (PKCS#8, PKCS#1 or SEC1) of a PEM file.
-pub fn read_private_key(
-    path: &Path,
-    what: &'static str,
-) -> Result<PrivateKeyDer<'static>, TlsError> {
+pub fn read_private_key(path: &Path, what: &'static str) -> Result<PrivateKeyDer<'static>, TlsError> {
     let bytes = read(path, what)?;
     parse_private_key(&bytes, path, what)
 }
@@ -82,26 +76,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tls.crt");
         std::fs::write(&path, b"not a certificate").unwrap();
-        let err = read_certificates(&path, "client certificate")
-            .unwrap_err()
-            .to_string();
+        let err = read_certificates(&path, "client certificate").unwrap_err().to_string();
         assert!(err.contains("client certificate"), "{err}");
         assert!(err.contains("tls.crt"), "{err}");
         assert!(err.contains("no CERTIFICATE block"), "{err}");
 
-        let err = read_private_key(&path, "server key")
-            .unwrap_err()
-            .to_string();
+        let err = read_private_key(&path, "server key").unwrap_err().to_string();
         assert!(err.contains("no PRIVATE KEY block"), "{err}");
 
         let missing = dir.path().join("missing.crt");
         let err = read_certificates(&missing, "server certificate")
             .unwrap_err()
             .to_string();
-        assert!(
-            err.starts_with("cannot read server certificate from"),
-            "{err}"
-        );
+        assert!(err.starts_with("cannot read server certificate from"), "{err}");
     }
 
     #[test]
@@ -111,8 +98,7 @@ mod tests {
             .unwrap()
             .self_signed(&key)
             .unwrap();
-        let certs =
-            parse_certificates(cert.pem().as_bytes(), Path::new("<memory>"), "cert").unwrap();
+        let certs = parse_certificates(cert.pem().as_bytes(), Path::new("<memory>"), "cert").unwrap();
         assert_eq!(certs.len(), 1);
         assert_eq!(certs[0].as_ref(), cert.der().as_ref());
         parse_private_key(key.serialize_pem().as_bytes(), Path::new("<memory>"), "key").unwrap();

@@ -185,10 +185,7 @@ mod tests {
         }
         .load()
         .unwrap_err();
-        assert!(
-            err.to_string().contains("invalid TLS configuration"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("invalid TLS configuration"), "{err}");
     }
 
     #[test]

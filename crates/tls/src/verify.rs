@@ -16,8 +16,7 @@
 use std::sync::Arc;
 
 use rustls::{
-    CertificateError, DigitallySignedStruct, DistinguishedName, Error, RootCertStore,
-    SignatureScheme,
+    CertificateError, DigitallySignedStruct, DistinguishedName, Error, RootCertStore, SignatureScheme,
     client::{
         WebPkiServerVerifier,
         danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
@@ -59,12 +58,9 @@ impl PinnedServerVerifier {
     /// ```
     pub fn new(pinned: Vec<CertificateDer<'static>>) -> Result<Arc<Self>, TlsError> {
         let provider = crypto_provider();
-        let chain = WebPkiServerVerifier::builder_with_provider(
-            Arc::new(root_store(&pinned)?),
-            provider.clone(),
-        )
-        .build()
-        .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let chain = WebPkiServerVerifier::builder_with_provider(Arc::new(root_store(&pinned)?), provider.clone())
+            .build()
+            .map_err(|e| TlsError::Verifier(e.to_string()))?;
         Ok(Arc::new(Self {
             pinned,
             chain,
@@ -98,12 +94,7 @@ impl ServerCertVerifier for PinnedServerVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -112,18 +103,11 @@ impl ServerCertVerifier for PinnedServerVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -140,12 +124,9 @@ impl PinnedClientVerifier {
     /// Trusts clients presenting one of `pinned`, or a chain to one of them.
     pub fn new(pinned: Vec<CertificateDer<'static>>) -> Result<Arc<Self>, TlsError> {
         let provider = crypto_provider();
-        let chain = WebPkiClientVerifier::builder_with_provider(
-            Arc::new(root_store(&pinned)?),
-            provider.clone(),
-        )
-        .build()
-        .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let chain = WebPkiClientVerifier::builder_with_provider(Arc::new(root_store(&pinned)?), provider.clone())
+            .build()
+            .map_err(|e| TlsError::Verifier(e.to_string()))?;
         Ok(Arc::new(Self {
             pinned,
             chain,
@@ -172,8 +153,7 @@ impl ClientCertVerifier for PinnedClientVerifier {
             check_pinned_leaf(end_entity, now, Purpose::Client)?;
             return Ok(ClientCertVerified::assertion());
         }
-        self.chain
-            .verify_client_cert(end_entity, intermediates, now)
+        self.chain.verify_client_cert(end_entity, intermediates, now)
     }
 
     fn client_auth_mandatory(&self) -> bool {
@@ -186,12 +166,7 @@ impl ClientCertVerifier for PinnedClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -200,18 +175,11 @@ impl ClientCertVerifier for PinnedClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -221,9 +189,9 @@ fn root_store(pinned: &[CertificateDer<'static>]) -> Result<RootCertStore, TlsEr
     }
     let mut roots = RootCertStore::empty();
     for cert in pinned {
-        roots.add(cert.clone()).map_err(|e| {
-            TlsError::Verifier(format!("pinned certificate cannot be a trust anchor: {e}"))
-        })?;
+        roots
+            .add(cert.clone())
+            .map_err(|e| TlsError::Verifier(format!("pinned certificate cannot be a trust anchor: {e}")))?;
     }
     Ok(roots)
 }
@@ -235,11 +203,7 @@ fn is_pinned(pinned: &[CertificateDer<'static>], presented: &CertificateDer<'_>)
 /// The checks Go applies to a presented certificate found in its root pool:
 /// it must be within its validity period and, when it restricts its extended
 /// key usage, allow the purpose it is used for.
-fn check_pinned_leaf(
-    der: &CertificateDer<'_>,
-    now: UnixTime,
-    purpose: Purpose,
-) -> Result<(), Error> {
+fn check_pinned_leaf(der: &CertificateDer<'_>, now: UnixTime, purpose: Purpose) -> Result<(), Error> {
     let (_, cert) = X509Certificate::from_der(der.as_ref())
         .map_err(|_| Error::InvalidCertificate(CertificateError::BadEncoding))?;
     let now = i64::try_from(now.as_secs())
@@ -296,16 +260,10 @@ mod tests {
         (cert, key, params)
     }
 
-    fn issued(
-        name: &str,
-        ca: &(rcgen::Certificate, KeyPair, CertificateParams),
-    ) -> rcgen::Certificate {
+    fn issued(name: &str, ca: &(rcgen::Certificate, KeyPair, CertificateParams)) -> rcgen::Certificate {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(vec![name.into()]).unwrap();
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
         let issuer = rcgen::Issuer::from_params(&ca.2, &ca.1);
         params.signed_by(&key, &issuer).unwrap()
     }
@@ -376,9 +334,7 @@ mod tests {
         let (cert, _) = leaf("plugin", ExtendedKeyUsagePurpose::ServerAuth);
         let v = PinnedServerVerifier::new(vec![cert.der().clone()]).unwrap();
         let far_future = UnixTime::since_unix_epoch(
-            SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap()
+            SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap()
                 + Duration::from_secs(100 * 365 * 24 * 3600),
         );
         let err = v
@@ -389,10 +345,7 @@ mod tests {
         let err = v
             .verify_server_cert(cert.der(), &[], &name("plugin"), &[], long_ago)
             .unwrap_err();
-        assert_eq!(
-            err,
-            Error::InvalidCertificate(CertificateError::NotValidYet)
-        );
+        assert_eq!(err, Error::InvalidCertificate(CertificateError::NotValidYet));
     }
 
     #[test]
@@ -402,10 +355,7 @@ mod tests {
         let err = v
             .verify_server_cert(client_only.der(), &[], &name("plugin"), &[], now())
             .unwrap_err();
-        assert_eq!(
-            err,
-            Error::InvalidCertificate(CertificateError::InvalidPurpose)
-        );
+        assert_eq!(err, Error::InvalidCertificate(CertificateError::InvalidPurpose));
         let c = PinnedClientVerifier::new(vec![client_only.der().clone()]).unwrap();
         c.verify_client_cert(client_only.der(), &[], now()).unwrap();
     }

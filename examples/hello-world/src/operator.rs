@@ -1,0 +1,132 @@
+//! The Operator service: validate, default, and report status.
+
+use cnpgi_pluginhelper::{
+    cluster::decode_cluster,
+    patch,
+    proto::operator::v1::{
+        OperatorCapabilitiesRequest, OperatorCapabilitiesResult, OperatorCapability, OperatorMutateClusterRequest,
+        OperatorMutateClusterResult, OperatorValidateClusterChangeRequest, OperatorValidateClusterChangeResult,
+        OperatorValidateClusterCreateRequest, OperatorValidateClusterCreateResult, SetStatusInClusterRequest,
+        SetStatusInClusterResponse, operator_capability, operator_server,
+    },
+    status,
+};
+use serde_json::{Map, Value};
+use tonic::{Request, Response, Status};
+
+use crate::{
+    config::{Configuration, schema},
+    metadata::PLUGIN_NAME,
+};
+
+/// The hello-world Operator implementation.
+#[derive(Debug, Clone, Copy)]
+pub struct Operator;
+
+fn rpc(kind: operator_capability::rpc::Type) -> OperatorCapability {
+    OperatorCapability {
+        r#type: Some(operator_capability::Type::Rpc(operator_capability::Rpc {
+            r#type: kind.into(),
+        })),
+    }
+}
+
+#[tonic::async_trait]
+impl operator_server::Operator for Operator {
+    /// Advertises every RPC implemented below; `Deregister` is not, and
+    /// answers `UNIMPLEMENTED`.
+    async fn get_capabilities(
+        &self,
+        _: Request<OperatorCapabilitiesRequest>,
+    ) -> Result<Response<OperatorCapabilitiesResult>, Status> {
+        use operator_capability::rpc::Type;
+        Ok(Response::new(OperatorCapabilitiesResult {
+            capabilities: vec![
+                rpc(Type::ValidateClusterCreate),
+                rpc(Type::ValidateClusterChange),
+                rpc(Type::MutateCluster),
+                rpc(Type::SetStatusInCluster),
+            ],
+        }))
+    }
+
+    /// A new Cluster must have well-formed parameters.
+    async fn validate_cluster_create(
+        &self,
+        request: Request<OperatorValidateClusterCreateRequest>,
+    ) -> Result<Response<OperatorValidateClusterCreateResult>, Status> {
+        let cluster = decode_cluster(&request.into_inner().definition)?;
+        let validation_errors = Configuration::from_cluster(&cluster).err().unwrap_or_default();
+        Ok(Response::new(OperatorValidateClusterCreateResult { validation_errors }))
+    }
+
+    /// A changed Cluster must have well-formed parameters and the same labels.
+    async fn validate_cluster_change(
+        &self,
+        request: Request<OperatorValidateClusterChangeRequest>,
+    ) -> Result<Response<OperatorValidateClusterChangeResult>, Status> {
+        let request = request.into_inner();
+        let old = decode_cluster(&request.old_cluster)?;
+        let new = decode_cluster(&request.new_cluster)?;
+        let validation_errors = match (Configuration::from_cluster(&old), Configuration::from_cluster(&new)) {
+            (_, Err(errors)) => errors,
+            (Ok(old), Ok(new)) => new.validate_change(&old),
+            // The stored Cluster is already broken: nothing to compare with.
+            (Err(_), Ok(_)) => Vec::new(),
+        };
+        Ok(Response::new(OperatorValidateClusterChangeResult { validation_errors }))
+    }
+
+    /// Writes the default of every missing parameter back into the Cluster,
+    /// so that the stored object shows the configuration in force. Malformed
+    /// parameters are left for validation to report.
+    async fn mutate_cluster(
+        &self,
+        request: Request<OperatorMutateClusterRequest>,
+    ) -> Result<Response<OperatorMutateClusterResult>, Status> {
+        let definition = request.into_inner().definition;
+        let cluster = decode_cluster(&definition)?;
+        let Some(entry) = cluster.plugin(PLUGIN_NAME) else {
+            return Ok(Response::new(OperatorMutateClusterResult::default()));
+        };
+        let defaulted = schema().with_defaults(entry.parameters());
+
+        // Patch the JSON as received, so that fields this plugin does not
+        // know about can never show up in the patch.
+        let original: Value = serde_json::from_slice(&definition)
+            .map_err(|e| Status::invalid_argument(format!("cannot decode Cluster: {e}")))?;
+        let mut mutated = original.clone();
+        let plugin = mutated
+            .pointer_mut(&format!("/spec/plugins/{}", entry.index))
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| Status::internal("the plugin entry vanished from spec.plugins"))?;
+        let parameters = defaulted
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect::<Map<_, _>>();
+        plugin.insert("parameters".into(), Value::Object(parameters));
+
+        let json_patch = patch::patch_bytes(&original, &mutated)
+            .map_err(|e| Status::internal(format!("cannot encode the JSON patch: {e}")))?;
+        Ok(Response::new(OperatorMutateClusterResult { json_patch }))
+    }
+
+    /// Reports `{"enabled": true}` once; afterwards leaves the entry as it is.
+    async fn set_status_in_cluster(
+        &self,
+        request: Request<SetStatusInClusterRequest>,
+    ) -> Result<Response<SetStatusInClusterResponse>, Status> {
+        let cluster = decode_cluster(&request.into_inner().cluster)?;
+        let enabled = cluster
+            .plugin_status(PLUGIN_NAME)
+            .and_then(|entry| entry.status_json().ok().flatten())
+            .and_then(|status| status.get("enabled").and_then(Value::as_bool))
+            .unwrap_or(false);
+        if enabled {
+            return Ok(Response::new(status::no_op()));
+        }
+        Ok(Response::new(status::json_status(
+            &serde_json::json!({ "enabled": true }),
+        )?))
+    }
+}
