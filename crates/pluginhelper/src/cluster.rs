@@ -405,16 +405,18 @@ impl From<DecodeError> for tonic::Status {
 /// [`DecodeError`] when the input is empty, is not JSON, is not a JSON object,
 /// or a typed field has the wrong type; the error names the field, e.g.
 /// `cannot decode Cluster: spec.plugins[0].parameters.labels: invalid type:
-/// integer `1`, expected a string at line 1 column 52`.
+/// integer `1`, expected a string at line 1 column 56`.
 ///
 /// ```
 /// use cnpgi_pluginhelper::cluster::decode_cluster;
 ///
 /// let err = decode_cluster(br#"{"spec":{"plugins":[{"name":"p","parameters":{"labels":1}}]}}"#)
 ///     .unwrap_err();
-/// assert!(err.to_string().starts_with(
-///     "cannot decode Cluster: spec.plugins[0].parameters.labels: invalid type: integer `1`"
-/// ));
+/// assert_eq!(
+///     err.to_string(),
+///     "cannot decode Cluster: spec.plugins[0].parameters.labels: \
+///      invalid type: integer `1`, expected a string at line 1 column 56",
+/// );
 /// let status = tonic::Status::from(err);
 /// assert_eq!(status.code(), tonic::Code::InvalidArgument);
 /// ```

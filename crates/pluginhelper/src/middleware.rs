@@ -123,7 +123,7 @@ fn log_response(method: &str, response: &http::Response<Body>, elapsed_ms: f64) 
     let message = headers
         .get("grpc-message")
         .and_then(|v| v.to_str().ok())
-        .map(|m| percent_decode(m))
+        .map(percent_decode)
         .unwrap_or_default();
     match code {
         tonic::Code::Internal | tonic::Code::Unknown | tonic::Code::DataLoss => {
@@ -142,12 +142,13 @@ fn percent_decode(value: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push(high << 4 | low);
-                i += 3;
-                continue;
-            }
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push(high << 4 | low);
+            i += 3;
+            continue;
         }
         out.push(bytes[i]);
         i += 1;

@@ -1,6 +1,8 @@
 //! The real `cnpg-i-hello-world` binary: flags, environment variables, exit
 //! codes, serving over mutual TLS and a Unix socket, and SIGTERM.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::{

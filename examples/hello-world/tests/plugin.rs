@@ -2,6 +2,8 @@
 //! against upstream's behaviour. Every returned patch is applied to the object
 //! it was computed for.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use cnpg_i_hello_world::{lifecycle::PAUSER_IMAGE, server};

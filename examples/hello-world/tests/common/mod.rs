@@ -1,7 +1,7 @@
 //! Fixtures shared by the hello-world tests: Clusters and an instance Pod as
 //! the operator sends them.
 
-#![allow(dead_code, unreachable_pub, missing_docs)]
+#![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
 use serde_json::{Value, json};
 
