@@ -1,5 +1,7 @@
 //! Log set-up for plugin binaries: text or JSON lines on stderr.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 /// How log lines are written.
@@ -23,7 +25,13 @@ pub fn init(format: LogFormat, level: &str) {
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {
-        LogFormat::Text => registry.with(fmt::layer().with_writer(std::io::stderr)).try_init(),
+        LogFormat::Text => registry
+            .with(
+                fmt::layer()
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
         LogFormat::Json => registry
             .with(fmt::layer().json().with_current_span(true).with_writer(std::io::stderr))
             .try_init(),

@@ -92,8 +92,7 @@ fn patch_pod(cluster_definition: &[u8], pod: Value) -> Result<Vec<u8>, Status> {
         image: Some(PAUSER_IMAGE.into()),
         ..Container::default()
     };
-    inject_sidecar(&mut mutated, &pauser, SidecarOptions::default())
-        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    inject_sidecar(&mut mutated, &pauser, SidecarOptions::default())?;
 
     patch::patch_bytes(&pod, &mutated).map_err(|e| Status::internal(format!("cannot encode the JSON patch: {e}")))
 }
