@@ -14,9 +14,10 @@ use std::{
 
 use cnpgi_pluginhelper::{
     proto::identity::v1::{GetPluginMetadataRequest, identity_client::IdentityClient},
-    testing::{TestCertificates, connect_tls, connect_unix},
+    testing::{TestCertificates, TestError, connect_tls, connect_unix},
 };
 use common::PLUGIN;
+use tonic::transport::Channel;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cnpg-i-hello-world");
 
@@ -147,6 +148,15 @@ async fn wait_for<T, E: std::fmt::Debug, F: Future<Output = Result<T, E>>>(mut a
     }
 }
 
+/// The name the plugin gives in `GetPluginMetadata`, over a fresh channel.
+async fn plugin_name(channel: Result<Channel, TestError>) -> Result<String, String> {
+    IdentityClient::new(channel.map_err(|e| e.to_string())?)
+        .get_plugin_metadata(GetPluginMetadataRequest {})
+        .await
+        .map(|r| r.into_inner().name)
+        .map_err(|e| e.to_string())
+}
+
 async fn serves_over_mtls(configure: impl FnOnce(&mut Command, &TestCertificates, u16)) {
     let certs = TestCertificates::generate("cnpg-i-hello-world").unwrap();
     let port = free_port();
@@ -156,14 +166,7 @@ async fn serves_over_mtls(configure: impl FnOnce(&mut Command, &TestCertificates
     let mut child = command.spawn().unwrap();
     let address = format!("127.0.0.1:{port}").parse().unwrap();
     let name = wait_for(|| async {
-        let channel = connect_tls(address, certs.client_config().unwrap(), "cnpg-i-hello-world")
-            .await
-            .map_err(|e| e.to_string())?;
-        IdentityClient::new(channel)
-            .get_plugin_metadata(GetPluginMetadataRequest {})
-            .await
-            .map(|r| r.into_inner().name)
-            .map_err(|e| e.to_string())
+        plugin_name(connect_tls(address, certs.client_config().unwrap(), "cnpg-i-hello-world").await).await
     })
     .await;
     assert_eq!(name, PLUGIN);
@@ -208,15 +211,7 @@ async fn serves_on_a_unix_socket_and_removes_it_on_sigterm() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let name = wait_for(|| async {
-        let channel = connect_unix(Path::new(&socket)).await.map_err(|e| e.to_string())?;
-        IdentityClient::new(channel)
-            .get_plugin_metadata(GetPluginMetadataRequest {})
-            .await
-            .map(|r| r.into_inner().name)
-            .map_err(|e| e.to_string())
-    })
-    .await;
+    let name = wait_for(|| async { plugin_name(connect_unix(Path::new(&socket)).await).await }).await;
     assert_eq!(name, PLUGIN);
     let status = terminate(&mut child).await;
     assert!(status.success(), "{status:?}");
