@@ -75,6 +75,12 @@ impl TlsConnectorService {
         }
     }
 
+    /// Counts handshakes in `counter` instead of a counter of its own.
+    pub fn with_handshake_counter(mut self, counter: Arc<AtomicU64>) -> Self {
+        self.handshakes = counter;
+        self
+    }
+
     /// Completed TLS handshakes so far, over all clones of this connector.
     pub fn handshakes(&self) -> u64 {
         self.handshakes.load(Ordering::Relaxed)

@@ -1,0 +1,250 @@
+//! One long-lived gRPC channel per plugin.
+//!
+//! A [`PluginClient`] owns a tonic [`Channel`]: a single HTTP/2 connection,
+//! multiplexing every concurrent call, re-established on demand after a
+//! failure. Cloning the client clones a handle to the same connection, so
+//! no caller ever waits for an exclusive lease or pays for a handshake. Every
+//! call carries a deadline ([`ClientOptions::call_timeout`], 30 s by
+//! default, as upstream), and connections are kept alive with HTTP/2 pings.
+//!
+//! The client counts the connections it opens ([`PluginClient::connections`]):
+//! a new connection means the plugin may have been restarted or upgraded, so
+//! what was learnt by probing it must be refreshed.
+
+use std::{
+    future::Future,
+    path::PathBuf,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use cnpgi_proto::{
+    identity::v1::identity_client::IdentityClient, operator::v1::operator_client::OperatorClient,
+    operator_lifecycle::v1::operator_lifecycle_client::OperatorLifecycleClient,
+};
+use cnpgi_tls::{
+    client::{TlsConnectorService, client_config, server_name},
+    verify::PinnedServerVerifier,
+};
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tonic::transport::{Channel, Endpoint};
+
+/// How to reach a plugin.
+#[derive(Debug)]
+pub enum Transport {
+    /// TCP with mutual TLS, as for a plugin behind a Kubernetes Service.
+    Tls(TlsTransport),
+    /// A Unix socket, without TLS, as for a sidecar plugin.
+    Unix {
+        /// Path of the socket, e.g. `/plugins/<plugin name>`.
+        path: PathBuf,
+    },
+}
+
+/// Where and how to reach a plugin over mutual TLS.
+#[derive(Debug)]
+pub struct TlsTransport {
+    /// `host:port` to dial, e.g. `plugin.cnpg-system.svc:9090`.
+    pub address: String,
+    /// The name the server certificate must carry: `cnpg.io/pluginServerName`,
+    /// or else the Service name.
+    pub server_name: String,
+    /// The certificate the operator presents (`tls.crt` of the client Secret).
+    pub client_cert: Vec<CertificateDer<'static>>,
+    /// Its key (`tls.key` of the client Secret).
+    pub client_key: PrivateKeyDer<'static>,
+    /// The pinned server certificate(s) (`tls.crt` of the server Secret).
+    pub server_cert: Vec<CertificateDer<'static>>,
+}
+
+impl Transport {
+    /// `https://host:port` or `unix:///path`, for logs and errors.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Tls(tls) => format!("https://{}", tls.address),
+            Self::Unix { path } => format!("unix://{}", path.display()),
+        }
+    }
+}
+
+/// Tunables of a plugin connection.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Deadline of every call. Default 30 s, as upstream CloudNativePG.
+    pub call_timeout: Duration,
+    /// Deadline to establish a connection (TCP and TLS). Default 10 s.
+    pub connect_timeout: Duration,
+    /// Interval of HTTP/2 keepalive pings. Default 30 s.
+    pub keepalive_interval: Duration,
+    /// How long a ping may go unanswered before the connection is dropped. Default 10 s.
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            call_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a plugin client could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The TLS material is not usable.
+    #[error("plugin {plugin}: {source}")]
+    Tls {
+        /// The plugin.
+        plugin: String,
+        /// What was wrong.
+        source: cnpgi_tls::TlsError,
+    },
+    /// The address cannot form a URI.
+    #[error("plugin {plugin}: invalid address {address:?}: {reason}")]
+    Address {
+        /// The plugin.
+        plugin: String,
+        /// The address.
+        address: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A handle to one plugin's shared channel. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PluginClient {
+    name: Arc<str>,
+    address: Arc<str>,
+    channel: Channel,
+    call_timeout: Duration,
+    connections: Arc<AtomicU64>,
+}
+
+impl PluginClient {
+    /// Creates the client. The connection is opened by the first call, and
+    /// re-opened by the next call after it breaks.
+    pub fn connect(name: &str, transport: Transport, options: &ClientOptions) -> Result<Self, ClientError> {
+        let address = transport.describe();
+        let endpoint_uri = match &transport {
+            Transport::Tls(tls) => format!("http://{}", tls.address),
+            // The connector dials the socket; the URI only names the authority.
+            Transport::Unix { .. } => "http://localhost".to_owned(),
+        };
+        let endpoint = Endpoint::from_shared(endpoint_uri)
+            .map_err(|e| ClientError::Address {
+                plugin: name.to_owned(),
+                address: address.clone(),
+                reason: e.to_string(),
+            })?
+            .timeout(options.call_timeout)
+            .connect_timeout(options.connect_timeout)
+            .http2_keep_alive_interval(options.keepalive_interval)
+            .keep_alive_timeout(options.keepalive_timeout)
+            .keep_alive_while_idle(true)
+            .tcp_nodelay(true);
+        let connections = Arc::new(AtomicU64::new(0));
+        let channel = match transport {
+            Transport::Tls(tls) => {
+                let tls_error = |source| ClientError::Tls {
+                    plugin: name.to_owned(),
+                    source,
+                };
+                let verifier = PinnedServerVerifier::new(tls.server_cert).map_err(tls_error)?;
+                let config = client_config(tls.client_cert, tls.client_key, verifier).map_err(tls_error)?;
+                let server_name = server_name(&tls.server_name).map_err(tls_error)?;
+                let connector =
+                    TlsConnectorService::new(Arc::new(config), server_name).with_handshake_counter(connections.clone());
+                endpoint.connect_with_connector_lazy(connector)
+            }
+            Transport::Unix { path } => endpoint.connect_with_connector_lazy(UnixConnector {
+                path: Arc::new(path),
+                connections: connections.clone(),
+            }),
+        };
+        Ok(Self {
+            name: name.into(),
+            address: address.into(),
+            channel,
+            call_timeout: options.call_timeout,
+            connections,
+        })
+    }
+
+    /// The plugin name this client was created for.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `https://host:port` or `unix:///path`.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Connections opened so far (TLS handshakes, for a TLS plugin).
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Wraps a message in a request carrying the call deadline (sent to the
+    /// plugin as `grpc-timeout`, and enforced here too).
+    pub fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(self.call_timeout);
+        request
+    }
+
+    /// An Identity client on the shared channel.
+    pub fn identity(&self) -> IdentityClient<Channel> {
+        IdentityClient::new(self.channel.clone())
+    }
+
+    /// An Operator client on the shared channel.
+    pub fn operator(&self) -> OperatorClient<Channel> {
+        OperatorClient::new(self.channel.clone())
+    }
+
+    /// An OperatorLifecycle client on the shared channel.
+    pub fn lifecycle(&self) -> OperatorLifecycleClient<Channel> {
+        OperatorLifecycleClient::new(self.channel.clone())
+    }
+}
+
+/// Dials a Unix socket, whatever the URI, counting connections.
+#[derive(Debug, Clone)]
+struct UnixConnector {
+    path: Arc<PathBuf>,
+    connections: Arc<AtomicU64>,
+}
+
+impl tower_service::Service<http::Uri> for UnixConnector {
+    type Response = TokioIo<tokio::net::UnixStream>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _uri: http::Uri) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let stream = tokio::net::UnixStream::connect(this.path.as_path())
+                .await
+                .map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("cannot connect to {}: {e}", this.path.display()))
+                })?;
+            this.connections.fetch_add(1, Ordering::Relaxed);
+            Ok(TokioIo::new(stream))
+        })
+    }
+}

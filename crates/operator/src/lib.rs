@@ -1,0 +1,29 @@
+//! The operator side of CNPG-I.
+//!
+//! An operator that hosts CNPG-I plugins must reach each plugin, learn what it
+//! can do, and know whether it may receive work right now. This crate does
+//! that, in layers:
+//!
+//! * [`client`]: one long-lived HTTP/2 channel per plugin (mutual TLS over
+//!   TCP, or a Unix socket), shared by every caller, with a deadline on every
+//!   call;
+//! * [`probe`]: the CNPG-I probing sequence and the capabilities it yields.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use cnpgi_operator::{client::{ClientOptions, PluginClient, Transport}, probe::probe};
+//!
+//! let client = PluginClient::connect(
+//!     "cnpg-i-hello-world.cloudnative-pg.io",
+//!     Transport::Unix { path: "/plugins/cnpg-i-hello-world.cloudnative-pg.io".into() },
+//!     &ClientOptions::default(),
+//! )?;
+//! let info = probe(&client).await?;
+//! println!("{} {}", info.metadata.name, info.metadata.version);
+//! # Ok(()) }
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod probe;

@@ -1,0 +1,197 @@
+//! The CNPG-I probing sequence, and what it teaches about a plugin.
+//!
+//! After connecting, the operator asks, in this order: `GetPluginMetadata`,
+//! `GetPluginCapabilities`, then `GetCapabilities` of each advertised service
+//! it knows (Operator, then OperatorLifecycle). The answers are kept as a
+//! [`PluginInfo`] and only refreshed when the connection is rebuilt.
+
+use cnpgi_proto::{
+    identity::v1::{
+        GetPluginCapabilitiesRequest, GetPluginMetadataRequest, GetPluginMetadataResponse, ProbeRequest,
+        plugin_capability::{self, service::Type as ServiceType},
+    },
+    operator::v1::{OperatorCapabilitiesRequest, operator_capability, operator_capability::rpc::Type as RpcType},
+    operator_lifecycle::v1::{
+        OperatorLifecycleCapabilities, OperatorLifecycleCapabilitiesRequest, operator_operation_type::Type as Operation,
+    },
+};
+
+use crate::client::PluginClient;
+
+/// What a plugin said about itself when probed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginInfo {
+    /// `GetPluginMetadata`'s answer.
+    pub metadata: GetPluginMetadataResponse,
+    /// The services advertised by `GetPluginCapabilities`.
+    pub services: Vec<ServiceType>,
+    /// The Operator RPCs advertised (empty without the Operator service).
+    pub operator_rpcs: Vec<RpcType>,
+    /// The lifecycle hooks advertised (empty without the lifecycle service).
+    pub lifecycle: Vec<OperatorLifecycleCapabilities>,
+}
+
+impl PluginInfo {
+    /// Whether the plugin advertises `service`.
+    pub fn has_service(&self, service: ServiceType) -> bool {
+        self.services.contains(&service)
+    }
+
+    /// Whether the plugin advertises the Operator RPC `rpc`.
+    pub fn has_operator_rpc(&self, rpc: RpcType) -> bool {
+        self.operator_rpcs.contains(&rpc)
+    }
+
+    /// Whether a lifecycle hook of the plugin matches an object of
+    /// `group`/`kind` (`""` is the core group) for `operation`.
+    pub fn matches_lifecycle(&self, group: &str, kind: &str, operation: Operation) -> bool {
+        self.lifecycle.iter().any(|capability| {
+            capability.group == group
+                && capability.kind == kind
+                && capability.operation_types.iter().any(|t| t.r#type() == operation)
+        })
+    }
+
+    /// The advertised services as the enum names CloudNativePG writes in
+    /// `status.pluginStatus[].capabilities`, e.g. `TYPE_LIFECYCLE_SERVICE`.
+    pub fn service_names(&self) -> Vec<String> {
+        self.services.iter().map(|s| s.as_str_name().to_owned()).collect()
+    }
+
+    /// The advertised Operator RPCs as enum names, e.g. `TYPE_MUTATE_CLUSTER`.
+    pub fn operator_rpc_names(&self) -> Vec<String> {
+        self.operator_rpcs.iter().map(|r| r.as_str_name().to_owned()).collect()
+    }
+}
+
+/// Why probing a plugin failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// A call of the probing sequence failed.
+    #[error("plugin {plugin} at {address}: {rpc} failed: {code:?}: {message}")]
+    Rpc {
+        /// The plugin.
+        plugin: String,
+        /// Where it was reached.
+        address: String,
+        /// The RPC, e.g. `Identity/GetPluginMetadata`.
+        rpc: &'static str,
+        /// The gRPC status code.
+        code: tonic::Code,
+        /// The status message.
+        message: String,
+    },
+    /// The plugin answers to another name than the one it was found under.
+    #[error(
+        "plugin found as {expected:?} at {address} calls itself {actual:?}: the Service label, socket name and metadata name must be the same"
+    )]
+    NameMismatch {
+        /// The name it was discovered under.
+        expected: String,
+        /// The name in its metadata.
+        actual: String,
+        /// Where it was reached.
+        address: String,
+    },
+    /// The plugin's name breaks the naming rules.
+    #[error("plugin at {address} has an invalid name: {reason}")]
+    InvalidName {
+        /// Where it was reached.
+        address: String,
+        /// Why the name is invalid.
+        reason: String,
+    },
+}
+
+impl ProbeError {
+    fn rpc(client: &PluginClient, rpc: &'static str, status: tonic::Status) -> Self {
+        Self::Rpc {
+            plugin: client.name().to_owned(),
+            address: client.address().to_owned(),
+            rpc,
+            code: status.code(),
+            message: status.message().to_owned(),
+        }
+    }
+}
+
+/// Runs the probing sequence on `client`, checking that the plugin's name is
+/// valid and is the name the client was created for.
+pub async fn probe(client: &PluginClient) -> Result<PluginInfo, ProbeError> {
+    let metadata = client
+        .identity()
+        .get_plugin_metadata(client.request(GetPluginMetadataRequest {}))
+        .await
+        .map_err(|s| ProbeError::rpc(client, "Identity/GetPluginMetadata", s))?
+        .into_inner();
+    cnpgi_proto::validate_plugin_name(&metadata.name).map_err(|reason| ProbeError::InvalidName {
+        address: client.address().to_owned(),
+        reason,
+    })?;
+    if metadata.name != client.name() {
+        return Err(ProbeError::NameMismatch {
+            expected: client.name().to_owned(),
+            actual: metadata.name,
+            address: client.address().to_owned(),
+        });
+    }
+
+    let services: Vec<ServiceType> = client
+        .identity()
+        .get_plugin_capabilities(client.request(GetPluginCapabilitiesRequest {}))
+        .await
+        .map_err(|s| ProbeError::rpc(client, "Identity/GetPluginCapabilities", s))?
+        .into_inner()
+        .capabilities
+        .into_iter()
+        .filter_map(|capability| match capability.r#type {
+            Some(plugin_capability::Type::Service(service)) => ServiceType::try_from(service.r#type).ok(),
+            None => None,
+        })
+        .collect();
+
+    let mut operator_rpcs = Vec::new();
+    if services.contains(&ServiceType::OperatorService) {
+        operator_rpcs = client
+            .operator()
+            .get_capabilities(client.request(OperatorCapabilitiesRequest {}))
+            .await
+            .map_err(|s| ProbeError::rpc(client, "Operator/GetCapabilities", s))?
+            .into_inner()
+            .capabilities
+            .into_iter()
+            .filter_map(|capability| match capability.r#type {
+                Some(operator_capability::Type::Rpc(rpc)) => RpcType::try_from(rpc.r#type).ok(),
+                None => None,
+            })
+            .collect();
+    }
+
+    let mut lifecycle = Vec::new();
+    if services.contains(&ServiceType::LifecycleService) {
+        lifecycle = client
+            .lifecycle()
+            .get_capabilities(client.request(OperatorLifecycleCapabilitiesRequest {}))
+            .await
+            .map_err(|s| ProbeError::rpc(client, "OperatorLifecycle/GetCapabilities", s))?
+            .into_inner()
+            .lifecycle_capabilities;
+    }
+
+    Ok(PluginInfo {
+        metadata,
+        services,
+        operator_rpcs,
+        lifecycle,
+    })
+}
+
+/// Asks `Probe`: `Ok(true)` when the plugin says it is ready.
+pub async fn is_ready(client: &PluginClient) -> Result<bool, ProbeError> {
+    client
+        .identity()
+        .probe(client.request(ProbeRequest {}))
+        .await
+        .map(|r| r.into_inner().ready)
+        .map_err(|s| ProbeError::rpc(client, "Identity/Probe", s))
+}

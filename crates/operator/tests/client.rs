@@ -1,0 +1,223 @@
+//! Plugin clients against real hello-world servers: probing over mutual TLS
+//! and Unix sockets, both pinned-certificate trust models, refusals, load on
+//! one shared connection, and a plugin that dies and comes back.
+
+#![allow(clippy::unwrap_used)]
+
+use std::{path::Path, sync::Arc, time::Duration};
+
+use cnpgi_operator::{
+    client::{ClientOptions, PluginClient, TlsTransport, Transport},
+    probe::{ProbeError, is_ready, probe},
+};
+use cnpgi_pluginhelper::{
+    proto::{
+        identity::v1::plugin_capability::service::Type as ServiceType,
+        operator::v1::operator_capability::rpc::Type as RpcType,
+        operator_lifecycle::v1::operator_operation_type::Type as Operation,
+    },
+    server::{PluginListener, ServeError},
+    testing::{TestCertificates, TestPlugin},
+};
+use cnpgi_tls::{pem, server::ServerTlsFiles};
+use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+use tokio::{sync::oneshot, task::JoinHandle};
+
+const PLUGIN: &str = "cnpg-i-hello-world.cloudnative-pg.io";
+
+fn tls_transport(address: String, server_name: &str, certs: &TestCertificates) -> Transport {
+    Transport::Tls(TlsTransport {
+        address,
+        server_name: server_name.to_owned(),
+        client_cert: pem::read_certificates(&certs.client.cert_path, "client certificate").unwrap(),
+        client_key: pem::read_private_key(&certs.client.key_path, "client key").unwrap(),
+        server_cert: pem::read_certificates(&certs.server.cert_path, "server certificate").unwrap(),
+    })
+}
+
+fn options() -> ClientOptions {
+    ClientOptions {
+        call_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(2),
+        ..ClientOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn probes_hello_world_over_mtls_with_a_self_signed_pinned_certificate() {
+    let plugin = TestPlugin::start_tls(cnpg_i_hello_world::server()).await.unwrap();
+    let certs = plugin.certificates().unwrap();
+    let transport = tls_transport(plugin.address().to_owned(), &certs.server_name, certs);
+    let client = PluginClient::connect(PLUGIN, transport, &options()).unwrap();
+    let info = probe(&client).await.unwrap();
+    assert_eq!(info.metadata.name, PLUGIN);
+    assert!(info.has_service(ServiceType::OperatorService) && info.has_service(ServiceType::LifecycleService));
+    assert!(info.has_operator_rpc(RpcType::MutateCluster));
+    assert!(!info.has_operator_rpc(RpcType::Deregister));
+    assert!(info.matches_lifecycle("", "Pod", Operation::Create));
+    assert!(info.matches_lifecycle("", "Pod", Operation::Evaluate));
+    assert!(!info.matches_lifecycle("", "Pod", Operation::Delete));
+    assert!(!info.matches_lifecycle("apps", "Pod", Operation::Create));
+    assert_eq!(
+        info.service_names(),
+        ["TYPE_LIFECYCLE_SERVICE", "TYPE_OPERATOR_SERVICE"]
+    );
+    assert!(is_ready(&client).await.unwrap());
+    assert_eq!(client.connections(), 1);
+}
+
+#[tokio::test]
+async fn probes_hello_world_over_a_unix_socket() {
+    let plugin = TestPlugin::start_unix(cnpg_i_hello_world::server()).await.unwrap();
+    let path = plugin.address().trim_start_matches("unix://").into();
+    let client = PluginClient::connect(PLUGIN, Transport::Unix { path }, &options()).unwrap();
+    let info = probe(&client).await.unwrap();
+    assert!(info.matches_lifecycle("", "Pod", Operation::Create));
+}
+
+#[tokio::test]
+async fn a_plugin_answering_to_another_name_is_rejected() {
+    let plugin = TestPlugin::start_unix(cnpg_i_hello_world::server()).await.unwrap();
+    let path = plugin.address().trim_start_matches("unix://").into();
+    let client = PluginClient::connect("other.example.com", Transport::Unix { path }, &options()).unwrap();
+    let err = probe(&client).await.unwrap_err();
+    assert!(matches!(err, ProbeError::NameMismatch { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("other.example.com") && text.contains(PLUGIN), "{text}");
+}
+
+#[tokio::test]
+async fn a_server_certificate_that_is_not_pinned_is_refused() {
+    let plugin = TestPlugin::start_tls(cnpg_i_hello_world::server()).await.unwrap();
+    let certs = plugin.certificates().unwrap();
+    let other = TestCertificates::generate(&certs.server_name).unwrap();
+    let Transport::Tls(mut tls) = tls_transport(plugin.address().to_owned(), &certs.server_name, certs) else {
+        unreachable!()
+    };
+    tls.server_cert = pem::read_certificates(&other.server.cert_path, "other").unwrap();
+    let client = PluginClient::connect(PLUGIN, Transport::Tls(tls), &options()).unwrap();
+    let err = probe(&client).await.unwrap_err();
+    let ProbeError::Rpc { code, rpc, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(
+        (*code, *rpc),
+        (tonic::Code::Unavailable, "Identity/GetPluginMetadata"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn the_server_name_must_match_the_certificate() {
+    let plugin = TestPlugin::start_tls(cnpg_i_hello_world::server()).await.unwrap();
+    let certs = plugin.certificates().unwrap();
+    let transport = tls_transport(plugin.address().to_owned(), "another-service", certs);
+    let client = PluginClient::connect(PLUGIN, transport, &options()).unwrap();
+    assert!(probe(&client).await.is_err());
+}
+
+/// Serves hello-world with a server certificate issued by a CA that the
+/// client does not know: trusted only because the leaf itself is pinned.
+#[tokio::test]
+async fn a_ca_issued_leaf_pinned_byte_for_byte_is_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(vec![]).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let issuer = Issuer::from_params(&ca_params, &ca_key);
+    let server_key = KeyPair::generate().unwrap();
+    let mut server_params = CertificateParams::new(vec!["hello-world.cnpg-system.svc".into()]).unwrap();
+    server_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let server_cert = server_params.signed_by(&server_key, &issuer).unwrap();
+    std::fs::write(dir.path().join("server.crt"), server_cert.pem()).unwrap();
+    std::fs::write(dir.path().join("server.key"), server_key.serialize_pem()).unwrap();
+    let client_certs = TestCertificates::generate("unused").unwrap();
+
+    let listener = PluginListener::bind_tcp(
+        "127.0.0.1:0",
+        ServerTlsFiles {
+            cert: dir.path().join("server.crt"),
+            key: dir.path().join("server.key"),
+            client_ca: Some(client_certs.client.cert_path.clone()),
+        },
+    )
+    .await
+    .unwrap();
+    let address = listener.address();
+    let (_stop, _task) = serve(listener);
+
+    let transport = Transport::Tls(TlsTransport {
+        address,
+        server_name: "hello-world.cnpg-system.svc".into(),
+        client_cert: pem::read_certificates(&client_certs.client.cert_path, "c").unwrap(),
+        client_key: pem::read_private_key(&client_certs.client.key_path, "k").unwrap(),
+        server_cert: vec![server_cert.der().clone()],
+    });
+    let client = PluginClient::connect(PLUGIN, transport, &options()).unwrap();
+    assert_eq!(probe(&client).await.unwrap().metadata.name, PLUGIN);
+}
+
+fn serve(listener: PluginListener) -> (oneshot::Sender<()>, JoinHandle<Result<(), ServeError>>) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(cnpg_i_hello_world::server().serve(listener, async {
+        let _ = stopped.await;
+    }));
+    (stop, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_calls_share_one_connection() {
+    let plugin = TestPlugin::start_tls(cnpg_i_hello_world::server()).await.unwrap();
+    let certs = plugin.certificates().unwrap();
+    let transport = tls_transport(plugin.address().to_owned(), &certs.server_name, certs);
+    let client = Arc::new(PluginClient::connect(PLUGIN, transport, &ClientOptions::default()).unwrap());
+    probe(&client).await.unwrap();
+    let calls: Vec<_> = (0..1000)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { is_ready(&client).await })
+        })
+        .collect();
+    for call in calls {
+        assert!(call.await.unwrap().unwrap());
+    }
+    assert_eq!(client.connections(), 1, "every call must share the first connection");
+}
+
+#[tokio::test]
+async fn a_dead_plugin_fails_fast_and_is_reached_again_when_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stop, task) = serve(PluginListener::bind_unix(dir.path(), PLUGIN).unwrap());
+    let path = dir.path().join(PLUGIN);
+    let client = PluginClient::connect(PLUGIN, Transport::Unix { path: path.clone() }, &options()).unwrap();
+    probe(&client).await.unwrap();
+
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    let started = std::time::Instant::now();
+    let err = is_ready(&client).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    let ProbeError::Rpc { code, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(*code, tonic::Code::Unavailable, "{err}");
+    assert!(err.to_string().contains(PLUGIN), "{err}");
+
+    let (_stop, _task) = serve(PluginListener::bind_unix(dir.path(), PLUGIN).unwrap());
+    wait_until_ready(&client, &path).await;
+    assert_eq!(client.connections(), 2, "the channel reconnected");
+}
+
+async fn wait_until_ready(client: &PluginClient, path: &Path) {
+    for _ in 0..100 {
+        if is_ready(client).await.unwrap_or(false) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("plugin at {} never became reachable again", path.display());
+}
