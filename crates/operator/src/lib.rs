@@ -7,7 +7,9 @@
 //! * [`client`]: one long-lived HTTP/2 channel per plugin (mutual TLS over
 //!   TCP, or a Unix socket), shared by every caller, with a deadline on every
 //!   call;
-//! * [`probe`]: the CNPG-I probing sequence and the capabilities it yields.
+//! * [`probe`]: the CNPG-I probing sequence and the capabilities it yields;
+//! * [`registry`]: the plugins known, their readiness, and routing lookups
+//!   (read it to see how a plugin goes from discovered to routable).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -27,3 +29,4 @@
 
 pub mod client;
 pub mod probe;
+pub mod registry;

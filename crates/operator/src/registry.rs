@@ -1,0 +1,377 @@
+//! The registry of known plugins, and how a plugin becomes routable.
+//!
+//! A plugin's path, all in this file:
+//!
+//! 1. **Discovered.** A discovery source calls [`Registry::add`] with a
+//!    [`PluginClient`] named after what it found (Service label, socket file
+//!    name, static entry). A name already added by *another* source is
+//!    refused ([`RegistryError::Duplicate`]); the same source adding it again
+//!    replaces it (its Secret rotated, its Service changed).
+//! 2. **Probed.** A background task per plugin runs the probing sequence
+//!    ([`crate::probe::probe`]): metadata (name checked against the
+//!    discovered one), capabilities. The answer is cached and only asked
+//!    again when the client had to open a new connection (the plugin may have
+//!    been restarted or upgraded).
+//! 3. **Ready.** The same task asks `Probe` every
+//!    [`RegistryOptions::probe_interval`]. Only a probed plugin whose last
+//!    `Probe` said `ready: true` is **routable**. An error, a refusal or
+//!    `ready: false` takes it out of routing until it is ready again; lookups
+//!    of a plugin that is not routable fail at once with
+//!    [`RoutingError::NotReady`] and the reason.
+//! 4. **Forgotten.** [`Registry::remove`] (its Service was deleted, its
+//!    socket disappeared) stops the task and drops the channel.
+//!
+//! Many readers look plugins up while discovery adds and removes them: the
+//! map and each plugin's state sit behind short, never-awaited locks.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, PoisonError, RwLock, Weak},
+    time::Duration,
+};
+
+use cnpgi_proto::{
+    operator::v1::operator_capability::rpc::Type as RpcType,
+    operator_lifecycle::v1::operator_operation_type::Type as Operation,
+};
+use tokio::task::JoinHandle;
+
+use crate::{
+    client::PluginClient,
+    probe::{PluginInfo, is_ready, probe},
+};
+
+/// Tunables of the registry.
+#[derive(Debug, Clone)]
+pub struct RegistryOptions {
+    /// How often each plugin's `Probe` is asked. Default 10 s.
+    pub probe_interval: Duration,
+}
+
+impl Default for RegistryOptions {
+    fn default() -> Self {
+        Self {
+            probe_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A change the registry refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// Two discovery sources found a plugin with the same name.
+    #[error(
+        "plugin {name} found by {new_source} is already registered by {existing_source}; plugin names must be unique, the second one is ignored"
+    )]
+    Duplicate {
+        /// The plugin name.
+        name: String,
+        /// The source that registered it first.
+        existing_source: String,
+        /// The source that was refused.
+        new_source: String,
+    },
+}
+
+/// Why a plugin cannot be called now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RoutingError {
+    /// No discovery source knows a plugin by that name.
+    #[error("plugin {name} is not registered")]
+    Unknown {
+        /// The plugin name.
+        name: String,
+    },
+    /// The plugin is known but not routable.
+    #[error("plugin {name} is not ready: {reason}")]
+    NotReady {
+        /// The plugin name.
+        name: String,
+        /// Why: the last probing error, or the plugin saying it is not ready.
+        reason: String,
+    },
+}
+
+/// What is known of a plugin right now.
+#[derive(Debug, Clone, Default)]
+pub struct PluginState {
+    /// The probing sequence's answer, once it succeeded on the current connection.
+    pub info: Option<PluginInfo>,
+    /// Whether the last `Probe` said ready (and nothing failed since).
+    pub ready: bool,
+    /// The last error, or why the plugin is not ready.
+    pub last_error: Option<String>,
+    /// The client's connection count when `info` was obtained.
+    probed_connection: u64,
+}
+
+impl PluginState {
+    /// Probed and ready.
+    pub fn is_routable(&self) -> bool {
+        self.ready && self.info.is_some()
+    }
+}
+
+/// A registered plugin: its client, where it was found, and its state.
+#[derive(Debug)]
+pub struct Plugin {
+    client: PluginClient,
+    source: String,
+    state: RwLock<PluginState>,
+    watcher: RwLock<Option<JoinHandle<()>>>,
+}
+
+/// A plugin that may be called now: its client and what it advertised.
+#[derive(Debug, Clone)]
+pub struct Routable {
+    /// The shared client.
+    pub client: PluginClient,
+    /// What probing learnt.
+    pub info: PluginInfo,
+}
+
+impl Plugin {
+    /// The plugin name.
+    pub fn name(&self) -> &str {
+        self.client.name()
+    }
+
+    /// The discovery source that registered it.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The shared client.
+    pub fn client(&self) -> &PluginClient {
+        &self.client
+    }
+
+    /// A copy of the current state.
+    pub fn state(&self) -> PluginState {
+        self.state.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn routable(&self) -> Result<Routable, RoutingError> {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        match (&state.info, state.ready) {
+            (Some(info), true) => Ok(Routable {
+                client: self.client.clone(),
+                info: info.clone(),
+            }),
+            _ => Err(RoutingError::NotReady {
+                name: self.name().to_owned(),
+                reason: state.last_error.clone().unwrap_or_else(|| "not probed yet".to_owned()),
+            }),
+        }
+    }
+
+    fn update(&self, change: impl FnOnce(&mut PluginState)) {
+        let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
+        let was_routable = state.is_routable();
+        change(&mut state);
+        let routable = state.is_routable();
+        if was_routable != routable {
+            if routable {
+                tracing::info!(
+                    plugin = self.name(),
+                    address = self.client.address(),
+                    "plugin is routable"
+                );
+            } else {
+                tracing::warn!(plugin = self.name(), reason = ?state.last_error, "plugin taken out of routing");
+            }
+        }
+    }
+
+    /// One round of the plugin's life: probe when the connection is new (or
+    /// was never probed), then ask `Probe`.
+    pub async fn refresh(&self) {
+        let (probed, probed_connection) = {
+            let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+            (state.info.is_some(), state.probed_connection)
+        };
+        if !probed || probed_connection != self.client.connections() {
+            match probe(&self.client).await {
+                Ok(info) => {
+                    let connection = self.client.connections();
+                    self.update(|state| {
+                        if state.info.as_ref() != Some(&info) {
+                            tracing::info!(
+                                plugin = self.name(),
+                                version = %info.metadata.version,
+                                capabilities = ?info.service_names(),
+                                "plugin probed"
+                            );
+                        }
+                        state.info = Some(info);
+                        state.probed_connection = connection;
+                    });
+                }
+                Err(error) => {
+                    self.update(|state| {
+                        state.info = None;
+                        state.ready = false;
+                        state.last_error = Some(error.to_string());
+                    });
+                    return;
+                }
+            }
+        }
+        let readiness = is_ready(&self.client).await;
+        self.update(|state| match readiness {
+            Ok(true) => {
+                state.ready = true;
+                state.last_error = None;
+            }
+            Ok(false) => {
+                state.ready = false;
+                state.last_error = Some("the plugin's Probe answered ready: false".to_owned());
+            }
+            Err(error) => {
+                state.ready = false;
+                state.last_error = Some(error.to_string());
+            }
+        });
+    }
+
+    fn stop(&self) {
+        if let Some(task) = self.watcher.write().unwrap_or_else(PoisonError::into_inner).take() {
+            task.abort();
+        }
+    }
+}
+
+/// The plugins known to the operator, by name.
+#[derive(Debug, Default)]
+pub struct Registry {
+    plugins: RwLock<HashMap<String, Arc<Plugin>>>,
+    options: RegistryOptions,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new(options: RegistryOptions) -> Self {
+        Self {
+            plugins: RwLock::default(),
+            options,
+        }
+    }
+
+    /// Registers a plugin found by `source` (e.g. `service/cnpg-system/hello`)
+    /// and starts probing it. The first round is done before returning, so
+    /// a reachable plugin is routable as soon as this returns.
+    pub async fn add(&self, source: &str, client: PluginClient) -> Result<Arc<Plugin>, RegistryError> {
+        let plugin = Arc::new(Plugin {
+            client,
+            source: source.to_owned(),
+            state: RwLock::default(),
+            watcher: RwLock::default(),
+        });
+        let replaced = {
+            let mut plugins = self.plugins.write().unwrap_or_else(PoisonError::into_inner);
+            if let Some(existing) = plugins.get(plugin.name())
+                && existing.source != source
+            {
+                return Err(RegistryError::Duplicate {
+                    name: plugin.name().to_owned(),
+                    existing_source: existing.source.clone(),
+                    new_source: source.to_owned(),
+                });
+            }
+            plugins.insert(plugin.name().to_owned(), plugin.clone())
+        };
+        if let Some(old) = replaced {
+            old.stop();
+            tracing::info!(plugin = plugin.name(), source, "plugin connection rebuilt");
+        } else {
+            tracing::info!(
+                plugin = plugin.name(),
+                source,
+                address = plugin.client.address(),
+                "plugin discovered"
+            );
+        }
+        plugin.refresh().await;
+        let task = tokio::spawn(watch(Arc::downgrade(&plugin), self.options.probe_interval));
+        *plugin.watcher.write().unwrap_or_else(PoisonError::into_inner) = Some(task);
+        Ok(plugin)
+    }
+
+    /// Forgets the plugin `name` if `source` registered it; returns whether it did.
+    pub fn remove(&self, name: &str, source: &str) -> bool {
+        let mut plugins = self.plugins.write().unwrap_or_else(PoisonError::into_inner);
+        match plugins.get(name) {
+            Some(plugin) if plugin.source == source => {
+                plugin.stop();
+                plugins.remove(name);
+                tracing::info!(plugin = name, source, "plugin forgotten");
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The registered plugin `name`, routable or not.
+    pub fn plugin(&self, name: &str) -> Option<Arc<Plugin>> {
+        self.plugins
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    /// Every registered plugin, sorted by name.
+    pub fn plugins(&self) -> Vec<Arc<Plugin>> {
+        let mut plugins: Vec<_> = self
+            .plugins
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        plugins.sort_by(|a, b| a.name().cmp(b.name()));
+        plugins
+    }
+
+    /// The plugin `name`, if it may be called now.
+    pub fn get(&self, name: &str) -> Result<Routable, RoutingError> {
+        self.plugin(name)
+            .ok_or_else(|| RoutingError::Unknown { name: name.to_owned() })?
+            .routable()
+    }
+
+    /// Routable plugins advertising the Operator RPC `rpc`, sorted by name.
+    pub fn with_operator_rpc(&self, rpc: RpcType) -> Vec<Routable> {
+        self.routable_where(|info| info.has_operator_rpc(rpc))
+    }
+
+    /// Routable plugins with a lifecycle hook for `group`/`kind`/`operation`, sorted by name.
+    pub fn matching_lifecycle(&self, group: &str, kind: &str, operation: Operation) -> Vec<Routable> {
+        self.routable_where(|info| info.matches_lifecycle(group, kind, operation))
+    }
+
+    fn routable_where(&self, keep: impl Fn(&PluginInfo) -> bool) -> Vec<Routable> {
+        self.plugins()
+            .iter()
+            .filter_map(|plugin| plugin.routable().ok())
+            .filter(|routable| keep(&routable.info))
+            .collect()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        for plugin in self.plugins.read().unwrap_or_else(PoisonError::into_inner).values() {
+            plugin.stop();
+        }
+    }
+}
+
+/// Refreshes the plugin every `interval` until it is removed.
+async fn watch(plugin: Weak<Plugin>, interval: Duration) {
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(plugin) = plugin.upgrade() else { return };
+        plugin.refresh().await;
+    }
+}

@@ -1,0 +1,205 @@
+//! The registry against real plugin servers: routing lookups, duplicates,
+//! readiness flipping both ways, a plugin dying and returning, removal.
+
+#![allow(clippy::unwrap_used)]
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use cnpgi_operator::{
+    client::{ClientOptions, PluginClient, Transport},
+    registry::{Registry, RegistryError, RegistryOptions, RoutingError},
+};
+use cnpgi_pluginhelper::{
+    proto::{
+        identity::v1::{
+            GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest,
+            GetPluginMetadataResponse, ProbeRequest, ProbeResponse, identity_server,
+        },
+        operator::v1::operator_capability::rpc::Type as RpcType,
+        operator_lifecycle::v1::operator_operation_type::Type as Operation,
+    },
+    server::{PluginListener, PluginServer, ServeError},
+};
+use tokio::{sync::oneshot, task::JoinHandle};
+use tonic::{Request, Response, Status};
+
+const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
+const FLIP: &str = "flip.example.com";
+
+/// A plugin whose readiness the test controls.
+#[derive(Clone)]
+struct Flippable(Arc<AtomicBool>);
+
+#[tonic::async_trait]
+impl identity_server::Identity for Flippable {
+    async fn get_plugin_metadata(
+        &self,
+        _: Request<GetPluginMetadataRequest>,
+    ) -> Result<Response<GetPluginMetadataResponse>, Status> {
+        Ok(Response::new(GetPluginMetadataResponse {
+            name: FLIP.into(),
+            version: "1".into(),
+            ..Default::default()
+        }))
+    }
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        Ok(Response::new(GetPluginCapabilitiesResponse::default()))
+    }
+    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+        Ok(Response::new(ProbeResponse {
+            ready: self.0.load(Ordering::SeqCst),
+        }))
+    }
+}
+
+type Served = (oneshot::Sender<()>, JoinHandle<Result<(), ServeError>>);
+
+fn serve<I: identity_server::Identity>(server: PluginServer<I>, dir: &std::path::Path, name: &str) -> Served {
+    let listener = PluginListener::bind_unix(dir, name).unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(server.serve(listener, async {
+        let _ = stopped.await;
+    }));
+    (stop, task)
+}
+
+fn client(dir: &std::path::Path, name: &str, socket: &str) -> PluginClient {
+    let options = ClientOptions {
+        call_timeout: Duration::from_secs(2),
+        connect_timeout: Duration::from_secs(1),
+        ..ClientOptions::default()
+    };
+    PluginClient::connect(name, Transport::Unix { path: dir.join(socket) }, &options).unwrap()
+}
+
+fn registry() -> Registry {
+    Registry::new(RegistryOptions {
+        probe_interval: Duration::from_millis(30),
+    })
+}
+
+async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never happened: {what}");
+}
+
+#[tokio::test]
+async fn a_ready_plugin_is_routable_by_name_capability_and_lifecycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let _hello = serve(cnpg_i_hello_world::server(), dir.path(), HELLO);
+    let registry = registry();
+    registry.add("static", client(dir.path(), HELLO, HELLO)).await.unwrap();
+
+    let routable = registry.get(HELLO).unwrap();
+    assert_eq!(routable.info.metadata.name, HELLO);
+    let names = |list: Vec<cnpgi_operator::registry::Routable>| {
+        list.into_iter().map(|r| r.info.metadata.name).collect::<Vec<_>>()
+    };
+    assert_eq!(names(registry.with_operator_rpc(RpcType::MutateCluster)), [HELLO]);
+    assert!(registry.with_operator_rpc(RpcType::Deregister).is_empty());
+    assert_eq!(
+        names(registry.matching_lifecycle("", "Pod", Operation::Create)),
+        [HELLO]
+    );
+    assert!(registry.matching_lifecycle("", "Service", Operation::Create).is_empty());
+    assert_eq!(
+        registry.get("missing.example.com").unwrap_err(),
+        RoutingError::Unknown {
+            name: "missing.example.com".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_name_found_by_two_sources_is_refused_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let _hello = serve(cnpg_i_hello_world::server(), dir.path(), HELLO);
+    let registry = registry();
+    registry
+        .add("service/cnpg-system/hello", client(dir.path(), HELLO, HELLO))
+        .await
+        .unwrap();
+    let err = registry
+        .add("socket-dir/plugins", client(dir.path(), HELLO, HELLO))
+        .await
+        .unwrap_err();
+    let RegistryError::Duplicate { existing_source, .. } = &err;
+    assert_eq!(existing_source, "service/cnpg-system/hello");
+    assert!(err.to_string().contains("socket-dir/plugins"), "{err}");
+    assert_eq!(registry.plugin(HELLO).unwrap().source(), "service/cnpg-system/hello");
+    // The same source may re-add it (rotation): the connection is rebuilt.
+    registry
+        .add("service/cnpg-system/hello", client(dir.path(), HELLO, HELLO))
+        .await
+        .unwrap();
+    assert!(registry.get(HELLO).is_ok());
+    // Only its source removes it.
+    assert!(!registry.remove(HELLO, "socket-dir/plugins"));
+    assert!(registry.remove(HELLO, "service/cnpg-system/hello"));
+    assert!(matches!(registry.get(HELLO), Err(RoutingError::Unknown { .. })));
+}
+
+#[tokio::test]
+async fn readiness_takes_a_plugin_out_of_routing_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = Arc::new(AtomicBool::new(false));
+    let _flip = serve(PluginServer::new(Flippable(ready.clone())), dir.path(), FLIP);
+    let registry = registry();
+    registry.add("static", client(dir.path(), FLIP, FLIP)).await.unwrap();
+
+    let err = registry.get(FLIP).unwrap_err();
+    assert!(err.to_string().contains("ready: false"), "{err}");
+    ready.store(true, Ordering::SeqCst);
+    eventually("plugin becomes routable", || registry.get(FLIP).is_ok()).await;
+    ready.store(false, Ordering::SeqCst);
+    eventually("plugin leaves routing", || registry.get(FLIP).is_err()).await;
+}
+
+#[tokio::test]
+async fn a_dead_plugin_leaves_routing_and_returns_with_a_fresh_probe() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stop, task) = serve(cnpg_i_hello_world::server(), dir.path(), HELLO);
+    let registry = registry();
+    let plugin = registry.add("static", client(dir.path(), HELLO, HELLO)).await.unwrap();
+    assert!(registry.get(HELLO).is_ok());
+
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    eventually("dead plugin leaves routing", || registry.get(HELLO).is_err()).await;
+    let Err(RoutingError::NotReady { reason, .. }) = registry.get(HELLO) else {
+        panic!("expected NotReady")
+    };
+    assert!(reason.contains("Unavailable"), "{reason}");
+
+    let _back = serve(cnpg_i_hello_world::server(), dir.path(), HELLO);
+    eventually("plugin routable again", || registry.get(HELLO).is_ok()).await;
+    assert!(plugin.client().connections() >= 2);
+}
+
+#[tokio::test]
+async fn a_plugin_with_another_name_is_never_routable() {
+    let dir = tempfile::tempdir().unwrap();
+    let _hello = serve(cnpg_i_hello_world::server(), dir.path(), HELLO);
+    let registry = registry();
+    // Found as "impostor.example.com" (e.g. a Service label), serving hello-world.
+    registry
+        .add("static", client(dir.path(), "impostor.example.com", HELLO))
+        .await
+        .unwrap();
+    let err = registry.get("impostor.example.com").unwrap_err().to_string();
+    assert!(err.contains("calls itself") && err.contains(HELLO), "{err}");
+}
