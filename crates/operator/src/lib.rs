@@ -28,5 +28,6 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod discovery;
 pub mod probe;
 pub mod registry;

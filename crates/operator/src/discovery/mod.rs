@@ -1,0 +1,30 @@
+//! Where plugins come from.
+//!
+//! Every source implements [`DiscoverySource`]: it runs for the life of the
+//! operator and keeps the [`Registry`] in step with what it sees, through
+//! [`Registry::add`] and [`Registry::remove`] only. Routing code reads the
+//! registry and never knows which source found a plugin.
+//!
+//! * [`static_list::StaticList`]: a fixed list of plugins, for local runs and tests;
+//! * [`socket_dir::SocketDirectory`]: sidecar plugins' Unix sockets in a directory
+//!   (`/plugins` by default), rescanned when it changes.
+
+use std::{future::Future, pin::Pin, sync::Arc};
+
+use crate::registry::Registry;
+
+pub mod socket_dir;
+pub mod static_list;
+
+/// A future a discovery source runs until the operator stops.
+pub type DiscoveryFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A place plugins are found.
+pub trait DiscoverySource: Send + 'static {
+    /// How the source names itself in logs and as the registry's `source`
+    /// (e.g. `socket-dir:/plugins`).
+    fn name(&self) -> String;
+
+    /// Keeps `registry` in step with this source until cancelled (dropped).
+    fn run(self: Box<Self>, registry: Arc<Registry>) -> DiscoveryFuture;
+}

@@ -1,0 +1,143 @@
+//! A fixed list of plugins, given on the command line or in code.
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use cnpgi_tls::pem;
+
+use super::{DiscoveryFuture, DiscoverySource};
+use crate::{
+    client::{ClientError, ClientOptions, PluginClient, TlsTransport, Transport},
+    registry::Registry,
+};
+
+/// How to reach one statically configured plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StaticAddress {
+    /// `unix:///path/to/socket`.
+    Unix(PathBuf),
+    /// `https://host:port` with mutual TLS, credentials read from files.
+    Tls {
+        /// `host:port`.
+        address: String,
+        /// Name to verify in the server certificate.
+        server_name: String,
+        /// PEM certificate presented to the plugin.
+        client_cert: PathBuf,
+        /// Its PEM key.
+        client_key: PathBuf,
+        /// The plugin's pinned PEM server certificate (or its CA).
+        server_cert: PathBuf,
+    },
+}
+
+/// One statically configured plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticPlugin {
+    /// The plugin name (must equal its metadata name).
+    pub name: String,
+    /// Where it is.
+    pub address: StaticAddress,
+}
+
+/// Why a static plugin could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum StaticError {
+    /// A credentials file is unusable.
+    #[error("plugin {plugin}: {source}")]
+    Tls {
+        /// The plugin.
+        plugin: String,
+        /// What was wrong.
+        source: cnpgi_tls::TlsError,
+    },
+    /// The client could not be created.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl StaticPlugin {
+    /// Reads the credentials and creates the client.
+    pub fn client(&self, options: &ClientOptions) -> Result<PluginClient, StaticError> {
+        let transport = match &self.address {
+            StaticAddress::Unix(path) => Transport::Unix { path: path.clone() },
+            StaticAddress::Tls {
+                address,
+                server_name,
+                client_cert,
+                client_key,
+                server_cert,
+            } => {
+                let tls = |source| StaticError::Tls {
+                    plugin: self.name.clone(),
+                    source,
+                };
+                Transport::Tls(TlsTransport {
+                    address: address.clone(),
+                    server_name: server_name.clone(),
+                    client_cert: pem::read_certificates(client_cert, "client certificate").map_err(tls)?,
+                    client_key: pem::read_private_key(client_key, "client key").map_err(tls)?,
+                    server_cert: pem::read_certificates(server_cert, "server certificate").map_err(tls)?,
+                })
+            }
+        };
+        Ok(PluginClient::connect(&self.name, transport, options)?)
+    }
+}
+
+/// A fixed list of plugins. A plugin whose credentials cannot be read is
+/// logged and retried every `retry_interval` (the files may appear later).
+#[derive(Debug, Clone)]
+pub struct StaticList {
+    /// The plugins.
+    pub plugins: Vec<StaticPlugin>,
+    /// Client tunables.
+    pub options: ClientOptions,
+    /// Delay between attempts for a plugin that could not be set up. Default 10 s.
+    pub retry_interval: Duration,
+}
+
+impl StaticList {
+    /// A list with default options.
+    pub fn new(plugins: Vec<StaticPlugin>) -> Self {
+        Self {
+            plugins,
+            options: ClientOptions::default(),
+            retry_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+impl DiscoverySource for StaticList {
+    fn name(&self) -> String {
+        "static".to_owned()
+    }
+
+    fn run(self: Box<Self>, registry: Arc<Registry>) -> DiscoveryFuture {
+        Box::pin(async move {
+            let source = self.name();
+            let mut pending = self.plugins.clone();
+            loop {
+                let mut failed = Vec::new();
+                for plugin in pending {
+                    let added = match plugin.client(&self.options) {
+                        Ok(client) => registry
+                            .add(&source, client)
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| e.to_string()),
+                        Err(error) => Err(error.to_string()),
+                    };
+                    if let Err(error) = added {
+                        tracing::error!(plugin = %plugin.name, %error, "cannot register static plugin; will retry");
+                        failed.push(plugin);
+                    }
+                }
+                if failed.is_empty() {
+                    return std::future::pending().await;
+                }
+                pending = failed;
+                tokio::time::sleep(self.retry_interval).await;
+            }
+        })
+    }
+}
