@@ -7,12 +7,15 @@
 //!
 //! * [`static_list::StaticList`]: a fixed list of plugins, for local runs and tests;
 //! * [`socket_dir::SocketDirectory`]: sidecar plugins' Unix sockets in a directory
-//!   (`/plugins` by default), rescanned when it changes.
+//!   (`/plugins` by default), rescanned when it changes;
+//! * [`kubernetes::KubernetesServices`]: plugin Services in the operator's
+//!   namespace, watched, with their certificate Secrets.
 
 use std::{future::Future, pin::Pin, sync::Arc};
 
 use crate::registry::Registry;
 
+pub mod kubernetes;
 pub mod socket_dir;
 pub mod static_list;
 

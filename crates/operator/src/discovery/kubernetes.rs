@@ -1,0 +1,680 @@
+//! Remote plugins behind Kubernetes Services, as CloudNativePG finds them.
+//!
+//! A Service in the operator's namespace is a plugin when it carries the
+//! label `cnpg.io/pluginName` and the annotations `cnpg.io/pluginClientSecret`,
+//! `cnpg.io/pluginServerSecret` and `cnpg.io/pluginPort` (and optionally
+//! `cnpg.io/pluginServerName`). The operator dials
+//! `<service>.<namespace>.svc:<port>` with the client Secret's certificate,
+//! trusting the server Secret's `tls.crt` for the server name.
+//!
+//! Services and Secrets are watched. [`ServiceCatalog`] holds what the
+//! watches saw and computes, without any Kubernetes call, what each plugin
+//! Service asks for ([`ServiceCatalog::desired`]); [`KubernetesServices`]
+//! feeds it watch events and applies the difference to the registry: a new
+//! Service is connected, a deleted one forgotten, and a change of the Service
+//! or of either Secret rebuilds the connection. A Service that is not
+//! usable (missing annotation, bad port, missing Secret, bad PEM) is logged,
+//! reported as an Event on the Service, and retried; other plugins carry on.
+
+use std::{
+    collections::{BTreeMap, hash_map::DefaultHasher},
+    hash::{Hash, Hasher},
+    path::Path,
+    sync::Arc,
+    time::Duration,
+};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{
+        WatchStreamExt,
+        events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        watcher,
+    },
+};
+
+use super::{DiscoveryFuture, DiscoverySource};
+use crate::{
+    client::{ClientOptions, PluginClient, TlsTransport, Transport},
+    registry::Registry,
+};
+
+/// Label naming the plugin a Service exposes.
+pub const PLUGIN_NAME_LABEL: &str = "cnpg.io/pluginName";
+/// Annotation naming the Secret with the certificate the operator presents.
+pub const CLIENT_SECRET_ANNOTATION: &str = "cnpg.io/pluginClientSecret";
+/// Annotation naming the Secret with the plugin's server certificate.
+pub const SERVER_SECRET_ANNOTATION: &str = "cnpg.io/pluginServerSecret";
+/// Annotation with the plugin's port number.
+pub const PORT_ANNOTATION: &str = "cnpg.io/pluginPort";
+/// Optional annotation with the name to verify in the server certificate.
+pub const SERVER_NAME_ANNOTATION: &str = "cnpg.io/pluginServerName";
+
+/// What a plugin Service asks for, read from its label and annotations.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PluginService {
+    /// The plugin name (label value).
+    pub plugin: String,
+    /// The Service name.
+    pub service: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// The port to dial.
+    pub port: u16,
+    /// Secret with the client certificate and key.
+    pub client_secret: String,
+    /// Secret with the pinned server certificate.
+    pub server_secret: String,
+    /// Name to verify in the server certificate.
+    pub server_name: String,
+}
+
+/// Why a plugin Service cannot be used (yet).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServiceError {
+    /// A required annotation is missing or empty.
+    #[error("plugin Service {service} is missing the annotation {annotation}")]
+    MissingAnnotation {
+        /// The Service.
+        service: String,
+        /// The annotation.
+        annotation: &'static str,
+    },
+    /// The port annotation is not a port number.
+    #[error("plugin Service {service} has {PORT_ANNOTATION}={value:?}, which is not a port number")]
+    BadPort {
+        /// The Service.
+        service: String,
+        /// The annotation value.
+        value: String,
+    },
+    /// A referenced Secret does not exist (yet).
+    #[error("plugin Service {service}: Secret {secret} does not exist")]
+    MissingSecret {
+        /// The Service.
+        service: String,
+        /// The Secret.
+        secret: String,
+    },
+    /// A Secret lacks a key or holds unusable PEM.
+    #[error("plugin Service {service}: Secret {secret}: {reason}")]
+    BadSecret {
+        /// The Service.
+        service: String,
+        /// The Secret.
+        secret: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl PluginService {
+    /// Reads a Service: `Ok(None)` when it is not a plugin Service (no label).
+    pub fn from_service(service: &Service) -> Result<Option<Self>, ServiceError> {
+        let Some(plugin) = service.labels().get(PLUGIN_NAME_LABEL).filter(|v| !v.is_empty()) else {
+            return Ok(None);
+        };
+        let name = service.name_any();
+        let annotations = service.annotations();
+        let required = |annotation: &'static str| {
+            annotations
+                .get(annotation)
+                .filter(|v| !v.is_empty())
+                .cloned()
+                .ok_or_else(|| ServiceError::MissingAnnotation {
+                    service: name.clone(),
+                    annotation,
+                })
+        };
+        let client_secret = required(CLIENT_SECRET_ANNOTATION)?;
+        let server_secret = required(SERVER_SECRET_ANNOTATION)?;
+        let port_value = required(PORT_ANNOTATION)?;
+        let port = port_value
+            .trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| ServiceError::BadPort {
+                service: name.clone(),
+                value: port_value.clone(),
+            })?;
+        let server_name = annotations
+            .get(SERVER_NAME_ANNOTATION)
+            .filter(|v| !v.is_empty())
+            .cloned()
+            .unwrap_or_else(|| name.clone());
+        Ok(Some(Self {
+            plugin: plugin.clone(),
+            namespace: service.namespace().unwrap_or_default(),
+            service: name,
+            port,
+            client_secret,
+            server_secret,
+            server_name,
+        }))
+    }
+
+    /// `<service>.<namespace>.svc:<port>`: fully qualified, so that
+    /// `NO_PROXY` patterns match.
+    pub fn address(&self) -> String {
+        format!("{}.{}.svc:{}", self.service, self.namespace, self.port)
+    }
+
+    /// The TLS transport from the two Secrets' contents.
+    pub fn transport(&self, client_secret: &Secret, server_secret: &Secret) -> Result<TlsTransport, ServiceError> {
+        let key = |secret: &Secret, secret_name: &str, key: &str| {
+            secret
+                .data
+                .as_ref()
+                .and_then(|data| data.get(key))
+                .map(|bytes| bytes.0.clone())
+                .ok_or_else(|| ServiceError::BadSecret {
+                    service: self.service.clone(),
+                    secret: secret_name.to_owned(),
+                    reason: format!("no {key} key"),
+                })
+        };
+        let bad = |secret: &str| {
+            let service = self.service.clone();
+            let secret = secret.to_owned();
+            move |e: cnpgi_tls::TlsError| ServiceError::BadSecret {
+                service,
+                secret,
+                reason: e.to_string(),
+            }
+        };
+        let client_path = format!("secret {}/{}", self.namespace, self.client_secret);
+        let server_path = format!("secret {}/{}", self.namespace, self.server_secret);
+        Ok(TlsTransport {
+            address: self.address(),
+            server_name: self.server_name.clone(),
+            client_cert: cnpgi_tls::pem::parse_certificates(
+                &key(client_secret, &self.client_secret, "tls.crt")?,
+                Path::new(&client_path),
+                "tls.crt",
+            )
+            .map_err(bad(&self.client_secret))?,
+            client_key: cnpgi_tls::pem::parse_private_key(
+                &key(client_secret, &self.client_secret, "tls.key")?,
+                Path::new(&client_path),
+                "tls.key",
+            )
+            .map_err(bad(&self.client_secret))?,
+            server_cert: cnpgi_tls::pem::parse_certificates(
+                &key(server_secret, &self.server_secret, "tls.crt")?,
+                Path::new(&server_path),
+                "tls.crt",
+            )
+            .map_err(bad(&self.server_secret))?,
+        })
+    }
+}
+
+/// A plugin Service ready to be connected, and a fingerprint of everything
+/// the connection depends on (Service fields and both Secrets' data).
+#[derive(Debug)]
+pub struct Desired {
+    /// What the Service asks for.
+    pub spec: PluginService,
+    /// Changes whenever the connection must be rebuilt.
+    pub fingerprint: u64,
+    /// The TLS transport.
+    pub transport: TlsTransport,
+}
+
+/// Services and Secrets as last seen by the watches.
+#[derive(Debug, Default)]
+pub struct ServiceCatalog {
+    services: Listed<Service>,
+    secrets: Listed<Secret>,
+}
+
+/// Objects of one kind; a relist is buffered and swapped in when complete,
+/// so that a restarted watch does not make every plugin vanish for a moment.
+#[derive(Debug)]
+struct Listed<K> {
+    current: BTreeMap<String, K>,
+    relisting: Option<BTreeMap<String, K>>,
+}
+
+impl<K> Default for Listed<K> {
+    fn default() -> Self {
+        Self {
+            current: BTreeMap::new(),
+            relisting: None,
+        }
+    }
+}
+
+impl<K: ResourceExt> Listed<K> {
+    fn apply(&mut self, event: watcher::Event<K>) {
+        match event {
+            watcher::Event::Init => self.relisting = Some(BTreeMap::new()),
+            watcher::Event::InitApply(object) => {
+                self.relisting
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(object.name_any(), object);
+            }
+            // What the relist did not return is gone.
+            watcher::Event::InitDone => self.current = self.relisting.take().unwrap_or_default(),
+            watcher::Event::Apply(object) => {
+                self.current.insert(object.name_any(), object);
+            }
+            watcher::Event::Delete(object) => {
+                self.current.remove(&object.name_any());
+            }
+        }
+    }
+}
+
+impl ServiceCatalog {
+    /// Applies a Service watch event.
+    pub fn apply_service(&mut self, event: watcher::Event<Service>) {
+        self.services.apply(event);
+    }
+
+    /// Applies a Secret watch event.
+    pub fn apply_secret(&mut self, event: watcher::Event<Secret>) {
+        self.secrets.apply(event);
+    }
+
+    /// Every plugin Service, by Service name: ready to connect, or why not.
+    pub fn desired(&self) -> BTreeMap<String, Result<Desired, ServiceError>> {
+        let mut desired = BTreeMap::new();
+        for (name, service) in &self.services.current {
+            let result = match PluginService::from_service(service) {
+                Ok(None) => continue,
+                Ok(Some(spec)) => self.resolve(spec),
+                Err(error) => Err(error),
+            };
+            desired.insert(name.clone(), result);
+        }
+        desired
+    }
+
+    fn resolve(&self, spec: PluginService) -> Result<Desired, ServiceError> {
+        let secret = |name: &str| {
+            self.secrets
+                .current
+                .get(name)
+                .ok_or_else(|| ServiceError::MissingSecret {
+                    service: spec.service.clone(),
+                    secret: name.to_owned(),
+                })
+        };
+        let client_secret = secret(&spec.client_secret)?;
+        let server_secret = secret(&spec.server_secret)?;
+        let transport = spec.transport(client_secret, server_secret)?;
+        let mut hasher = DefaultHasher::new();
+        spec.hash(&mut hasher);
+        for secret in [client_secret, server_secret] {
+            if let Some(data) = &secret.data {
+                for (key, value) in data {
+                    key.hash(&mut hasher);
+                    value.0.hash(&mut hasher);
+                }
+            }
+        }
+        Ok(Desired {
+            fingerprint: hasher.finish(),
+            spec,
+            transport,
+        })
+    }
+
+    /// The Service named `name`, if seen.
+    pub fn service(&self, name: &str) -> Option<&Service> {
+        self.services.current.get(name)
+    }
+}
+
+/// Watches plugin Services (and their Secrets) in one namespace.
+pub struct KubernetesServices {
+    client: Client,
+    namespace: String,
+    options: ClientOptions,
+    reporter: Reporter,
+    /// How often Services in error are retried when no event arrives. Default 30 s.
+    pub retry_interval: Duration,
+    /// Addresses to dial instead of `<service>.<namespace>.svc:<port>`, keyed
+    /// by that address: for an operator running outside the cluster (e.g.
+    /// through `kubectl port-forward`). The server name verified is unchanged.
+    pub dial_overrides: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for KubernetesServices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubernetesServices")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubernetesServices {
+    /// Watches `namespace` (the operator's own) with `client`; Events are
+    /// reported as `controller`.
+    pub fn new(client: Client, namespace: &str, controller: &str, options: ClientOptions) -> Self {
+        Self {
+            client,
+            namespace: namespace.to_owned(),
+            options,
+            reporter: Reporter {
+                controller: controller.to_owned(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+            retry_interval: Duration::from_secs(30),
+            dial_overrides: BTreeMap::new(),
+        }
+    }
+}
+
+/// What the source registered, by Service name.
+#[derive(Debug, Default)]
+struct Applied {
+    registered: BTreeMap<String, (String, u64)>,
+    reported: BTreeMap<String, String>,
+}
+
+// Boxed: a Service is large, and every input moves through the merged stream.
+enum Input {
+    Service(Box<Result<watcher::Event<Service>, watcher::Error>>),
+    Secret(Result<watcher::Event<Secret>, watcher::Error>),
+    Retry,
+}
+
+impl DiscoverySource for KubernetesServices {
+    fn name(&self) -> String {
+        format!("kubernetes-services:{}", self.namespace)
+    }
+
+    fn run(self: Box<Self>, registry: Arc<Registry>) -> DiscoveryFuture {
+        Box::pin(async move {
+            let services: Api<Service> = Api::namespaced(self.client.clone(), &self.namespace);
+            let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+            let service_events = watcher(services, watcher::Config::default().labels(PLUGIN_NAME_LABEL))
+                .default_backoff()
+                .map(|event| Input::Service(Box::new(event)));
+            let secret_events = watcher(secrets, watcher::Config::default())
+                .default_backoff()
+                .map(Input::Secret);
+            let retries = futures_util::stream::unfold(self.retry_interval, |interval| async move {
+                tokio::time::sleep(interval).await;
+                Some((Input::Retry, interval))
+            });
+            let mut inputs = std::pin::pin!(futures_util::stream::select(
+                futures_util::stream::select(service_events, secret_events),
+                retries,
+            ));
+            let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+            let mut catalog = ServiceCatalog::default();
+            let mut applied = Applied::default();
+            let source = self.name();
+            while let Some(input) = inputs.next().await {
+                match input {
+                    Input::Service(event) => match *event {
+                        Ok(event) => catalog.apply_service(event),
+                        Err(error) => {
+                            tracing::warn!(%error, "Kubernetes watch of Services failed; retrying with backoff");
+                            continue;
+                        }
+                    },
+                    Input::Secret(Ok(event)) => catalog.apply_secret(event),
+                    Input::Secret(Err(error)) => {
+                        tracing::warn!(%error, "Kubernetes watch of Secrets failed; retrying with backoff");
+                        continue;
+                    }
+                    // Nothing changed, but Services in error get another attempt.
+                    Input::Retry if applied.reported.is_empty() => continue,
+                    Input::Retry => {}
+                }
+                sync(
+                    &catalog,
+                    &mut applied,
+                    &registry,
+                    &recorder,
+                    &source,
+                    &self.options,
+                    &self.dial_overrides,
+                )
+                .await;
+            }
+        })
+    }
+}
+
+/// Applies the difference between what the catalog asks for and what was
+/// registered; Services that failed before are attempted again.
+async fn sync(
+    catalog: &ServiceCatalog,
+    applied: &mut Applied,
+    registry: &Registry,
+    recorder: &Recorder,
+    source_prefix: &str,
+    options: &ClientOptions,
+    dial_overrides: &BTreeMap<String, String>,
+) {
+    let desired = catalog.desired();
+    let source = |service: &str| format!("{source_prefix}/{service}");
+
+    // Forget Services that are gone or no longer usable.
+    let stale: Vec<String> = applied
+        .registered
+        .keys()
+        .filter(|service| !matches!(desired.get(*service), Some(Ok(_))))
+        .cloned()
+        .collect();
+    for service in stale {
+        if let Some((plugin, _)) = applied.registered.remove(&service) {
+            registry.remove(&plugin, &source(&service));
+        }
+    }
+    applied.reported.retain(|service, _| desired.contains_key(service));
+
+    for (service, wanted) in desired {
+        let outcome = match wanted {
+            Err(error) => Err(error.to_string()),
+            Ok(wanted) => {
+                let current = applied.registered.get(&service);
+                if current.is_some_and(|(plugin, fp)| *plugin == wanted.spec.plugin && *fp == wanted.fingerprint) {
+                    Ok(())
+                } else {
+                    if let Some((old_plugin, _)) = current
+                        && *old_plugin != wanted.spec.plugin
+                    {
+                        registry.remove(old_plugin, &source(&service));
+                    }
+                    let plugin = wanted.spec.plugin.clone();
+                    let mut transport = wanted.transport;
+                    if let Some(address) = dial_overrides.get(&transport.address) {
+                        transport.address = address.clone();
+                    }
+                    match PluginClient::connect(&plugin, Transport::Tls(transport), options) {
+                        Err(error) => Err(error.to_string()),
+                        Ok(client) => match registry.add(&source(&service), client).await {
+                            Ok(_) => {
+                                applied.registered.insert(service.clone(), (plugin, wanted.fingerprint));
+                                Ok(())
+                            }
+                            Err(error) => Err(error.to_string()),
+                        },
+                    }
+                }
+            }
+        };
+        match outcome {
+            Ok(()) => {
+                applied.reported.remove(&service);
+            }
+            Err(message) => {
+                if applied.reported.get(&service) != Some(&message) {
+                    tracing::error!(service, error = %message, "plugin Service cannot be used");
+                    if let Some(object) = catalog.service(&service) {
+                        report(recorder, object, &message).await;
+                    }
+                    applied.reported.insert(service, message);
+                }
+            }
+        }
+    }
+}
+
+async fn report(recorder: &Recorder, service: &Service, message: &str) {
+    let event = KubeEvent {
+        type_: EventType::Warning,
+        reason: "PluginUnusable".into(),
+        note: Some(message.chars().take(1000).collect()),
+        action: "DiscoverPlugin".into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &service.object_ref(&())).await {
+        tracing::warn!(%error, "cannot record an Event on the plugin Service");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::{ByteString, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+
+    use super::*;
+
+    fn service(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Service {
+        let map = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+        };
+        Service {
+            metadata: ObjectMeta {
+                name: Some("hello-world".into()),
+                namespace: Some("cnpg-system".into()),
+                labels: map(labels),
+                annotations: map(annotations),
+                ..ObjectMeta::default()
+            },
+            ..Service::default()
+        }
+    }
+
+    fn plugin_service(port: &str) -> Service {
+        service(
+            &[(PLUGIN_NAME_LABEL, "hello.example.com")],
+            &[
+                (CLIENT_SECRET_ANNOTATION, "client-tls"),
+                (SERVER_SECRET_ANNOTATION, "server-tls"),
+                (PORT_ANNOTATION, port),
+            ],
+        )
+    }
+
+    fn secret(name: &str, pairs: &[(&str, Vec<u8>)]) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), ByteString(v.clone())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        }
+    }
+
+    fn pem_pair() -> (Vec<u8>, Vec<u8>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["hello-world".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert.pem().into_bytes(), key.serialize_pem().into_bytes())
+    }
+
+    #[test]
+    fn reads_a_plugin_service_like_cloudnative_pg() {
+        let spec = PluginService::from_service(&plugin_service("9090")).unwrap().unwrap();
+        assert_eq!(spec.plugin, "hello.example.com");
+        assert_eq!(spec.address(), "hello-world.cnpg-system.svc:9090");
+        assert_eq!(spec.server_name, "hello-world", "defaults to the Service name");
+
+        let mut named = plugin_service("9090");
+        named
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(SERVER_NAME_ANNOTATION.into(), "plugin.example.com".into());
+        assert_eq!(
+            PluginService::from_service(&named).unwrap().unwrap().server_name,
+            "plugin.example.com"
+        );
+    }
+
+    #[test]
+    fn unlabelled_services_are_not_plugins_and_broken_ones_say_why() {
+        assert_eq!(PluginService::from_service(&service(&[], &[])).unwrap(), None);
+        let err = PluginService::from_service(&service(&[(PLUGIN_NAME_LABEL, "p")], &[])).unwrap_err();
+        assert!(err.to_string().contains(CLIENT_SECRET_ANNOTATION), "{err}");
+        for bad in ["http", "0", "70000", ""] {
+            let err = PluginService::from_service(&plugin_service(bad)).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    ServiceError::BadPort { .. } | ServiceError::MissingAnnotation { .. }
+                ),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn catalog_needs_both_secrets_with_usable_pem_and_fingerprints_their_data() {
+        let (client_crt, client_key) = pem_pair();
+        let (server_crt, _) = pem_pair();
+        let mut catalog = ServiceCatalog::default();
+        catalog.apply_service(watcher::Event::Apply(plugin_service("9090")));
+        let desired = catalog.desired();
+        assert!(
+            matches!(&desired["hello-world"], Err(ServiceError::MissingSecret { secret, .. }) if secret == "client-tls")
+        );
+
+        catalog.apply_secret(watcher::Event::Apply(secret(
+            "client-tls",
+            &[("tls.crt", client_crt.clone()), ("tls.key", client_key.clone())],
+        )));
+        catalog.apply_secret(watcher::Event::Apply(secret(
+            "server-tls",
+            &[("tls.crt", b"garbage".to_vec())],
+        )));
+        let err = catalog.desired().remove("hello-world").unwrap().unwrap_err();
+        assert!(
+            err.to_string().contains("server-tls") && err.to_string().contains("not valid PEM"),
+            "{err}"
+        );
+
+        catalog.apply_secret(watcher::Event::Apply(secret("server-tls", &[("tls.crt", server_crt)])));
+        let first = catalog.desired().remove("hello-world").unwrap().unwrap();
+        assert_eq!(first.transport.address, "hello-world.cnpg-system.svc:9090");
+
+        // Rotation of the server certificate changes the fingerprint.
+        let (rotated, _) = pem_pair();
+        catalog.apply_secret(watcher::Event::Apply(secret("server-tls", &[("tls.crt", rotated)])));
+        let second = catalog.desired().remove("hello-world").unwrap().unwrap();
+        assert_ne!(first.fingerprint, second.fingerprint);
+
+        // A relist in progress changes nothing; once done, what it did not
+        // return is forgotten.
+        catalog.apply_service(watcher::Event::Init);
+        assert_eq!(catalog.desired().len(), 1);
+        catalog.apply_service(watcher::Event::InitDone);
+        assert!(catalog.desired().is_empty());
+    }
+}
