@@ -377,10 +377,10 @@ struct Applied {
     reported: BTreeMap<String, String>,
 }
 
-// Boxed: a Service is large, and every input moves through the merged stream.
+// Boxed: watch events are large, and every input moves through the merged stream.
 enum Input {
     Service(Box<Result<watcher::Event<Service>, watcher::Error>>),
-    Secret(Result<watcher::Event<Secret>, watcher::Error>),
+    Secret(Box<Result<watcher::Event<Secret>, watcher::Error>>),
     Retry,
 }
 
@@ -398,7 +398,7 @@ impl DiscoverySource for KubernetesServices {
                 .map(|event| Input::Service(Box::new(event)));
             let secret_events = watcher(secrets, watcher::Config::default())
                 .default_backoff()
-                .map(Input::Secret);
+                .map(|event| Input::Secret(Box::new(event)));
             let retries = futures_util::stream::unfold(self.retry_interval, |interval| async move {
                 tokio::time::sleep(interval).await;
                 Some((Input::Retry, interval))
@@ -420,11 +420,13 @@ impl DiscoverySource for KubernetesServices {
                             continue;
                         }
                     },
-                    Input::Secret(Ok(event)) => catalog.apply_secret(event),
-                    Input::Secret(Err(error)) => {
-                        tracing::warn!(%error, "Kubernetes watch of Secrets failed; retrying with backoff");
-                        continue;
-                    }
+                    Input::Secret(event) => match *event {
+                        Ok(event) => catalog.apply_secret(event),
+                        Err(error) => {
+                            tracing::warn!(%error, "Kubernetes watch of Secrets failed; retrying with backoff");
+                            continue;
+                        }
+                    },
                     // Nothing changed, but Services in error get another attempt.
                     Input::Retry if applied.reported.is_empty() => continue,
                     Input::Retry => {}
