@@ -110,6 +110,18 @@ pub enum ServiceError {
     },
 }
 
+impl ServiceError {
+    /// The Event reason for this error (`kubectl describe` shows it).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::MissingAnnotation { .. } => "PluginAnnotationMissing",
+            Self::BadPort { .. } => "PluginPortInvalid",
+            Self::MissingSecret { .. } => "PluginSecretMissing",
+            Self::BadSecret { .. } => "PluginSecretInvalid",
+        }
+    }
+}
+
 impl PluginService {
     /// Reads a Service: `Ok(None)` when it is not a plugin Service (no label).
     pub fn from_service(service: &Service) -> Result<Option<Self>, ServiceError> {
@@ -237,6 +249,7 @@ pub struct ServiceCatalog {
 struct Listed<K> {
     current: BTreeMap<String, K>,
     relisting: Option<BTreeMap<String, K>>,
+    listed: bool,
 }
 
 impl<K> Default for Listed<K> {
@@ -244,6 +257,7 @@ impl<K> Default for Listed<K> {
         Self {
             current: BTreeMap::new(),
             relisting: None,
+            listed: false,
         }
     }
 }
@@ -258,7 +272,10 @@ impl<K: ResourceExt> Listed<K> {
                     .insert(object.name_any(), object);
             }
             // What the relist did not return is gone.
-            watcher::Event::InitDone => self.current = self.relisting.take().unwrap_or_default(),
+            watcher::Event::InitDone => {
+                self.current = self.relisting.take().unwrap_or_default();
+                self.listed = true;
+            }
             watcher::Event::Apply(object) => {
                 self.current.insert(object.name_any(), object);
             }
@@ -278,6 +295,12 @@ impl ServiceCatalog {
     /// Applies a Secret watch event.
     pub fn apply_secret(&mut self, event: watcher::Event<Secret>) {
         self.secrets.apply(event);
+    }
+
+    /// Whether both Services and Secrets have been listed once. Before that,
+    /// a Service's Secret may only look missing.
+    pub fn is_complete(&self) -> bool {
+        self.services.listed && self.secrets.listed
     }
 
     /// Every plugin Service, by Service name: ready to connect, or why not.
@@ -431,6 +454,9 @@ impl DiscoverySource for KubernetesServices {
                     Input::Retry if applied.reported.is_empty() => continue,
                     Input::Retry => {}
                 }
+                if !catalog.is_complete() {
+                    continue;
+                }
                 sync(
                     &catalog,
                     &mut applied,
@@ -476,7 +502,7 @@ async fn sync(
 
     for (service, wanted) in desired {
         let outcome = match wanted {
-            Err(error) => Err(error.to_string()),
+            Err(error) => Err((error.reason(), error.to_string())),
             Ok(wanted) => {
                 let current = applied.registered.get(&service);
                 if current.is_some_and(|(plugin, fp)| *plugin == wanted.spec.plugin && *fp == wanted.fingerprint) {
@@ -493,13 +519,13 @@ async fn sync(
                         transport.address = address.clone();
                     }
                     match PluginClient::connect(&plugin, Transport::Tls(transport), options) {
-                        Err(error) => Err(error.to_string()),
+                        Err(error) => Err(("PluginClientInvalid", error.to_string())),
                         Ok(client) => match registry.add(&source(&service), client).await {
                             Ok(_) => {
                                 applied.registered.insert(service.clone(), (plugin, wanted.fingerprint));
                                 Ok(())
                             }
-                            Err(error) => Err(error.to_string()),
+                            Err(error) => Err(("PluginNameDuplicate", error.to_string())),
                         },
                     }
                 }
@@ -509,11 +535,11 @@ async fn sync(
             Ok(()) => {
                 applied.reported.remove(&service);
             }
-            Err(message) => {
+            Err((reason, message)) => {
                 if applied.reported.get(&service) != Some(&message) {
-                    tracing::error!(service, error = %message, "plugin Service cannot be used");
+                    tracing::error!(service, reason, error = %message, "plugin Service cannot be used");
                     if let Some(object) = catalog.service(&service) {
-                        report(recorder, object, &message).await;
+                        report(recorder, object, reason, &message).await;
                     }
                     applied.reported.insert(service, message);
                 }
@@ -522,10 +548,13 @@ async fn sync(
     }
 }
 
-async fn report(recorder: &Recorder, service: &Service, message: &str) {
+/// Records a Warning Event on the Service. Each kind of problem has its own
+/// reason: the recorder folds repeated Events with the same reason into a
+/// series, which would hide a new problem behind an old one.
+async fn report(recorder: &Recorder, service: &Service, reason: &str, message: &str) {
     let event = KubeEvent {
         type_: EventType::Warning,
-        reason: "PluginUnusable".into(),
+        reason: reason.into(),
         note: Some(message.chars().take(1000).collect()),
         action: "DiscoverPlugin".into(),
         secondary: None,
@@ -642,6 +671,11 @@ mod tests {
         let (client_crt, client_key) = pem_pair();
         let (server_crt, _) = pem_pair();
         let mut catalog = ServiceCatalog::default();
+        assert!(!catalog.is_complete());
+        catalog.apply_service(watcher::Event::InitDone);
+        assert!(!catalog.is_complete(), "Secrets not listed yet");
+        catalog.apply_secret(watcher::Event::InitDone);
+        assert!(catalog.is_complete());
         catalog.apply_service(watcher::Event::Apply(plugin_service("9090")));
         let desired = catalog.desired();
         assert!(
