@@ -34,6 +34,9 @@ use cnpgi_tls::{
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Channel, Endpoint};
+use tracing::Instrument;
+
+use crate::metrics::Metrics;
 
 /// How to reach a plugin.
 #[derive(Debug)]
@@ -84,6 +87,8 @@ pub struct ClientOptions {
     pub keepalive_interval: Duration,
     /// How long a ping may go unanswered before the connection is dropped. Default 10 s.
     pub keepalive_timeout: Duration,
+    /// Where calls are counted and timed.
+    pub metrics: Metrics,
 }
 
 impl Default for ClientOptions {
@@ -93,6 +98,7 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(10),
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
+            metrics: Metrics::default(),
         }
     }
 }
@@ -125,7 +131,7 @@ pub enum ClientError {
 pub struct PluginClient {
     name: Arc<str>,
     address: Arc<str>,
-    channel: Channel,
+    channel: InstrumentedChannel,
     call_timeout: Duration,
     connections: Arc<AtomicU64>,
 }
@@ -171,10 +177,15 @@ impl PluginClient {
                 connections: connections.clone(),
             }),
         };
+        let name: Arc<str> = name.into();
         Ok(Self {
-            name: name.into(),
+            channel: InstrumentedChannel {
+                inner: channel,
+                plugin: name.clone(),
+                metrics: options.metrics.clone(),
+            },
+            name,
             address: address.into(),
-            channel,
             call_timeout: options.call_timeout,
             connections,
         })
@@ -204,18 +215,96 @@ impl PluginClient {
     }
 
     /// An Identity client on the shared channel.
-    pub fn identity(&self) -> IdentityClient<Channel> {
+    pub fn identity(&self) -> IdentityClient<InstrumentedChannel> {
         IdentityClient::new(self.channel.clone())
     }
 
     /// An Operator client on the shared channel.
-    pub fn operator(&self) -> OperatorClient<Channel> {
+    pub fn operator(&self) -> OperatorClient<InstrumentedChannel> {
         OperatorClient::new(self.channel.clone())
     }
 
     /// An OperatorLifecycle client on the shared channel.
-    pub fn lifecycle(&self) -> OperatorLifecycleClient<Channel> {
+    pub fn lifecycle(&self) -> OperatorLifecycleClient<InstrumentedChannel> {
         OperatorLifecycleClient::new(self.channel.clone())
+    }
+}
+
+/// The shared channel, with a tracing span (carrying the plugin name) and
+/// metrics around every call.
+#[derive(Debug, Clone)]
+pub struct InstrumentedChannel {
+    inner: Channel,
+    plugin: Arc<str>,
+    metrics: Metrics,
+}
+
+/// `/cnpgi.operator.v1.Operator/MutateCluster` → `Operator/MutateCluster`.
+fn short_method(path: &str) -> &str {
+    let path = path.trim_start_matches('/');
+    match path.split_once('/') {
+        Some((service, _)) => match service.rfind('.') {
+            Some(dot) => &path[dot + 1..],
+            None => path,
+        },
+        None => path,
+    }
+}
+
+impl tower_service::Service<http::Request<tonic::body::Body>> for InstrumentedChannel {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = tonic::transport::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        tower_service::Service::poll_ready(&mut self.inner, cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let method = short_method(request.uri().path()).to_owned();
+        let plugin = self.plugin.clone();
+        let metrics = self.metrics.clone();
+        let span = tracing::debug_span!("plugin_call", plugin = %plugin, method = %method);
+        let call = tower_service::Service::call(&mut self.inner, request);
+        Box::pin(
+            async move {
+                let started = std::time::Instant::now();
+                let result = call.await;
+                let code = match &result {
+                    // Failed unary calls come back as trailers-only responses,
+                    // with the status in the headers.
+                    Ok(response) => response
+                        .headers()
+                        .get("grpc-status")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<i32>().ok())
+                        .map(tonic::Code::from_i32)
+                        .filter(|code| *code != tonic::Code::Ok),
+                    Err(_) => Some(tonic::Code::Unavailable),
+                };
+                let elapsed = started.elapsed();
+                metrics.record_call(&plugin, &method, elapsed, code);
+                match code {
+                    None => tracing::debug!(elapsed_ms = elapsed.as_secs_f64() * 1000.0, "plugin call succeeded"),
+                    Some(code) => tracing::debug!(?code, "plugin call failed"),
+                }
+                result
+            }
+            .instrument(span),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn short_method_names() {
+        assert_eq!(
+            super::short_method("/cnpgi.operator.v1.Operator/MutateCluster"),
+            "Operator/MutateCluster"
+        );
+        assert_eq!(super::short_method("/Svc/M"), "Svc/M");
+        assert_eq!(super::short_method("odd"), "odd");
     }
 }
 

@@ -9,7 +9,10 @@
 //!   call;
 //! * [`probe`]: the CNPG-I probing sequence and the capabilities it yields;
 //! * [`registry`]: the plugins known, their readiness, and routing lookups
-//!   (read it to see how a plugin goes from discovered to routable).
+//!   (read it to see how a plugin goes from discovered to routable);
+//! * [`discovery`]: where plugins come from (Kubernetes Services, a socket
+//!   directory, a static list), behind one trait;
+//! * [`metrics`]: Prometheus metrics of calls, readiness and discovery.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,5 +32,6 @@
 
 pub mod client;
 pub mod discovery;
+pub mod metrics;
 pub mod probe;
 pub mod registry;

@@ -38,6 +38,7 @@ use tokio::task::JoinHandle;
 
 use crate::{
     client::PluginClient,
+    metrics::Metrics,
     probe::{PluginInfo, is_ready, probe},
 };
 
@@ -46,12 +47,15 @@ use crate::{
 pub struct RegistryOptions {
     /// How often each plugin's `Probe` is asked. Default 10 s.
     pub probe_interval: Duration,
+    /// Where plugin readiness is published.
+    pub metrics: Metrics,
 }
 
 impl Default for RegistryOptions {
     fn default() -> Self {
         Self {
             probe_interval: Duration::from_secs(10),
+            metrics: Metrics::default(),
         }
     }
 }
@@ -117,6 +121,7 @@ impl PluginState {
 pub struct Plugin {
     client: PluginClient,
     source: String,
+    metrics: Metrics,
     state: RwLock<PluginState>,
     watcher: RwLock<Option<JoinHandle<()>>>,
 }
@@ -170,6 +175,7 @@ impl Plugin {
         let was_routable = state.is_routable();
         change(&mut state);
         let routable = state.is_routable();
+        self.metrics.set_ready(self.name(), routable);
         if was_routable != routable {
             if routable {
                 tracing::info!(
@@ -264,6 +270,7 @@ impl Registry {
         let plugin = Arc::new(Plugin {
             client,
             source: source.to_owned(),
+            metrics: self.options.metrics.clone(),
             state: RwLock::default(),
             watcher: RwLock::default(),
         });
@@ -297,6 +304,11 @@ impl Registry {
         Ok(plugin)
     }
 
+    /// The options the registry was created with.
+    pub fn options(&self) -> &RegistryOptions {
+        &self.options
+    }
+
     /// Forgets the plugin `name` if `source` registered it; returns whether it did.
     pub fn remove(&self, name: &str, source: &str) -> bool {
         let mut plugins = self.plugins.write().unwrap_or_else(PoisonError::into_inner);
@@ -304,6 +316,7 @@ impl Registry {
             Some(plugin) if plugin.source == source => {
                 plugin.stop();
                 plugins.remove(name);
+                self.options.metrics.forget(name);
                 tracing::info!(plugin = name, source, "plugin forgotten");
                 true
             }

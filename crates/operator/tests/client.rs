@@ -170,7 +170,9 @@ async fn a_thousand_concurrent_calls_share_one_connection() {
     let plugin = TestPlugin::start_tls(cnpg_i_hello_world::server()).await.unwrap();
     let certs = plugin.certificates().unwrap();
     let transport = tls_transport(plugin.address().to_owned(), &certs.server_name, certs);
-    let client = Arc::new(PluginClient::connect(PLUGIN, transport, &ClientOptions::default()).unwrap());
+    let options = ClientOptions::default();
+    let metrics = options.metrics.clone();
+    let client = Arc::new(PluginClient::connect(PLUGIN, transport, &options).unwrap());
     probe(&client).await.unwrap();
     let calls: Vec<_> = (0..1000)
         .map(|_| {
@@ -182,6 +184,8 @@ async fn a_thousand_concurrent_calls_share_one_connection() {
         assert!(call.await.unwrap().unwrap());
     }
     assert_eq!(client.connections(), 1, "every call must share the first connection");
+    assert_eq!(metrics.calls(PLUGIN, "Identity/Probe"), 1000);
+    assert_eq!(metrics.calls(PLUGIN, "Identity/GetPluginMetadata"), 1);
 }
 
 #[tokio::test]
@@ -189,7 +193,9 @@ async fn a_dead_plugin_fails_fast_and_is_reached_again_when_it_returns() {
     let dir = tempfile::tempdir().unwrap();
     let (stop, task) = serve(PluginListener::bind_unix(dir.path(), PLUGIN).unwrap());
     let path = dir.path().join(PLUGIN);
-    let client = PluginClient::connect(PLUGIN, Transport::Unix { path: path.clone() }, &options()).unwrap();
+    let options = options();
+    let metrics = options.metrics.clone();
+    let client = PluginClient::connect(PLUGIN, Transport::Unix { path: path.clone() }, &options).unwrap();
     probe(&client).await.unwrap();
 
     stop.send(()).unwrap();
@@ -206,6 +212,7 @@ async fn a_dead_plugin_fails_fast_and_is_reached_again_when_it_returns() {
     };
     assert_eq!(*code, tonic::Code::Unavailable, "{err}");
     assert!(err.to_string().contains(PLUGIN), "{err}");
+    assert_eq!(metrics.errors(PLUGIN, "Identity/Probe", tonic::Code::Unavailable), 1);
 
     let (_stop, _task) = serve(PluginListener::bind_unix(dir.path(), PLUGIN).unwrap());
     wait_until_ready(&client, &path).await;

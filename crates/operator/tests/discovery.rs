@@ -25,6 +25,7 @@ const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
 fn registry() -> Arc<Registry> {
     Arc::new(Registry::new(RegistryOptions {
         probe_interval: Duration::from_millis(30),
+        ..RegistryOptions::default()
     }))
 }
 

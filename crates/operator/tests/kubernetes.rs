@@ -236,6 +236,7 @@ async fn services_are_connected_repaired_rotated_and_forgotten() {
     );
     let registry = Arc::new(Registry::new(RegistryOptions {
         probe_interval: Duration::from_millis(50),
+        ..RegistryOptions::default()
     }));
     let discovery = tokio::spawn(Box::new(source).run(registry.clone()));
 

@@ -84,7 +84,16 @@ fn client(dir: &std::path::Path, name: &str, socket: &str) -> PluginClient {
 fn registry() -> Registry {
     Registry::new(RegistryOptions {
         probe_interval: Duration::from_millis(30),
+        ..RegistryOptions::default()
     })
+}
+
+fn exported(metrics: &cnpgi_operator::metrics::Metrics) -> String {
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    text
 }
 
 async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
@@ -159,12 +168,15 @@ async fn readiness_takes_a_plugin_out_of_routing_and_back() {
     let ready = Arc::new(AtomicBool::new(false));
     let _flip = serve(PluginServer::new(Flippable(ready.clone())), dir.path(), FLIP);
     let registry = registry();
+    let registry_metrics = registry.options().metrics.clone();
     registry.add("static", client(dir.path(), FLIP, FLIP)).await.unwrap();
 
     let err = registry.get(FLIP).unwrap_err();
     assert!(err.to_string().contains("ready: false"), "{err}");
+    assert!(exported(&registry_metrics).contains("cnpgi_plugin_ready{plugin=\"flip.example.com\"} 0"));
     ready.store(true, Ordering::SeqCst);
     eventually("plugin becomes routable", || registry.get(FLIP).is_ok()).await;
+    assert!(exported(&registry_metrics).contains("cnpgi_plugin_ready{plugin=\"flip.example.com\"} 1"));
     ready.store(false, Ordering::SeqCst);
     eventually("plugin leaves routing", || registry.get(FLIP).is_err()).await;
 }

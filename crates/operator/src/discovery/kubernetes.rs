@@ -537,6 +537,7 @@ async fn sync(
             }
             Err((reason, message)) => {
                 if applied.reported.get(&service) != Some(&message) {
+                    options.metrics.discovery_error(source_prefix);
                     tracing::error!(service, reason, error = %message, "plugin Service cannot be used");
                     if let Some(object) = catalog.service(&service) {
                         report(recorder, object, reason, &message).await;

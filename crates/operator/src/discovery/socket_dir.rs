@@ -92,6 +92,7 @@ impl DiscoverySource for SocketDirectory {
                                 };
                                 if let Err(error) = added {
                                     tracing::error!(plugin = %name, %error, "cannot register socket plugin");
+                                    self.options.metrics.discovery_error(&source);
                                 }
                             }
                             known = found;
@@ -99,6 +100,7 @@ impl DiscoverySource for SocketDirectory {
                         }
                         Err(error) => {
                             tracing::error!(dir = %self.dir.display(), %error, "cannot list the plugin socket directory");
+                            self.options.metrics.discovery_error(&source);
                         }
                     }
                 }

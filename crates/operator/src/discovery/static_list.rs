@@ -129,6 +129,7 @@ impl DiscoverySource for StaticList {
                     };
                     if let Err(error) = added {
                         tracing::error!(plugin = %plugin.name, %error, "cannot register static plugin; will retry");
+                        self.options.metrics.discovery_error(&source);
                         failed.push(plugin);
                     }
                 }
