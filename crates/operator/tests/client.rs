@@ -228,3 +228,63 @@ async fn wait_until_ready(client: &PluginClient, path: &Path) {
     }
     panic!("plugin at {} never became reachable again", path.display());
 }
+
+/// A plugin whose `Probe` never answers.
+struct Hanging;
+
+#[tonic::async_trait]
+impl cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity for Hanging {
+    async fn get_plugin_metadata(
+        &self,
+        _: tonic::Request<cnpgi_pluginhelper::proto::identity::v1::GetPluginMetadataRequest>,
+    ) -> Result<tonic::Response<cnpgi_pluginhelper::proto::identity::v1::GetPluginMetadataResponse>, tonic::Status>
+    {
+        Ok(tonic::Response::new(
+            cnpgi_pluginhelper::proto::identity::v1::GetPluginMetadataResponse {
+                name: "hanging.example.com".into(),
+                ..Default::default()
+            },
+        ))
+    }
+    async fn get_plugin_capabilities(
+        &self,
+        _: tonic::Request<cnpgi_pluginhelper::proto::identity::v1::GetPluginCapabilitiesRequest>,
+    ) -> Result<tonic::Response<cnpgi_pluginhelper::proto::identity::v1::GetPluginCapabilitiesResponse>, tonic::Status>
+    {
+        Ok(tonic::Response::new(Default::default()))
+    }
+    async fn probe(
+        &self,
+        _: tonic::Request<cnpgi_pluginhelper::proto::identity::v1::ProbeRequest>,
+    ) -> Result<tonic::Response<cnpgi_pluginhelper::proto::identity::v1::ProbeResponse>, tonic::Status> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn a_hanging_plugin_hits_the_call_deadline() {
+    let plugin = TestPlugin::start_unix(cnpgi_pluginhelper::server::PluginServer::new(Hanging))
+        .await
+        .unwrap();
+    let path = plugin.address().trim_start_matches("unix://").into();
+    let options = ClientOptions {
+        call_timeout: Duration::from_millis(300),
+        ..ClientOptions::default()
+    };
+    let client = PluginClient::connect("hanging.example.com", Transport::Unix { path }, &options).unwrap();
+    probe(&client).await.unwrap();
+    let started = std::time::Instant::now();
+    let err = is_ready(&client).await.unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(5),
+        "{elapsed:?}"
+    );
+    let ProbeError::Rpc { code, .. } = &err else {
+        panic!("{err}")
+    };
+    assert!(
+        matches!(code, tonic::Code::DeadlineExceeded | tonic::Code::Cancelled),
+        "{err}"
+    );
+}
