@@ -11,9 +11,9 @@
 //! * [`kubernetes::KubernetesServices`]: plugin Services in the operator's
 //!   namespace, watched, with their certificate Secrets.
 
-use std::{future::Future, pin::Pin, sync::Arc};
+use std::{fmt::Display, future::Future, pin::Pin, sync::Arc};
 
-use crate::registry::Registry;
+use crate::{client::PluginClient, metrics::Metrics, registry::Registry};
 
 pub mod kubernetes;
 pub mod socket_dir;
@@ -30,4 +30,28 @@ pub trait DiscoverySource: Send + 'static {
 
     /// Keeps `registry` in step with this source until cancelled (dropped).
     fn run(self: Box<Self>, registry: Arc<Registry>) -> DiscoveryFuture;
+}
+
+/// Adds a plugin whose client may have failed to build; a failure is
+/// logged and counted. Returns whether the plugin was registered.
+pub(crate) async fn register<E: Display>(
+    registry: &Registry,
+    source: &str,
+    plugin: &str,
+    client: Result<PluginClient, E>,
+    metrics: &Metrics,
+) -> bool {
+    let added = match client {
+        Ok(client) => registry
+            .add(source, client)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Err(error) => Err(error.to_string()),
+    };
+    if let Err(error) = &added {
+        tracing::error!(plugin, source, %error, "cannot register plugin");
+        metrics.discovery_error(source);
+    }
+    added.is_ok()
 }

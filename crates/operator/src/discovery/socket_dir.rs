@@ -8,7 +8,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use super::{DiscoveryFuture, DiscoverySource};
+use super::{DiscoveryFuture, DiscoverySource, register};
 use crate::{
     client::{ClientOptions, PluginClient, Transport},
     registry::Registry,
@@ -82,18 +82,8 @@ impl DiscoverySource for SocketDirectory {
                             }
                             for name in found.difference(&known) {
                                 let path = self.dir.join(name);
-                                let added = match PluginClient::connect(name, Transport::Unix { path }, &self.options) {
-                                    Ok(client) => registry
-                                        .add(&source, client)
-                                        .await
-                                        .map(|_| ())
-                                        .map_err(|e| e.to_string()),
-                                    Err(error) => Err(error.to_string()),
-                                };
-                                if let Err(error) = added {
-                                    tracing::error!(plugin = %name, %error, "cannot register socket plugin");
-                                    self.options.metrics.discovery_error(&source);
-                                }
+                                let client = PluginClient::connect(name, Transport::Unix { path }, &self.options);
+                                register(&registry, &source, name, client, &self.options.metrics).await;
                             }
                             known = found;
                             last_modified = now_modified;

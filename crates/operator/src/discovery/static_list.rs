@@ -4,7 +4,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use cnpgi_tls::pem;
 
-use super::{DiscoveryFuture, DiscoverySource};
+use super::{DiscoveryFuture, DiscoverySource, register};
 use crate::{
     client::{ClientError, ClientOptions, PluginClient, TlsTransport, Transport},
     registry::Registry,
@@ -119,17 +119,8 @@ impl DiscoverySource for StaticList {
             loop {
                 let mut failed = Vec::new();
                 for plugin in pending {
-                    let added = match plugin.client(&self.options) {
-                        Ok(client) => registry
-                            .add(&source, client)
-                            .await
-                            .map(|_| ())
-                            .map_err(|e| e.to_string()),
-                        Err(error) => Err(error.to_string()),
-                    };
-                    if let Err(error) = added {
-                        tracing::error!(plugin = %plugin.name, %error, "cannot register static plugin; will retry");
-                        self.options.metrics.discovery_error(&source);
+                    let client = plugin.client(&self.options);
+                    if !register(&registry, &source, &plugin.name, client, &self.options.metrics).await {
                         failed.push(plugin);
                     }
                 }
