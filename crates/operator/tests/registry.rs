@@ -3,13 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::{sync::atomic::Ordering, time::Duration};
 
 use cnpgi_operator::{
     client::{ClientOptions, PluginClient, Transport},
@@ -17,49 +11,16 @@ use cnpgi_operator::{
 };
 use cnpgi_pluginhelper::{
     proto::{
-        identity::v1::{
-            GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest,
-            GetPluginMetadataResponse, ProbeRequest, ProbeResponse, identity_server,
-        },
-        operator::v1::operator_capability::rpc::Type as RpcType,
+        identity::v1::identity_server, operator::v1::operator_capability::rpc::Type as RpcType,
         operator_lifecycle::v1::operator_operation_type::Type as Operation,
     },
     server::{PluginListener, PluginServer, ServeError},
+    testing::TestIdentity,
 };
 use tokio::{sync::oneshot, task::JoinHandle};
-use tonic::{Request, Response, Status};
 
 const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
 const FLIP: &str = "flip.example.com";
-
-/// A plugin whose readiness the test controls.
-#[derive(Clone)]
-struct Flippable(Arc<AtomicBool>);
-
-#[tonic::async_trait]
-impl identity_server::Identity for Flippable {
-    async fn get_plugin_metadata(
-        &self,
-        _: Request<GetPluginMetadataRequest>,
-    ) -> Result<Response<GetPluginMetadataResponse>, Status> {
-        Ok(Response::new(GetPluginMetadataResponse {
-            name: FLIP.into(),
-            version: "1".into(),
-            ..Default::default()
-        }))
-    }
-    async fn get_plugin_capabilities(
-        &self,
-        _: Request<GetPluginCapabilitiesRequest>,
-    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
-        Ok(Response::new(GetPluginCapabilitiesResponse::default()))
-    }
-    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
-        Ok(Response::new(ProbeResponse {
-            ready: self.0.load(Ordering::SeqCst),
-        }))
-    }
-}
 
 type Served = (oneshot::Sender<()>, JoinHandle<Result<(), ServeError>>);
 
@@ -165,8 +126,9 @@ async fn a_name_found_by_two_sources_is_refused_not_replaced() {
 #[tokio::test]
 async fn readiness_takes_a_plugin_out_of_routing_and_back() {
     let dir = tempfile::tempdir().unwrap();
-    let ready = Arc::new(AtomicBool::new(false));
-    let _flip = serve(PluginServer::new(Flippable(ready.clone())), dir.path(), FLIP);
+    let identity = TestIdentity::new(FLIP).ready(false);
+    let ready = identity.readiness();
+    let _flip = serve(PluginServer::new(identity), dir.path(), FLIP);
     let registry = registry();
     let registry_metrics = registry.options().metrics.clone();
     registry.add("static", client(dir.path(), FLIP, FLIP)).await.unwrap();

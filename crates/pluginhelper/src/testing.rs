@@ -17,10 +17,21 @@
 //! # }
 //! ```
 
-use std::{net::SocketAddr, path::PathBuf, sync::Arc};
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use cnpgi_proto::{
-    identity::v1::{identity_client::IdentityClient, identity_server::Identity},
+    identity::v1::{
+        GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest,
+        GetPluginMetadataResponse, PluginCapability, ProbeRequest, ProbeResponse, identity_client::IdentityClient,
+        identity_server::Identity, plugin_capability,
+    },
     operator::v1::operator_client::OperatorClient,
     operator_lifecycle::v1::operator_lifecycle_client::OperatorLifecycleClient,
 };
@@ -54,6 +65,87 @@ pub enum TestError {
     /// The client could not connect.
     #[error("cannot connect to the test plugin: {0}")]
     Connect(#[from] tonic::transport::Error),
+}
+
+/// An Identity for test plugins: a name, advertised services, and a
+/// readiness the test flips at will.
+///
+/// ```
+/// use cnpgi_pluginhelper::testing::TestIdentity;
+///
+/// let identity = TestIdentity::new("test.example.com").ready(false);
+/// let ready = identity.readiness();
+/// ready.store(true, std::sync::atomic::Ordering::SeqCst); // Probe now answers ready
+/// ```
+#[derive(Debug, Clone)]
+pub struct TestIdentity {
+    name: String,
+    services: Vec<plugin_capability::service::Type>,
+    ready: Arc<AtomicBool>,
+}
+
+impl TestIdentity {
+    /// A ready plugin called `name`, advertising no service.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            services: Vec::new(),
+            ready: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// Sets the initial readiness.
+    pub fn ready(self, ready: bool) -> Self {
+        self.ready.store(ready, Ordering::SeqCst);
+        self
+    }
+
+    /// Advertises one more service.
+    pub fn with_service(mut self, service: plugin_capability::service::Type) -> Self {
+        self.services.push(service);
+        self
+    }
+
+    /// The flag `Probe` answers with.
+    pub fn readiness(&self) -> Arc<AtomicBool> {
+        self.ready.clone()
+    }
+}
+
+#[tonic::async_trait]
+impl Identity for TestIdentity {
+    async fn get_plugin_metadata(
+        &self,
+        _: tonic::Request<GetPluginMetadataRequest>,
+    ) -> Result<tonic::Response<GetPluginMetadataResponse>, tonic::Status> {
+        Ok(tonic::Response::new(GetPluginMetadataResponse {
+            name: self.name.clone(),
+            version: "0.0.0-test".into(),
+            ..GetPluginMetadataResponse::default()
+        }))
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _: tonic::Request<GetPluginCapabilitiesRequest>,
+    ) -> Result<tonic::Response<GetPluginCapabilitiesResponse>, tonic::Status> {
+        let capabilities = self
+            .services
+            .iter()
+            .map(|service| PluginCapability {
+                r#type: Some(plugin_capability::Type::Service(plugin_capability::Service {
+                    r#type: (*service).into(),
+                })),
+            })
+            .collect();
+        Ok(tonic::Response::new(GetPluginCapabilitiesResponse { capabilities }))
+    }
+
+    async fn probe(&self, _: tonic::Request<ProbeRequest>) -> Result<tonic::Response<ProbeResponse>, tonic::Status> {
+        Ok(tonic::Response::new(ProbeResponse {
+            ready: self.ready.load(Ordering::SeqCst),
+        }))
+    }
 }
 
 /// A self-signed key pair written to disk as PEM.

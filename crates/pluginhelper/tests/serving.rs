@@ -13,10 +13,7 @@ use std::{
 
 use cnpgi_pluginhelper::{
     proto::{
-        identity::v1::{
-            GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest,
-            GetPluginMetadataResponse, ProbeRequest, ProbeResponse, identity_client::IdentityClient, identity_server,
-        },
+        identity::v1::{GetPluginMetadataRequest, identity_client::IdentityClient},
         operator::v1::{
             DeregisterRequest, DeregisterResponse, OperatorCapabilitiesRequest, OperatorCapabilitiesResult,
             OperatorMutateClusterRequest, OperatorMutateClusterResult, OperatorValidateClusterChangeRequest,
@@ -26,44 +23,12 @@ use cnpgi_pluginhelper::{
         },
     },
     server::{PluginServer, ServeOptions},
-    testing::{TestCertificates, TestPlugin, connect_tls},
+    testing::{TestCertificates, TestIdentity, TestPlugin, connect_tls},
 };
 use rcgen::ExtendedKeyUsagePurpose;
 use tonic::{Code, Request, Response, Status, transport::Endpoint};
 
 const NAME: &str = "test-plugin.example.com";
-
-#[derive(Clone)]
-struct TestIdentity {
-    ready: Arc<AtomicBool>,
-}
-
-#[tonic::async_trait]
-impl identity_server::Identity for TestIdentity {
-    async fn get_plugin_metadata(
-        &self,
-        _: Request<GetPluginMetadataRequest>,
-    ) -> Result<Response<GetPluginMetadataResponse>, Status> {
-        Ok(Response::new(GetPluginMetadataResponse {
-            name: NAME.into(),
-            version: "1.2.3".into(),
-            ..Default::default()
-        }))
-    }
-
-    async fn get_plugin_capabilities(
-        &self,
-        _: Request<GetPluginCapabilitiesRequest>,
-    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
-        Ok(Response::new(GetPluginCapabilitiesResponse::default()))
-    }
-
-    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
-        Ok(Response::new(ProbeResponse {
-            ready: self.ready.load(Ordering::SeqCst),
-        }))
-    }
-}
 
 /// An Operator whose RPCs misbehave on purpose.
 struct Misbehaving;
@@ -110,8 +75,9 @@ impl Operator for Misbehaving {
 }
 
 fn server(ready: bool) -> (PluginServer<TestIdentity>, Arc<AtomicBool>) {
-    let flag = Arc::new(AtomicBool::new(ready));
-    let server = PluginServer::new(TestIdentity { ready: flag.clone() })
+    let identity = TestIdentity::new(NAME).ready(ready);
+    let flag = identity.readiness();
+    let server = PluginServer::new(identity)
         .add_service(OperatorServer::new(Misbehaving))
         .with_options(ServeOptions {
             probe_interval: Duration::from_millis(50),
