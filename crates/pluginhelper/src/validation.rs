@@ -67,61 +67,9 @@ where
     }
 }
 
-/// Renders `path_components` as a field path of the Cluster, for messages.
-///
-/// * `[]` → `spec` (the error is about the Cluster spec as a whole);
-/// * first component numeric (the CNPG-I convention) → `spec.plugins[<index>]`,
-///   then `.parameters.<name>` for the second component and `.<c>` for any
-///   further one: `["0", "labels"]` → `spec.plugins[0].parameters.labels`;
-/// * otherwise the components joined with `.`, numeric ones rendered as an
-///   index: `["spec", "plugins", "1", "name"]` → `spec.plugins[1].name`.
-///
-/// Never panics, whatever the input.
-///
-/// ```
-/// use cnpgi_pluginhelper::validation::field_path;
-///
-/// let path = |c: &[&str]| field_path(&c.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-/// assert_eq!(path(&[]), "spec");
-/// assert_eq!(path(&["3"]), "spec.plugins[3]");
-/// assert_eq!(path(&["0", "labels"]), "spec.plugins[0].parameters.labels");
-/// assert_eq!(path(&["metadata", "name"]), "metadata.name");
-/// ```
-pub fn field_path(path_components: &[String]) -> String {
-    let Some((first, rest)) = path_components.split_first() else {
-        return "spec".to_owned();
-    };
-    if is_index(first) {
-        let mut out = format!("spec.plugins[{first}]");
-        let mut rest = rest.iter();
-        if let Some(parameter) = rest.next() {
-            out.push_str(".parameters.");
-            out.push_str(parameter);
-        }
-        for component in rest {
-            out.push('.');
-            out.push_str(component);
-        }
-        return out;
-    }
-    let mut out = first.clone();
-    for component in rest {
-        if is_index(component) {
-            out.push('[');
-            out.push_str(component);
-            out.push(']');
-        } else {
-            out.push('.');
-            out.push_str(component);
-        }
-    }
-    out
-}
-
-/// Whether a path component is an array index (non-empty, ASCII digits only).
-fn is_index(component: &str) -> bool {
-    !component.is_empty() && component.bytes().all(|b| b.is_ascii_digit())
-}
+/// Renders `path_components` as a Cluster field path (the CNPG-I
+/// convention, shared with the operator): see [`cnpgi_proto::field_path`].
+pub use cnpgi_proto::field_path;
 
 /// One line per error: `<field path>: <message> (value "<value>")`, the value
 /// part left out when it is empty.
