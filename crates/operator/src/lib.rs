@@ -12,6 +12,8 @@
 //!   (read it to see how a plugin goes from discovered to routable);
 //! * [`discovery`]: where plugins come from (Kubernetes Services, a socket
 //!   directory, a static list), behind one trait;
+//! * [`routing`]: the CNPG-I fan-out rules: chained mutations and lifecycle
+//!   patches, collected validation errors, status, fail-closed by default;
 //! * [`metrics`]: Prometheus metrics of calls, readiness and discovery.
 //!
 //! ```no_run
@@ -35,3 +37,4 @@ pub mod discovery;
 pub mod metrics;
 pub mod probe;
 pub mod registry;
+pub mod routing;

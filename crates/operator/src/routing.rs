@@ -1,0 +1,547 @@
+//! Routing a Cluster, and the objects written for it, through its plugins.
+//!
+//! The rules are CloudNativePG's: the plugins a Cluster enables in
+//! `spec.plugins[]` (`enabled` defaults to true) are de-duplicated and
+//! sorted by name, and every fan-out goes in that order. Mutations and
+//! lifecycle patches are chained: each plugin receives the JSON the plugins
+//! before it already patched, and answers an RFC 6902 patch (empty: no
+//! change). A plugin without the capability a step needs is skipped.
+//!
+//! Failures close: an enabled plugin that is not registered or not ready,
+//! that fails, or whose patch does not apply stops the operation with a
+//! [`RouteError`] naming it, and nothing half-patched comes out, unless the
+//! plugin is listed in [`RoutingPolicy::fail_open`], in which case it is
+//! skipped with a warning.
+
+use std::{collections::BTreeSet, fmt, sync::Arc};
+
+use cnpgi_proto::{
+    operator::v1::{
+        DeregisterRequest, OperatorMutateClusterRequest, OperatorValidateClusterChangeRequest,
+        OperatorValidateClusterCreateRequest, SetStatusInClusterRequest, ValidationError,
+        operator_capability::rpc::Type as RpcType,
+    },
+    operator_lifecycle::v1::{
+        OperatorLifecycleRequest, OperatorOperationType, operator_operation_type::Type as Operation,
+    },
+};
+use serde_json::Value;
+
+use crate::registry::{Registry, Routable, RoutingError};
+
+/// A plugin a Cluster enables, and where it is in `spec.plugins`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnabledPlugin {
+    /// Its index in `spec.plugins` (first occurrence).
+    pub index: usize,
+    /// Its name.
+    pub name: String,
+}
+
+/// The plugins `cluster` enables: `spec.plugins[]` entries whose `enabled`
+/// is not `false`, de-duplicated by name and sorted by name.
+///
+/// ```
+/// let cluster = serde_json::json!({"spec": {"plugins": [
+///     {"name": "b.example.com"}, {"name": "a.example.com"},
+///     {"name": "c.example.com", "enabled": false}, {"name": "b.example.com"}]}});
+/// let names: Vec<_> = cnpgi_operator::routing::enabled_plugins(&cluster).into_iter().map(|p| p.name).collect();
+/// assert_eq!(names, ["a.example.com", "b.example.com"]);
+/// ```
+pub fn enabled_plugins(cluster: &Value) -> Vec<EnabledPlugin> {
+    let mut seen = BTreeSet::new();
+    let mut plugins: Vec<EnabledPlugin> = cluster
+        .pointer("/spec/plugins")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, entry)| entry.get("enabled").and_then(Value::as_bool) != Some(false))
+        .filter_map(|(index, entry)| {
+            let name = entry.get("name")?.as_str()?.to_owned();
+            seen.insert(name.clone()).then_some(EnabledPlugin { index, name })
+        })
+        .collect();
+    plugins.sort_by(|a, b| a.name.cmp(&b.name));
+    plugins
+}
+
+/// Which plugins may fail without failing the operation.
+#[derive(Debug, Clone, Default)]
+pub struct RoutingPolicy {
+    /// Plugins skipped (with a warning) when unavailable or failing.
+    pub fail_open: BTreeSet<String>,
+}
+
+/// Why an operation routed through plugins failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    /// The plugin is not registered or not ready.
+    #[error(transparent)]
+    Unavailable(#[from] RoutingError),
+    /// The plugin answered with an error (or did not answer in time).
+    #[error("plugin {plugin}: {rpc} failed: {code:?}: {message}")]
+    Call {
+        /// The plugin.
+        plugin: String,
+        /// The RPC.
+        rpc: &'static str,
+        /// The gRPC code.
+        code: tonic::Code,
+        /// The status message.
+        message: String,
+    },
+    /// The plugin's answer is not usable (bad JSON Patch, patch that does not
+    /// apply, status that is not a JSON object).
+    #[error("plugin {plugin}: {rpc} returned an unusable answer: {reason}")]
+    BadAnswer {
+        /// The plugin.
+        plugin: String,
+        /// The RPC.
+        rpc: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The object could not be serialised for the plugins.
+    #[error("cannot encode the object for the plugins: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+impl RouteError {
+    /// The plugin the error is about, if any.
+    pub fn plugin(&self) -> Option<&str> {
+        match self {
+            Self::Unavailable(RoutingError::Unknown { name } | RoutingError::NotReady { name, .. }) => Some(name),
+            Self::Call { plugin, .. } | Self::BadAnswer { plugin, .. } => Some(plugin),
+            Self::Encode(_) => None,
+        }
+    }
+}
+
+/// One plugin's patch, as applied.
+#[derive(Debug, Clone)]
+pub struct PluginPatch {
+    /// The plugin.
+    pub plugin: String,
+    /// Its RFC 6902 patch (empty when it changed nothing).
+    pub patch: json_patch::Patch,
+}
+
+/// An object after a chain of plugin patches.
+#[derive(Debug, Clone)]
+pub struct Patched {
+    /// The object with every patch applied.
+    pub object: Value,
+    /// Each plugin's patch, in the order applied.
+    pub patches: Vec<PluginPatch>,
+}
+
+/// A validation error from a plugin, located on a Cluster field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// The plugin that reported it.
+    pub plugin: String,
+    /// The field, e.g. `spec.plugins[0].parameters.annotations`.
+    pub field: String,
+    /// The offending value.
+    pub value: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl FieldError {
+    fn from_plugin(plugin: &str, error: ValidationError) -> Self {
+        Self {
+            plugin: plugin.to_owned(),
+            field: cnpgi_proto::field_path(&error.path_components),
+            value: error.value,
+            message: error.message,
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    /// kubectl style: `spec.x: Invalid value: "v": message`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: Invalid value: {:?}: {}", self.field, self.value, self.message)
+    }
+}
+
+/// The status a plugin wants in `status.pluginStatus[]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginStatusUpdate {
+    /// Plugin name.
+    pub name: String,
+    /// Plugin version.
+    pub version: String,
+    /// Advertised services, as enum names.
+    pub capabilities: Vec<String>,
+    /// Advertised Operator RPCs, as enum names.
+    pub operator_capabilities: Vec<String>,
+    /// The JSON object to store as `status`, or `None` to keep the current one.
+    pub status: Option<String>,
+}
+
+/// Routes operations through the registry's plugins.
+#[derive(Debug, Clone)]
+pub struct Router {
+    registry: Arc<Registry>,
+    policy: RoutingPolicy,
+}
+
+impl Router {
+    /// A router over `registry`.
+    pub fn new(registry: Arc<Registry>, policy: RoutingPolicy) -> Self {
+        Self { registry, policy }
+    }
+
+    /// The registry routed to.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Applies the fail-open policy to a plugin's failure: `Ok(None)` skips it.
+    fn tolerate<T>(&self, plugin: &str, result: Result<T, RouteError>) -> Result<Option<T>, RouteError> {
+        match result {
+            Ok(value) => Ok(Some(value)),
+            Err(error) if self.policy.fail_open.contains(plugin) => {
+                tracing::warn!(plugin, %error, "plugin failed; skipped (fail-open)");
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The enabled plugins of `cluster` that can be called and have what
+    /// `wants` checks, in routing order.
+    fn targets(
+        &self,
+        cluster: &Value,
+        wants: impl Fn(&Routable) -> bool,
+    ) -> Result<Vec<(EnabledPlugin, Routable)>, RouteError> {
+        let mut targets = Vec::new();
+        for plugin in enabled_plugins(cluster) {
+            let routable = self.registry.get(&plugin.name).map_err(RouteError::from);
+            if let Some(routable) = self.tolerate(&plugin.name, routable)?
+                && wants(&routable)
+            {
+                targets.push((plugin, routable));
+            }
+        }
+        Ok(targets)
+    }
+
+    /// Chains `MutateCluster` through every enabled plugin that implements it.
+    pub async fn mutate_cluster(&self, cluster: &Value) -> Result<Patched, RouteError> {
+        let targets = self.targets(cluster, |r| r.info.has_operator_rpc(RpcType::MutateCluster))?;
+        let mut patched = Patched {
+            object: cluster.clone(),
+            patches: Vec::new(),
+        };
+        for (plugin, routable) in targets {
+            let step = async {
+                let definition = serde_json::to_vec(&patched.object)?;
+                let answer = routable
+                    .client
+                    .operator()
+                    .mutate_cluster(routable.client.request(OperatorMutateClusterRequest { definition }))
+                    .await
+                    .map_err(|s| call_error(&plugin.name, "Operator/MutateCluster", s))?
+                    .into_inner();
+                apply(
+                    &plugin.name,
+                    "Operator/MutateCluster",
+                    &patched.object,
+                    &answer.json_patch,
+                )
+            };
+            if let Some((object, patch)) = self.tolerate(&plugin.name, step.await)? {
+                patched.object = object;
+                patched.patches.push(PluginPatch {
+                    plugin: plugin.name,
+                    patch,
+                });
+            }
+        }
+        Ok(patched)
+    }
+
+    /// Asks every enabled plugin implementing `ValidateClusterCreate`; all
+    /// the errors are returned together.
+    pub async fn validate_create(&self, cluster: &Value) -> Result<Vec<FieldError>, RouteError> {
+        let definition = serde_json::to_vec(cluster)?;
+        let mut errors = Vec::new();
+        for (plugin, routable) in self.targets(cluster, |r| r.info.has_operator_rpc(RpcType::ValidateClusterCreate))? {
+            let call = routable
+                .client
+                .operator()
+                .validate_cluster_create(routable.client.request(OperatorValidateClusterCreateRequest {
+                    definition: definition.clone(),
+                }))
+                .await
+                .map_err(|s| call_error(&plugin.name, "Operator/ValidateClusterCreate", s));
+            if let Some(answer) = self.tolerate(&plugin.name, call)? {
+                let answer = answer.into_inner();
+                errors.extend(
+                    answer
+                        .validation_errors
+                        .into_iter()
+                        .map(|e| FieldError::from_plugin(&plugin.name, e)),
+                );
+            }
+        }
+        Ok(errors)
+    }
+
+    /// Asks every plugin enabled by the new Cluster implementing
+    /// `ValidateClusterChange`; all the errors are returned together.
+    pub async fn validate_change(&self, old: &Value, new: &Value) -> Result<Vec<FieldError>, RouteError> {
+        let old_cluster = serde_json::to_vec(old)?;
+        let new_cluster = serde_json::to_vec(new)?;
+        let mut errors = Vec::new();
+        for (plugin, routable) in self.targets(new, |r| r.info.has_operator_rpc(RpcType::ValidateClusterChange))? {
+            let call = routable
+                .client
+                .operator()
+                .validate_cluster_change(routable.client.request(OperatorValidateClusterChangeRequest {
+                    old_cluster: old_cluster.clone(),
+                    new_cluster: new_cluster.clone(),
+                }))
+                .await
+                .map_err(|s| call_error(&plugin.name, "Operator/ValidateClusterChange", s));
+            if let Some(answer) = self.tolerate(&plugin.name, call)? {
+                let answer = answer.into_inner();
+                errors.extend(
+                    answer
+                        .validation_errors
+                        .into_iter()
+                        .map(|e| FieldError::from_plugin(&plugin.name, e)),
+                );
+            }
+        }
+        Ok(errors)
+    }
+
+    /// Chains `LifecycleHook` for `operation` on `object` (which must carry
+    /// `apiVersion` and `kind`) through every enabled plugin whose lifecycle
+    /// capabilities match the object's group, kind and the operation.
+    pub async fn lifecycle_hook(
+        &self,
+        cluster: &Value,
+        object: &Value,
+        operation: Operation,
+    ) -> Result<Patched, RouteError> {
+        let (group, kind) = group_kind(object);
+        let cluster_definition = serde_json::to_vec(cluster)?;
+        let targets = self.targets(cluster, |r| r.info.matches_lifecycle(&group, &kind, operation))?;
+        let mut patched = Patched {
+            object: object.clone(),
+            patches: Vec::new(),
+        };
+        for (plugin, routable) in targets {
+            let step = async {
+                let request = OperatorLifecycleRequest {
+                    operation_type: Some(OperatorOperationType {
+                        r#type: operation.into(),
+                    }),
+                    cluster_definition: cluster_definition.clone(),
+                    object_definition: serde_json::to_vec(&patched.object)?,
+                };
+                let answer = routable
+                    .client
+                    .lifecycle()
+                    .lifecycle_hook(routable.client.request(request))
+                    .await
+                    .map_err(|s| call_error(&plugin.name, "OperatorLifecycle/LifecycleHook", s))?
+                    .into_inner();
+                apply(
+                    &plugin.name,
+                    "OperatorLifecycle/LifecycleHook",
+                    &patched.object,
+                    &answer.json_patch,
+                )
+            };
+            if let Some((object, patch)) = self.tolerate(&plugin.name, step.await)? {
+                patched.object = object;
+                patched.patches.push(PluginPatch {
+                    plugin: plugin.name,
+                    patch,
+                });
+            }
+        }
+        Ok(patched)
+    }
+
+    /// Asks every enabled, routable plugin for its status entry
+    /// (`SetStatusInCluster` when implemented), in routing order.
+    pub async fn set_status(&self, cluster: &Value) -> Result<Vec<PluginStatusUpdate>, RouteError> {
+        let definition = serde_json::to_vec(cluster)?;
+        let mut updates = Vec::new();
+        for (plugin, routable) in self.targets(cluster, |_| true)? {
+            let mut status = None;
+            if routable.info.has_operator_rpc(RpcType::SetStatusInCluster) {
+                let call = async {
+                    let answer = routable
+                        .client
+                        .operator()
+                        .set_status_in_cluster(routable.client.request(SetStatusInClusterRequest {
+                            cluster: definition.clone(),
+                        }))
+                        .await
+                        .map_err(|s| call_error(&plugin.name, "Operator/SetStatusInCluster", s))?
+                        .into_inner();
+                    status_object(&plugin.name, &answer.json_status)
+                };
+                match self.tolerate(&plugin.name, call.await)? {
+                    Some(answer) => status = answer,
+                    None => continue,
+                }
+            }
+            updates.push(PluginStatusUpdate {
+                name: plugin.name,
+                version: routable.info.metadata.version.clone(),
+                capabilities: routable.info.service_names(),
+                operator_capabilities: routable.info.operator_rpc_names(),
+                status,
+            });
+        }
+        Ok(updates)
+    }
+
+    /// Tells `plugin` that `cluster` no longer uses it, when it implements
+    /// `Deregister`.
+    pub async fn deregister(&self, plugin: &str, cluster: &Value) -> Result<(), RouteError> {
+        let routable = self.registry.get(plugin)?;
+        if !routable.info.has_operator_rpc(RpcType::Deregister) {
+            return Ok(());
+        }
+        routable
+            .client
+            .operator()
+            .deregister(routable.client.request(DeregisterRequest {
+                definition: serde_json::to_vec(cluster)?,
+            }))
+            .await
+            .map_err(|s| call_error(plugin, "Operator/Deregister", s))?;
+        Ok(())
+    }
+}
+
+fn call_error(plugin: &str, rpc: &'static str, status: tonic::Status) -> RouteError {
+    RouteError::Call {
+        plugin: plugin.to_owned(),
+        rpc,
+        code: status.code(),
+        message: status.message().to_owned(),
+    }
+}
+
+/// Decodes and applies a plugin's patch to a copy of `object`.
+fn apply(
+    plugin: &str,
+    rpc: &'static str,
+    object: &Value,
+    patch: &[u8],
+) -> Result<(Value, json_patch::Patch), RouteError> {
+    let bad = |reason: String| RouteError::BadAnswer {
+        plugin: plugin.to_owned(),
+        rpc,
+        reason,
+    };
+    if patch.is_empty() {
+        return Ok((object.clone(), json_patch::Patch(Vec::new())));
+    }
+    let patch: json_patch::Patch =
+        serde_json::from_slice(patch).map_err(|e| bad(format!("not an RFC 6902 JSON Patch: {e}")))?;
+    let mut patched = object.clone();
+    json_patch::patch(&mut patched, &patch).map_err(|e| bad(format!("the patch does not apply: {e}")))?;
+    Ok((patched, patch))
+}
+
+/// `None` for an empty answer (keep the current status), else the JSON object as text.
+fn status_object(plugin: &str, json_status: &[u8]) -> Result<Option<String>, RouteError> {
+    if json_status.is_empty() {
+        return Ok(None);
+    }
+    match serde_json::from_slice::<Value>(json_status) {
+        Ok(Value::Object(object)) => Ok(Some(Value::Object(object).to_string())),
+        Ok(other) => Err(RouteError::BadAnswer {
+            plugin: plugin.to_owned(),
+            rpc: "Operator/SetStatusInCluster",
+            reason: format!("the status must be a JSON object, got {other}"),
+        }),
+        Err(e) => Err(RouteError::BadAnswer {
+            plugin: plugin.to_owned(),
+            rpc: "Operator/SetStatusInCluster",
+            reason: format!("the status is not JSON: {e}"),
+        }),
+    }
+}
+
+/// The API group ("" for core) and kind of an object.
+pub fn group_kind(object: &Value) -> (String, String) {
+    let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let group = api_version.rsplit_once('/').map(|(group, _)| group).unwrap_or_default();
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
+    (group.to_owned(), kind.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn groups_and_kinds() {
+        assert_eq!(
+            group_kind(&json!({"apiVersion": "v1", "kind": "Pod"})),
+            ("".into(), "Pod".into())
+        );
+        assert_eq!(
+            group_kind(&json!({"apiVersion": "apps/v1", "kind": "Deployment"})),
+            ("apps".into(), "Deployment".into())
+        );
+        assert_eq!(group_kind(&json!({})), ("".into(), "".into()));
+    }
+
+    #[test]
+    fn field_errors_read_like_kubectl() {
+        let error = FieldError::from_plugin(
+            "p",
+            ValidationError {
+                path_components: vec!["0".into(), "annotations".into()],
+                value: "{ oops".into(),
+                message: "invalid JSON".into(),
+            },
+        );
+        assert_eq!(
+            error.to_string(),
+            r#"spec.plugins[0].parameters.annotations: Invalid value: "{ oops": invalid JSON"#
+        );
+        let empty = FieldError::from_plugin("p", ValidationError::default());
+        assert_eq!(empty.field, "spec");
+    }
+
+    #[test]
+    fn patches_are_checked_and_applied_to_a_copy() {
+        let object = json!({"a": 1});
+        let (patched, _) = apply("p", "R", &object, br#"[{"op":"add","path":"/b","value":2}]"#).unwrap();
+        assert_eq!(patched, json!({"a": 1, "b": 2}));
+        let err = apply("p", "R", &object, br#"[{"op":"remove","path":"/zz"}]"#).unwrap_err();
+        assert!(err.to_string().contains("does not apply"), "{err}");
+        let err = apply("p", "R", &object, b"{").unwrap_err();
+        assert!(err.to_string().contains("not an RFC 6902"), "{err}");
+        assert_eq!(apply("p", "R", &object, b"").unwrap().0, object);
+    }
+
+    #[test]
+    fn status_must_be_an_object() {
+        assert_eq!(status_object("p", b"").unwrap(), None);
+        assert_eq!(
+            status_object("p", br#"{"a":1}"#).unwrap().as_deref(),
+            Some(r#"{"a":1}"#)
+        );
+        assert!(status_object("p", b"[1]").is_err());
+    }
+}
