@@ -4,6 +4,7 @@
 //! can do, and know whether it may receive work right now. This crate does
 //! that, in layers:
 //!
+//! * [`crd`]: the `Cluster` custom resource;
 //! * [`client`]: one long-lived HTTP/2 channel per plugin (mutual TLS over
 //!   TCP, or a Unix socket), shared by every caller, with a deadline on every
 //!   call;
@@ -33,6 +34,7 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod crd;
 pub mod discovery;
 pub mod metrics;
 pub mod probe;

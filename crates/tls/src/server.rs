@@ -45,6 +45,12 @@ impl ServerTlsFiles {
 
     /// Reads the files and builds a TLS 1.3-only configuration offering ALPN `h2`.
     pub fn load(&self) -> Result<ServerConfig, TlsError> {
+        self.load_with_alpn(&[ALPN_H2])
+    }
+
+    /// Like [`ServerTlsFiles::load`], offering the given ALPN protocols
+    /// (e.g. `h2` and `http/1.1` for an HTTPS server that is not only gRPC).
+    pub fn load_with_alpn(&self, alpn: &[&[u8]]) -> Result<ServerConfig, TlsError> {
         let certs = pem::read_certificates(&self.cert, "server certificate")?;
         let key = pem::read_private_key(&self.key, "server key")?;
         let builder = ServerConfig::builder_with_provider(crypto_provider())
@@ -57,7 +63,7 @@ impl ServerTlsFiles {
             None => builder.with_client_cert_verifier(WebPkiClientVerifier::no_client_auth()),
         };
         let mut config = builder.with_single_cert(certs, key)?;
-        config.alpn_protocols = vec![ALPN_H2.to_vec()];
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok(config)
     }
 }
@@ -93,16 +99,23 @@ struct Loaded {
 #[derive(Debug)]
 pub struct ReloadingServerConfig {
     files: ServerTlsFiles,
+    alpn: Vec<&'static [u8]>,
     loaded: Mutex<Loaded>,
 }
 
 impl ReloadingServerConfig {
-    /// Loads the files once; fails if they are not usable now.
+    /// Loads the files once (ALPN `h2`); fails if they are not usable now.
     pub fn new(files: ServerTlsFiles) -> Result<Arc<Self>, TlsError> {
+        Self::with_alpn(files, &[ALPN_H2])
+    }
+
+    /// Like [`ReloadingServerConfig::new`], offering the given ALPN protocols.
+    pub fn with_alpn(files: ServerTlsFiles, alpn: &[&'static [u8]]) -> Result<Arc<Self>, TlsError> {
         let stamps = files.paths().map(stamp).collect();
-        let config = Arc::new(files.load()?);
+        let config = Arc::new(files.load_with_alpn(alpn)?);
         Ok(Arc::new(Self {
             files,
+            alpn: alpn.to_vec(),
             loaded: Mutex::new(Loaded { stamps, config }),
         }))
     }
@@ -120,7 +133,7 @@ impl ReloadingServerConfig {
             // Record the stamps even on failure, so a broken rotation is
             // reported once rather than on every connection.
             loaded.stamps = stamps;
-            match self.files.load() {
+            match self.files.load_with_alpn(&self.alpn) {
                 Ok(config) => {
                     tracing::info!(cert = %self.files.cert.display(), "TLS certificate files changed, reloaded");
                     loaded.config = Arc::new(config);

@@ -1,0 +1,154 @@
+//! The `Cluster` custom resource served by `cnpgi-operator`.
+//!
+//! Its own API group (`cnpgi.io`), not CloudNativePG's, but `spec.plugins[]`
+//! has CloudNativePG's shape (`name`, `enabled`, `isWALArchiver`,
+//! `parameters`), so the same plugin serves both operators.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The PostgreSQL image used when `spec.imageName` is not set.
+pub const DEFAULT_IMAGE: &str = "ghcr.io/cloudnative-pg/postgresql:17";
+
+fn default_instances() -> i32 {
+    1
+}
+
+fn default_image() -> String {
+    DEFAULT_IMAGE.to_owned()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// A PostgreSQL cluster: instance Pods `<name>-<n>`, patched by its plugins.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "cnpgi.io",
+    version = "v1",
+    kind = "Cluster",
+    namespaced,
+    status = "ClusterStatus",
+    shortname = "cnpgicluster",
+    printcolumn = r#"{"name":"Instances","type":"integer","jsonPath":".spec.instances"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyInstances"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSpec {
+    /// Number of instances (Pods). Default 1.
+    #[serde(default = "default_instances")]
+    #[schemars(range(min = 0))]
+    pub instances: i32,
+    /// PostgreSQL container image.
+    #[serde(default = "default_image")]
+    pub image_name: String,
+    /// The CNPG-I plugins this Cluster uses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plugins: Vec<PluginConfiguration>,
+}
+
+/// One plugin enabled on a Cluster (CloudNativePG's shape).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginConfiguration {
+    /// The plugin name, as in its metadata.
+    pub name: String,
+    /// Whether the plugin is used. Default true.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Whether the plugin archives WAL (kept for CloudNativePG compatibility).
+    #[serde(default, rename = "isWALArchiver", skip_serializing_if = "std::ops::Not::not")]
+    pub is_wal_archiver: bool,
+    /// Plugin parameters, read by the plugin from the Cluster.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// What the operator observed.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// Short state: `Healthy`, `Creating instances`, `Plugin error`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Why the Cluster is in this phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_reason: Option<String>,
+    /// Standard conditions (`Ready`, `PluginsReady`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Instance Pods that are ready.
+    #[serde(default)]
+    pub ready_instances: i32,
+    /// One entry per enabled plugin.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plugin_status: Vec<PluginStatus>,
+}
+
+/// A plugin's entry in the Cluster status (CloudNativePG's shape).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginStatus {
+    /// Plugin name.
+    pub name: String,
+    /// Plugin version.
+    #[serde(default)]
+    pub version: String,
+    /// Advertised services (`TYPE_LIFECYCLE_SERVICE`, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
+    /// Advertised Operator RPCs (`TYPE_MUTATE_CLUSTER`, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operator_capabilities: Vec<String>,
+    /// The JSON object the plugin returned from `SetStatusInCluster`, as text.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub status: String,
+}
+
+/// The CRD as YAML, as `cnpgi-operator crd` prints it.
+pub fn crd_yaml() -> Result<String, serde_yaml_ng::Error> {
+    use kube::CustomResourceExt;
+    serde_yaml_ng::to_string(&Cluster::crd())
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+
+    use super::*;
+
+    #[test]
+    fn crd_has_its_own_group_and_cloudnative_pg_plugin_shape() {
+        let crd = Cluster::crd();
+        assert_eq!(crd.spec.group, "cnpgi.io");
+        assert_eq!(crd.spec.names.kind, "Cluster");
+        let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+        let plugin = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["plugins"]["items"]["properties"];
+        for field in ["name", "enabled", "isWALArchiver", "parameters"] {
+            assert!(plugin.get(field).is_some(), "{field} missing: {plugin}");
+        }
+        assert!(crd.spec.versions[0].subresources.as_ref().unwrap().status.is_some());
+    }
+
+    #[test]
+    fn spec_defaults() {
+        let spec: ClusterSpec = serde_json::from_value(serde_json::json!({"plugins": [{"name": "p"}]})).unwrap();
+        assert_eq!(spec.instances, 1);
+        assert_eq!(spec.image_name, DEFAULT_IMAGE);
+        assert!(spec.plugins[0].enabled);
+    }
+
+    #[test]
+    fn yaml_output_parses_back_into_the_same_crd() {
+        let yaml = crd_yaml().unwrap();
+        let parsed: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+            serde_yaml_ng::from_str(&yaml).unwrap();
+        assert_eq!(parsed, Cluster::crd());
+    }
+}
