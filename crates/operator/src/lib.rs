@@ -15,6 +15,7 @@
 //!   directory, a static list), behind one trait;
 //! * [`routing`]: the CNPG-I fan-out rules: chained mutations and lifecycle
 //!   patches, collected validation errors, status, fail-closed by default;
+//! * [`webhook`]: the mutating and validating admission webhooks;
 //! * [`metrics`]: Prometheus metrics of calls, readiness and discovery.
 //!
 //! ```no_run
@@ -40,3 +41,4 @@ pub mod metrics;
 pub mod probe;
 pub mod registry;
 pub mod routing;
+pub mod webhook;

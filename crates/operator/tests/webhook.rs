@@ -1,0 +1,330 @@
+//! The admission webhooks over real HTTPS, wired to real plugins: requests
+//! carry `AdmissionReview` JSON as the API server sends it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::{sync::Arc, time::Duration};
+
+use base64::Engine;
+use bytes::Bytes;
+use cnpgi_operator::{
+    client::{ClientOptions, PluginClient, Transport},
+    registry::{Registry, RegistryOptions},
+    routing::{Router, RoutingPolicy},
+    webhook::{self, MUTATE_PATH, VALIDATE_PATH},
+};
+use cnpgi_pluginhelper::{
+    proto::{
+        identity::v1::plugin_capability::service::Type as ServiceType,
+        operator::v1::{
+            OperatorCapabilitiesRequest, OperatorCapabilitiesResult, OperatorCapability, OperatorMutateClusterRequest,
+            OperatorMutateClusterResult, operator_capability,
+            operator_server::{Operator, OperatorServer},
+        },
+    },
+    server::{PluginListener, PluginServer, ServeError},
+    testing::{TestCertificates, TestIdentity},
+};
+use cnpgi_tls::{pem, server::ReloadingServerConfig, server::ServerTlsFiles, verify::PinnedServerVerifier};
+use http_body_util::{BodyExt, Full};
+use serde_json::{Value, json};
+use tokio::{sync::oneshot, task::JoinHandle};
+use tonic::{Request, Response, Status};
+
+const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
+const HUNG: &str = "hung.example.com";
+
+/// An Operator whose MutateCluster never answers.
+struct Hung;
+
+#[tonic::async_trait]
+impl Operator for Hung {
+    async fn get_capabilities(
+        &self,
+        _: Request<OperatorCapabilitiesRequest>,
+    ) -> Result<Response<OperatorCapabilitiesResult>, Status> {
+        Ok(Response::new(OperatorCapabilitiesResult {
+            capabilities: vec![OperatorCapability {
+                r#type: Some(operator_capability::Type::Rpc(operator_capability::Rpc {
+                    r#type: operator_capability::rpc::Type::MutateCluster.into(),
+                })),
+            }],
+        }))
+    }
+    async fn mutate_cluster(
+        &self,
+        _: Request<OperatorMutateClusterRequest>,
+    ) -> Result<Response<OperatorMutateClusterResult>, Status> {
+        std::future::pending().await
+    }
+}
+
+type Served = (oneshot::Sender<()>, JoinHandle<Result<(), ServeError>>);
+
+fn serve<I: cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity>(
+    server: PluginServer<I>,
+    dir: &std::path::Path,
+    name: &str,
+) -> Served {
+    let listener = PluginListener::bind_unix(dir, name).unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(server.serve(listener, async {
+        let _ = stopped.await;
+    }));
+    (stop, task)
+}
+
+struct Webhook {
+    address: std::net::SocketAddr,
+    certs: TestCertificates,
+    _dir: tempfile::TempDir,
+    _plugins: Vec<Served>,
+    handle: axum_server::Handle<std::net::SocketAddr>,
+}
+
+async fn start() -> Webhook {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = vec![
+        serve(cnpg_i_hello_world::server(), dir.path(), HELLO),
+        serve(
+            PluginServer::new(TestIdentity::new(HUNG).with_service(ServiceType::OperatorService))
+                .add_service(OperatorServer::new(Hung)),
+            dir.path(),
+            HUNG,
+        ),
+    ];
+    let registry = Arc::new(Registry::new(RegistryOptions::default()));
+    for name in [HELLO, HUNG] {
+        let path = dir.path().join(name);
+        registry
+            .add(
+                "static",
+                PluginClient::connect(name, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let routes = webhook::routes(
+        Router::new(registry, RoutingPolicy::default()),
+        Duration::from_millis(700),
+    );
+
+    let certs = TestCertificates::generate("cnpgi-webhook.cnpgi-system.svc").unwrap();
+    let tls = ReloadingServerConfig::with_alpn(
+        ServerTlsFiles {
+            cert: certs.server.cert_path.clone(),
+            key: certs.server.key_path.clone(),
+            client_ca: None,
+        },
+        &[b"h2", b"http/1.1"],
+    )
+    .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let address = listener.local_addr().unwrap();
+    let handle = axum_server::Handle::new();
+    tokio::spawn(webhook::serve_https(listener, tls, routes, handle.clone()));
+    Webhook {
+        address,
+        certs,
+        _dir: dir,
+        _plugins: plugins,
+        handle,
+    }
+}
+
+impl Webhook {
+    /// POSTs `body` over HTTPS (HTTP/1.1, as a plain client), verifying the
+    /// webhook's certificate; returns the status and the body.
+    async fn post(&self, path: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
+        let verifier =
+            PinnedServerVerifier::new(pem::read_certificates(&self.certs.server.cert_path, "server").unwrap()).unwrap();
+        let mut config = rustls::ClientConfig::builder_with_provider(cnpgi_tls::crypto_provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let tcp = tokio::net::TcpStream::connect(self.address).await.unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(
+                cnpgi_tls::client::server_name("cnpgi-webhook.cnpgi-system.svc").unwrap(),
+                tcp,
+            )
+            .await
+            .unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let request = hyper::Request::post(path)
+            .header("host", "cnpgi-webhook.cnpgi-system.svc")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let status = response.status().as_u16();
+        (
+            status,
+            response.into_body().collect().await.unwrap().to_bytes().to_vec(),
+        )
+    }
+
+    async fn review(&self, path: &str, operation: &str, object: Value, old: Option<Value>) -> Value {
+        let review = json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                "kind": {"group": "cnpgi.io", "version": "v1", "kind": "Cluster"},
+                "resource": {"group": "cnpgi.io", "version": "v1", "resource": "clusters"},
+                "requestKind": {"group": "cnpgi.io", "version": "v1", "kind": "Cluster"},
+                "requestResource": {"group": "cnpgi.io", "version": "v1", "resource": "clusters"},
+                "name": "cluster-example",
+                "namespace": "default",
+                "operation": operation,
+                "userInfo": {"username": "admin", "groups": ["system:authenticated"]},
+                "object": object,
+                "oldObject": old,
+                "dryRun": false,
+                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+            }
+        });
+        let (status, body) = self.post(path, serde_json::to_vec(&review).unwrap()).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let answer: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(answer["kind"], "AdmissionReview");
+        assert_eq!(answer["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+        answer["response"].clone()
+    }
+}
+
+fn cluster(plugins: Value) -> Value {
+    json!({
+        "apiVersion": "cnpgi.io/v1", "kind": "Cluster",
+        "metadata": {"name": "cluster-example", "namespace": "default"},
+        "spec": {"instances": 3, "plugins": plugins}
+    })
+}
+
+#[tokio::test]
+async fn mutate_fills_in_defaults_with_a_base64_json_patch() {
+    let webhook = start().await;
+    let original = cluster(json!([{"name": HELLO}]));
+    let response = webhook.review(MUTATE_PATH, "CREATE", original.clone(), None).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(response["patchType"], "JSONPatch");
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().expect("patch is a base64 string"))
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+    let mut patched = original;
+    json_patch::patch(&mut patched, &patch).unwrap();
+    assert_eq!(
+        patched["spec"]["plugins"][0]["parameters"]["labels"],
+        r#"{"plugin-metadata":"default"}"#
+    );
+
+    // Already defaulted: allowed without a patch.
+    let response = webhook.review(MUTATE_PATH, "UPDATE", patched, None).await;
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none(), "{response}");
+    webhook.handle.shutdown();
+}
+
+#[tokio::test]
+async fn validate_denies_the_upstream_mistake_and_a_labels_change() {
+    let webhook = start().await;
+    let mistake = cluster(json!([{"name": HELLO, "parameters": {
+        "labels": "{\"first-label\": \"first-label-value\"}",
+        "annotations": "{\n  \"first-annotation\": \"first-annotation-value\",\n  this is a mistake\n}\n"
+    }}]));
+    let response = webhook.review(VALIDATE_PATH, "CREATE", mistake, None).await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.plugins[0].parameters.annotations: Invalid value:"),
+        "{message}"
+    );
+
+    let old = cluster(json!([{"name": HELLO, "parameters": {"labels": "{\"a\":\"b\"}"}}]));
+    let new = cluster(json!([{"name": HELLO, "parameters": {"labels": "{\"a\":\"c\"}"}}]));
+    let response = webhook.review(VALIDATE_PATH, "UPDATE", new.clone(), Some(old)).await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("spec.plugins[0].parameters.labels") && message.contains("Labels cannot be changed"));
+
+    let response = webhook.review(VALIDATE_PATH, "CREATE", new, None).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    webhook.handle.shutdown();
+}
+
+#[tokio::test]
+async fn a_missing_plugin_is_denied_by_name_and_a_hung_one_within_the_deadline() {
+    let webhook = start().await;
+    let response = webhook
+        .review(
+            VALIDATE_PATH,
+            "CREATE",
+            cluster(json!([{"name": "missing.example.com"}])),
+            None,
+        )
+        .await;
+    assert_eq!(response["allowed"], false);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing.example.com"),
+        "{response}"
+    );
+
+    let started = std::time::Instant::now();
+    let response = webhook
+        .review(
+            MUTATE_PATH,
+            "CREATE",
+            cluster(json!([{"name": HELLO}, {"name": HUNG}])),
+            None,
+        )
+        .await;
+    let elapsed = started.elapsed();
+    assert_eq!(response["allowed"], false);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("within 700 ms"),
+        "{response}"
+    );
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+    webhook.handle.shutdown();
+}
+
+#[tokio::test]
+async fn malformed_bodies_get_400_with_a_reason() {
+    let webhook = start().await;
+    for (body, reason) in [
+        (&b"not json"[..], "not an AdmissionReview"),
+        (
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#,
+            "no request",
+        ),
+        (
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":7}}"#,
+            "not an AdmissionReview",
+        ),
+    ] {
+        for path in [MUTATE_PATH, VALIDATE_PATH] {
+            let (status, text) = webhook.post(path, body.to_vec()).await;
+            let text = String::from_utf8_lossy(&text);
+            assert_eq!(status, 400, "{path}: {text}");
+            assert!(text.contains(reason), "{path}: {text}");
+        }
+    }
+    // Still serving.
+    let response = webhook.review(MUTATE_PATH, "CREATE", cluster(json!([])), None).await;
+    assert_eq!(response["allowed"], true);
+    webhook.handle.shutdown();
+}
