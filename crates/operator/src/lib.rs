@@ -16,6 +16,7 @@
 //! * [`routing`]: the CNPG-I fan-out rules: chained mutations and lifecycle
 //!   patches, collected validation errors, status, fail-closed by default;
 //! * [`webhook`]: the mutating and validating admission webhooks;
+//! * [`controller`]: the Cluster reconciler (instance Pods through lifecycle hooks);
 //! * [`metrics`]: Prometheus metrics of calls, readiness and discovery.
 //!
 //! ```no_run
@@ -35,6 +36,7 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod controller;
 pub mod crd;
 pub mod discovery;
 pub mod metrics;

@@ -1,0 +1,402 @@
+//! The Cluster reconciler: instance Pods patched by plugins.
+//!
+//! For each Cluster the reconciler keeps Pods `<cluster>-1` … `<cluster>-N`,
+//! each with a `postgres` container. A Pod is built from a template
+//! ([`instance_pod`]), passed through the lifecycle hooks of the enabled
+//! plugins that declared `("", "Pod", CREATE)`, and created. The Pod is
+//! annotated with a hash of what the plugins want (the `EVALUATE` chain on
+//! the template); on every reconcile that hash is computed again, and a Pod
+//! whose hash changed (a plugin parameter changed, a plugin was upgraded) is
+//! rolled: deleted and recreated, one at a time. `SetStatusInCluster`
+//! answers fill `status.pluginStatus[]`, a plugin removed from the Cluster
+//! is sent `Deregister` once, and a plugin failure sets a clear phase, a
+//! condition and an Event, creates nothing, and retries with backoff.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, hash_map::DefaultHasher},
+    hash::{Hash, Hasher},
+    sync::Arc,
+    time::Duration,
+};
+
+use futures_util::StreamExt;
+use k8s_openapi::{
+    api::core::v1::Pod,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    runtime::{
+        controller::{Action, Controller},
+        events::{Event, EventType, Recorder, Reporter},
+        watcher,
+    },
+};
+use serde_json::{Value, json};
+
+use crate::{
+    crd::{Cluster, ClusterStatus, PluginStatus},
+    routing::{RouteError, Router, enabled_plugins},
+};
+use cnpgi_proto::operator_lifecycle::v1::operator_operation_type::Type as Operation;
+
+/// Label carrying the Cluster name on its Pods.
+pub const CLUSTER_LABEL: &str = "cnpgi.io/cluster";
+/// Label carrying the instance name on its Pod.
+pub const INSTANCE_LABEL: &str = "cnpgi.io/instanceName";
+/// Annotation with the hash of what the plugins want for the Pod.
+pub const PLUGINS_HASH_ANNOTATION: &str = "cnpgi.io/pluginsHash";
+/// Field manager used for status patches.
+pub const FIELD_MANAGER: &str = "cnpgi-operator";
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// A plugin failed; nothing was written.
+    #[error(transparent)]
+    Plugin(#[from] RouteError),
+    /// The Kubernetes API failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The Cluster could not be serialised.
+    #[error("cannot encode the Cluster: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// The Cluster has no namespace.
+    #[error("the Cluster has no namespace")]
+    NoNamespace,
+}
+
+/// What the reconciler needs.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: Client,
+    /// Routes calls to plugins.
+    pub router: Router,
+    /// Records Events on Clusters.
+    pub recorder: Recorder,
+    /// Delay before re-checking a healthy Cluster.
+    pub resync: Duration,
+}
+
+impl Context {
+    /// A context reporting Events as `controller`.
+    pub fn new(client: Client, router: Router, controller: &str) -> Self {
+        let reporter = Reporter {
+            controller: controller.to_owned(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            router,
+            resync: Duration::from_secs(300),
+        }
+    }
+}
+
+/// The instance Pod template, before plugins: `<cluster>-<n>` with a
+/// `postgres` container, owned by the Cluster.
+pub fn instance_pod(cluster: &Cluster, n: i32) -> Value {
+    let name = format!("{}-{n}", cluster.name_any());
+    let owner = cluster.controller_owner_ref(&());
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": cluster.namespace(),
+            "labels": { CLUSTER_LABEL: cluster.name_any(), INSTANCE_LABEL: name },
+            "annotations": {},
+            "ownerReferences": owner.map(|o| vec![o]).unwrap_or_default(),
+        },
+        "spec": {
+            "containers": [{
+                "name": "postgres",
+                "image": cluster.spec.image_name,
+                "env": [{ "name": "PGDATA", "value": "/var/lib/postgresql/data/pgdata" }],
+                "ports": [{ "name": "postgresql", "containerPort": 5432, "protocol": "TCP" }],
+                "volumeMounts": [{ "name": "pgdata", "mountPath": "/var/lib/postgresql/data" }],
+            }],
+            "volumes": [{ "name": "pgdata", "emptyDir": {} }],
+        }
+    })
+}
+
+/// Hash of the parts of a Pod plugins may change: labels, annotations, spec.
+fn plugins_hash(pod: &Value) -> String {
+    let mut hasher = DefaultHasher::new();
+    for part in ["/metadata/labels", "/metadata/annotations", "/spec"] {
+        pod.pointer(part).map(Value::to_string).hash(&mut hasher);
+    }
+    format!("{:016x}", hasher.finish())
+}
+
+/// What the plugins want for instance `n` now (the EVALUATE chain), as a hash.
+pub async fn wanted_hash(router: &Router, cluster: &Cluster, n: i32) -> Result<String, ReconcileError> {
+    let cluster_json = serde_json::to_value(cluster)?;
+    let evaluated = router
+        .lifecycle_hook(&cluster_json, &instance_pod(cluster, n), Operation::Evaluate)
+        .await?;
+    Ok(plugins_hash(&evaluated.object))
+}
+
+/// The Pod to create for instance `n`: the template through the CREATE
+/// chain, annotated with [`wanted_hash`].
+pub async fn build_pod(router: &Router, cluster: &Cluster, n: i32) -> Result<Value, ReconcileError> {
+    let cluster_json = serde_json::to_value(cluster)?;
+    let hash = wanted_hash(router, cluster, n).await?;
+    let mut pod = router
+        .lifecycle_hook(&cluster_json, &instance_pod(cluster, n), Operation::Create)
+        .await?
+        .object;
+    if let Some(annotations) = pod.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+        annotations.insert(PLUGINS_HASH_ANNOTATION.into(), Value::from(hash));
+    } else if let Some(metadata) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.insert("annotations".into(), json!({ PLUGINS_HASH_ANNOTATION: hash }));
+    }
+    Ok(pod)
+}
+
+fn instance_number(cluster: &str, pod: &Pod) -> Option<i32> {
+    pod.name_any().strip_prefix(&format!("{cluster}-"))?.parse().ok()
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn condition(type_: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: if ok { "True" } else { "False" }.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: generation,
+        last_transition_time: Time(Timestamp::now()),
+    }
+}
+
+async fn patch_status(api: &Api<Cluster>, name: &str, status: &ClusterStatus) -> Result<(), ReconcileError> {
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Reconciles one Cluster.
+pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let namespace = cluster.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let name = cluster.name_any();
+    let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut status = cluster.status.clone().unwrap_or_default();
+    let generation = cluster.metadata.generation;
+
+    match reconcile_pods(&cluster, &ctx, &pods, &mut status).await {
+        Ok(action) => {
+            let ok = condition(
+                "PluginsReady",
+                true,
+                "PluginsAnswered",
+                "every enabled plugin answered",
+                generation,
+            );
+            set_condition(&mut status, ok);
+            patch_status(&clusters, &name, &status).await?;
+            Ok(action)
+        }
+        Err(ReconcileError::Plugin(error)) => {
+            let message = error.to_string();
+            status.phase = Some("Plugin error".into());
+            status.phase_reason = Some(message.clone());
+            set_condition(
+                &mut status,
+                condition("PluginsReady", false, "PluginFailed", &message, generation),
+            );
+            set_condition(
+                &mut status,
+                condition("Ready", false, "PluginFailed", &message, generation),
+            );
+            patch_status(&clusters, &name, &status).await?;
+            let event = Event {
+                type_: EventType::Warning,
+                reason: "PluginFailed".into(),
+                note: Some(message.chars().take(1000).collect()),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
+                tracing::warn!(error = %e, "cannot record an Event on the Cluster");
+            }
+            Err(ReconcileError::Plugin(error))
+        }
+        Err(other) => Err(other),
+    }
+}
+
+fn set_condition(status: &mut ClusterStatus, new: Condition) {
+    match status.conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        Some(existing) if existing.status == new.status && existing.reason == new.reason => {
+            existing.message = new.message;
+            existing.observed_generation = new.observed_generation;
+        }
+        Some(existing) => *existing = new,
+        None => status.conditions.push(new),
+    }
+}
+
+async fn reconcile_pods(
+    cluster: &Cluster,
+    ctx: &Context,
+    pods: &Api<Pod>,
+    status: &mut ClusterStatus,
+) -> Result<Action, ReconcileError> {
+    let name = cluster.name_any();
+    let cluster_json = serde_json::to_value(cluster)?;
+    let wanted = cluster.spec.instances.max(0);
+
+    // Plugins removed from the Cluster are told once, then dropped from status.
+    let enabled: BTreeSet<String> = enabled_plugins(&cluster_json).into_iter().map(|p| p.name).collect();
+    for gone in status.plugin_status.iter().filter(|s| !enabled.contains(&s.name)) {
+        match ctx.router.deregister(&gone.name, &cluster_json).await {
+            Ok(()) => tracing::info!(cluster = %name, plugin = %gone.name, "plugin deregistered"),
+            Err(error) => {
+                tracing::warn!(cluster = %name, plugin = %gone.name, %error, "Deregister failed; not retried")
+            }
+        }
+    }
+
+    let existing = pods
+        .list(&ListParams::default().labels(&format!("{CLUSTER_LABEL}={name}")))
+        .await?;
+    let mut by_number: BTreeMap<i32, Pod> = BTreeMap::new();
+    for pod in existing {
+        if let Some(n) = instance_number(&name, &pod) {
+            by_number.insert(n, pod);
+        }
+    }
+
+    // Scale down: the highest instances go first.
+    for (n, pod) in by_number.iter().rev().filter(|(n, _)| **n > wanted) {
+        tracing::info!(cluster = %name, instance = n, "scaling down");
+        pods.delete(&pod.name_any(), &DeleteParams::default()).await?;
+    }
+
+    // Compute every missing Pod first, so that a plugin failure creates nothing.
+    let mut to_create = Vec::new();
+    for n in 1..=wanted {
+        if !by_number.contains_key(&n) {
+            to_create.push(build_pod(&ctx.router, cluster, n).await?);
+        }
+    }
+    // Drift: roll the first Pod the plugins want different, one at a time.
+    let mut rolled = false;
+    if to_create.is_empty() {
+        for (n, pod) in by_number.iter().filter(|(n, _)| **n <= wanted) {
+            let live = pod
+                .annotations()
+                .get(PLUGINS_HASH_ANNOTATION)
+                .cloned()
+                .unwrap_or_default();
+            if live != wanted_hash(&ctx.router, cluster, *n).await? {
+                tracing::info!(cluster = %name, pod = %pod.name_any(), "plugins want a different Pod; rolling it");
+                pods.delete(&pod.name_any(), &DeleteParams::default()).await?;
+                rolled = true;
+                break;
+            }
+        }
+    }
+    for pod in to_create {
+        let pod: Pod = serde_json::from_value(pod)?;
+        tracing::info!(cluster = %name, pod = %pod.name_any(), "creating instance Pod");
+        pods.create(&PostParams::default(), &pod).await?;
+    }
+
+    // Plugin status: keep the previous status text when a plugin answers empty.
+    let updates = ctx.router.set_status(&cluster_json).await?;
+    let previous: BTreeMap<String, String> = status
+        .plugin_status
+        .iter()
+        .map(|s| (s.name.clone(), s.status.clone()))
+        .collect();
+    status.plugin_status = updates
+        .into_iter()
+        .map(|u| PluginStatus {
+            status: u
+                .status
+                .unwrap_or_else(|| previous.get(&u.name).cloned().unwrap_or_default()),
+            name: u.name,
+            version: u.version,
+            capabilities: u.capabilities,
+            operator_capabilities: u.operator_capabilities,
+        })
+        .collect();
+
+    let ready = by_number.iter().filter(|(n, p)| **n <= wanted && is_ready(p)).count();
+    status.ready_instances = i32::try_from(ready).unwrap_or(i32::MAX);
+    let healthy = !rolled && status.ready_instances == wanted;
+    status.phase = Some(if healthy { "Healthy" } else { "Creating instances" }.into());
+    status.phase_reason = None;
+    let generation = cluster.metadata.generation;
+    set_condition(
+        status,
+        condition(
+            "Ready",
+            healthy,
+            if healthy { "InstancesReady" } else { "InstancesNotReady" },
+            &format!("{}/{} instances ready", status.ready_instances, wanted),
+            generation,
+        ),
+    );
+    Ok(if healthy {
+        Action::requeue(ctx.resync)
+    } else {
+        Action::requeue(Duration::from_secs(5))
+    })
+}
+
+/// Backs off on failure: plugin errors are retried every 30 s, API errors sooner.
+pub fn error_policy(_cluster: Arc<Cluster>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(%error, "reconcile failed");
+    match error {
+        ReconcileError::Plugin(_) => Action::requeue(Duration::from_secs(30)),
+        _ => Action::requeue(Duration::from_secs(10)),
+    }
+}
+
+/// Runs the controller for Clusters in `namespace` (all when `None`) until
+/// `shutdown` completes.
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<&str>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (clusters, pods) = match namespace {
+        Some(ns) => (
+            Api::<Cluster>::namespaced(ctx.client.clone(), ns),
+            Api::<Pod>::namespaced(ctx.client.clone(), ns),
+        ),
+        None => (
+            Api::<Cluster>::all(ctx.client.clone()),
+            Api::<Pod>::all(ctx.client.clone()),
+        ),
+    };
+    Controller::new(clusters, watcher::Config::default())
+        .owns(pods, watcher::Config::default().labels(CLUSTER_LABEL))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile round ended with an error");
+            }
+        })
+        .await;
+}

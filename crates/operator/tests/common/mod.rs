@@ -1,0 +1,253 @@
+//! A fake Kubernetes API server at the HTTP level, for tests: lists,
+//! streaming watches, create, delete, merge-patch (of objects and their
+//! `status`), and Events; every request is recorded.
+
+#![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
+
+use std::{
+    collections::BTreeMap,
+    convert::Infallible,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::{Request, Response, body::Frame, service::service_fn};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+use tokio_stream::{StreamExt, wrappers::BroadcastStream};
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub body: Value,
+}
+
+#[derive(Clone)]
+pub struct FakeApiServer {
+    /// Objects by collection path (`/api/v1/namespaces/ns/pods`) and name.
+    objects: Arc<Mutex<BTreeMap<String, BTreeMap<String, Value>>>>,
+    watch_events: broadcast::Sender<(String, Value)>,
+    pub watches: Arc<AtomicUsize>,
+    pub requests: Arc<Mutex<Vec<Recorded>>>,
+    resource_version: Arc<AtomicU64>,
+}
+
+fn name_of(object: &Value) -> String {
+    object["metadata"]["name"].as_str().unwrap_or_default().to_owned()
+}
+
+/// RFC 7386 merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(target), Value::Object(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    target.remove(key);
+                } else {
+                    merge(target.entry(key.clone()).or_insert(Value::Null), value);
+                }
+            }
+        }
+        (target, patch) => *target = patch.clone(),
+    }
+}
+
+impl FakeApiServer {
+    pub fn new() -> Self {
+        Self {
+            objects: Arc::default(),
+            watch_events: broadcast::channel(256).0,
+            watches: Arc::default(),
+            requests: Arc::default(),
+            resource_version: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    fn stamp(&self, mut object: Value) -> Value {
+        let version = self.resource_version.fetch_add(1, Ordering::SeqCst) + 1;
+        object["metadata"]["resourceVersion"] = json!(version.to_string());
+        object
+    }
+
+    /// Creates an empty collection.
+    pub fn collection(&self, collection: &str) {
+        self.objects.lock().unwrap().entry(collection.to_owned()).or_default();
+    }
+
+    /// Stores an object in `collection` (without telling watches).
+    pub fn seed(&self, collection: &str, object: Value) {
+        let object = self.stamp(object);
+        self.objects
+            .lock()
+            .unwrap()
+            .entry(collection.to_owned())
+            .or_default()
+            .insert(name_of(&object), object);
+    }
+
+    /// The stored objects of `collection`.
+    pub fn stored(&self, collection: &str) -> Vec<Value> {
+        self.objects
+            .lock()
+            .unwrap()
+            .get(collection)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Stores (or deletes) an object and sends the watch event.
+    pub fn push(&self, collection: &str, kind: &str, object: Value) {
+        let object = self.stamp(object);
+        {
+            let mut objects = self.objects.lock().unwrap();
+            let entry = objects.entry(collection.to_owned()).or_default();
+            if kind == "DELETED" {
+                entry.remove(&name_of(&object));
+            } else {
+                entry.insert(name_of(&object), object.clone());
+            }
+        }
+        let _ = self
+            .watch_events
+            .send((collection.to_owned(), json!({ "type": kind, "object": object })));
+    }
+
+    pub fn recorded(&self, method: &str, path_prefix: &str) -> Vec<Recorded> {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.method == method && r.path.starts_with(path_prefix))
+            .cloned()
+            .collect()
+    }
+
+    pub async fn start(self) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let this = self.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |request| {
+                        let this = this.clone();
+                        async move { Ok::<_, Infallible>(this.handle(request).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        format!("http://{address}")
+    }
+
+    /// A kube client talking to this server.
+    pub fn client(url: &str, namespace: &str) -> kube::Client {
+        let mut config = kube::Config::new(url.parse().unwrap());
+        config.default_namespace = namespace.into();
+        kube::Client::try_from(config).unwrap()
+    }
+
+    async fn handle(&self, request: Request<hyper::body::Incoming>) -> Response<Body> {
+        let method = request.method().as_str().to_owned();
+        let path = request.uri().path().to_owned();
+        let query = request.uri().query().unwrap_or_default().to_owned();
+        let bytes = request.into_body().collect().await.unwrap().to_bytes();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        self.requests.lock().unwrap().push(Recorded {
+            method: method.clone(),
+            path: path.clone(),
+            body: body.clone(),
+        });
+        let full = |status: u16, body: Value| {
+            Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body.to_string())).boxed())
+                .unwrap()
+        };
+        let not_found = || {
+            full(
+                404,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
+            )
+        };
+
+        if path.contains("/events") {
+            return full(201, body);
+        }
+        let is_collection = |p: &str| self.objects.lock().unwrap().contains_key(p);
+        if method == "GET" && is_collection(&path) {
+            if query.split('&').any(|pair| pair == "watch=true" || pair == "watch=1") {
+                let wanted = path.clone();
+                let events = BroadcastStream::new(self.watch_events.subscribe()).filter_map(move |event| match event {
+                    Ok((collection, event)) if collection == wanted => {
+                        Some(Ok(Frame::data(Bytes::from(format!("{event}\n")))))
+                    }
+                    _ => None,
+                });
+                self.watches.fetch_add(1, Ordering::SeqCst);
+                return Response::builder()
+                    .header("content-type", "application/json")
+                    .body(StreamBody::new(events).boxed())
+                    .unwrap();
+            }
+            let items = self.stored(&path);
+            let version = self.resource_version.load(Ordering::SeqCst).to_string();
+            return full(
+                200,
+                json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}, "items": items}),
+            );
+        }
+        if method == "POST" && is_collection(&path) {
+            let object = self.stamp(body);
+            self.objects
+                .lock()
+                .unwrap()
+                .get_mut(&path)
+                .unwrap()
+                .insert(name_of(&object), object.clone());
+            return full(201, object);
+        }
+        // Item paths: <collection>/<name>[/status]
+        let (item_path, status) = match path.strip_suffix("/status") {
+            Some(p) => (p.to_owned(), true),
+            None => (path.clone(), false),
+        };
+        let Some((collection, name)) = item_path.rsplit_once('/') else {
+            return not_found();
+        };
+        let mut objects = self.objects.lock().unwrap();
+        let Some(items) = objects.get_mut(collection) else {
+            return not_found();
+        };
+        match method.as_str() {
+            "GET" => items.get(name).cloned().map_or_else(not_found, |o| full(200, o)),
+            "DELETE" => items.remove(name).map_or_else(not_found, |o| full(200, o)),
+            "PATCH" => match items.get_mut(name) {
+                Some(object) => {
+                    let patch = if status {
+                        json!({"status": body["status"]})
+                    } else {
+                        body
+                    };
+                    merge(object, &patch);
+                    full(200, object.clone())
+                }
+                None => not_found(),
+            },
+            _ => not_found(),
+        }
+    }
+}

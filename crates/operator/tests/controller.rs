@@ -1,0 +1,237 @@
+//! The reconciler: the Pod-building chain against real plugins, and the
+//! Kubernetes side against a fake API server at the HTTP level.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::{sync::Arc, time::Duration};
+
+use cnpgi_operator::{
+    client::{ClientOptions, PluginClient, Transport},
+    controller::{self, CLUSTER_LABEL, Context, PLUGINS_HASH_ANNOTATION, ReconcileError},
+    crd::Cluster,
+    registry::{Registry, RegistryOptions},
+    routing::{Router, RoutingPolicy},
+};
+use cnpgi_pluginhelper::server::{PluginListener, ServeError};
+use common::FakeApiServer;
+use serde_json::{Value, json};
+use tokio::{sync::oneshot, task::JoinHandle};
+
+const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
+const PODS: &str = "/api/v1/namespaces/default/pods";
+const CLUSTERS: &str = "/apis/cnpgi.io/v1/namespaces/default/clusters";
+
+struct Plugins {
+    _dir: tempfile::TempDir,
+    _served: (oneshot::Sender<()>, JoinHandle<Result<(), ServeError>>),
+    router: Router,
+}
+
+async fn plugins() -> Plugins {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = PluginListener::bind_unix(dir.path(), HELLO).unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(cnpg_i_hello_world::server().serve(listener, async {
+        let _ = stopped.await;
+    }));
+    let registry = Arc::new(Registry::new(RegistryOptions::default()));
+    let path = dir.path().join(HELLO);
+    registry
+        .add(
+            "static",
+            PluginClient::connect(HELLO, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
+        )
+        .await
+        .unwrap();
+    Plugins {
+        _dir: dir,
+        _served: (stop, task),
+        router: Router::new(registry, RoutingPolicy::default()),
+    }
+}
+
+fn cluster_json(instances: i32, plugins: Value) -> Value {
+    json!({
+        "apiVersion": "cnpgi.io/v1", "kind": "Cluster",
+        "metadata": {"name": "cluster-example", "namespace": "default", "uid": "0b9f6b3a-8d2e-4c5a-9d61-3f0e2a7c1b11", "generation": 1},
+        "spec": {"instances": instances, "plugins": plugins}
+    })
+}
+
+fn cluster(instances: i32, plugins: Value) -> Arc<Cluster> {
+    Arc::new(serde_json::from_value(cluster_json(instances, plugins)).unwrap())
+}
+
+#[tokio::test]
+async fn pods_are_built_through_the_lifecycle_chain() {
+    let plugins = plugins().await;
+    let cluster = cluster(
+        1,
+        json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"db\"}"}}]),
+    );
+    let pod = controller::build_pod(&plugins.router, &cluster, 1).await.unwrap();
+    assert_eq!(pod["metadata"]["name"], "cluster-example-1");
+    assert_eq!(pod["metadata"]["labels"][CLUSTER_LABEL], "cluster-example");
+    assert_eq!(pod["metadata"]["labels"]["team"], "db");
+    assert_eq!(pod["metadata"]["annotations"]["plugin-metadata"], "default");
+    assert_eq!(pod["metadata"]["ownerReferences"][0]["kind"], "Cluster");
+    assert_eq!(pod["spec"]["containers"][0]["name"], "postgres");
+    assert_eq!(pod["spec"]["initContainers"][0]["name"], "pauser");
+    assert_eq!(pod["spec"]["initContainers"][0]["restartPolicy"], "Always");
+    let hash = pod["metadata"]["annotations"][PLUGINS_HASH_ANNOTATION]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    assert_eq!(
+        controller::wanted_hash(&plugins.router, &cluster, 1).await.unwrap(),
+        hash,
+        "stable"
+    );
+    let changed = cluster_json(
+        1,
+        json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"ops\"}"}}]),
+    );
+    let changed: Cluster = serde_json::from_value(changed).unwrap();
+    assert_ne!(
+        controller::wanted_hash(&plugins.router, &changed, 1).await.unwrap(),
+        hash,
+        "a parameter change shows"
+    );
+}
+
+async fn context(plugins: &Plugins, api: &FakeApiServer, cluster: &Value) -> Arc<Context> {
+    api.collection(PODS);
+    api.seed(CLUSTERS, cluster.clone());
+    let url = api.clone().start().await;
+    let mut ctx = Context::new(
+        FakeApiServer::client(&url, "default"),
+        plugins.router.clone(),
+        "cnpgi-operator",
+    );
+    ctx.resync = Duration::from_secs(60);
+    Arc::new(ctx)
+}
+
+fn pod_names(api: &FakeApiServer) -> Vec<String> {
+    let mut names: Vec<String> = api
+        .stored(PODS)
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn reconcile_creates_patched_pods_rolls_on_parameter_change_and_scales_down() {
+    let plugins = plugins().await;
+    let api = FakeApiServer::new();
+    let two = cluster_json(
+        2,
+        json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"db\"}"}}]),
+    );
+    let ctx = context(&plugins, &api, &two).await;
+
+    controller::reconcile(Arc::new(serde_json::from_value(two.clone()).unwrap()), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(pod_names(&api), ["cluster-example-1", "cluster-example-2"]);
+    for pod in api.stored(PODS) {
+        assert_eq!(pod["metadata"]["labels"]["team"], "db");
+        assert_eq!(pod["spec"]["initContainers"][0]["name"], "pauser");
+    }
+    let status = api
+        .recorded("PATCH", &format!("{CLUSTERS}/cluster-example/status"))
+        .last()
+        .unwrap()
+        .body["status"]
+        .clone();
+    assert_eq!(status["pluginStatus"][0]["name"], HELLO);
+    assert_eq!(status["pluginStatus"][0]["status"], r#"{"enabled":true}"#);
+    assert_eq!(
+        status["pluginStatus"][0]["capabilities"],
+        json!(["TYPE_LIFECYCLE_SERVICE", "TYPE_OPERATOR_SERVICE"])
+    );
+    assert_eq!(status["phase"], "Creating instances");
+
+    // A parameter change: one Pod is rolled per reconcile, then recreated.
+    let changed = cluster_json(
+        2,
+        json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"ops\"}"}}]),
+    );
+    let changed_cluster: Arc<Cluster> = Arc::new(serde_json::from_value(changed.clone()).unwrap());
+    controller::reconcile(changed_cluster.clone(), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(api.recorded("DELETE", PODS).len(), 1, "one Pod at a time");
+    assert_eq!(pod_names(&api).len(), 1);
+    controller::reconcile(changed_cluster.clone(), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(pod_names(&api).len(), 2);
+    let teams: Vec<Value> = api
+        .stored(PODS)
+        .iter()
+        .map(|p| p["metadata"]["labels"]["team"].clone())
+        .collect();
+    assert!(
+        teams.contains(&json!("ops")) && teams.contains(&json!("db")),
+        "{teams:?}"
+    );
+    controller::reconcile(changed_cluster.clone(), ctx.clone())
+        .await
+        .unwrap();
+    controller::reconcile(changed_cluster, ctx.clone()).await.unwrap();
+    for pod in api.stored(PODS) {
+        assert_eq!(pod["metadata"]["labels"]["team"], "ops");
+    }
+    // Nothing left to roll: a further reconcile deletes nothing.
+    let deletes = api.recorded("DELETE", PODS).len();
+    let one = cluster_json(
+        1,
+        json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"ops\"}"}}]),
+    );
+    controller::reconcile(Arc::new(serde_json::from_value(one).unwrap()), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        api.recorded("DELETE", PODS).len(),
+        deletes + 1,
+        "scale down deletes exactly one Pod"
+    );
+    assert_eq!(pod_names(&api), ["cluster-example-1"]);
+}
+
+#[tokio::test]
+async fn a_missing_plugin_creates_nothing_and_says_why() {
+    let plugins = plugins().await;
+    let api = FakeApiServer::new();
+    let broken = cluster_json(2, json!([{"name": HELLO}, {"name": "missing.example.com"}]));
+    let ctx = context(&plugins, &api, &broken).await;
+    let err = controller::reconcile(Arc::new(serde_json::from_value(broken).unwrap()), ctx.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ReconcileError::Plugin(_)), "{err}");
+    assert!(api.stored(PODS).is_empty(), "nothing half-created");
+    let status = api
+        .recorded("PATCH", &format!("{CLUSTERS}/cluster-example/status"))
+        .last()
+        .unwrap()
+        .body["status"]
+        .clone();
+    assert_eq!(status["phase"], "Plugin error");
+    assert!(status["phaseReason"].as_str().unwrap().contains("missing.example.com"));
+    let events = api.recorded("POST", "/apis/events.k8s.io/");
+    assert!(events.iter().any(|e| e.body["reason"] == "PluginFailed"), "{events:?}");
+    assert_eq!(
+        controller::error_policy(
+            Arc::new(serde_json::from_value(cluster_json(1, json!([]))).unwrap()),
+            &err,
+            ctx
+        ),
+        kube::runtime::controller::Action::requeue(Duration::from_secs(30))
+    );
+}
