@@ -43,4 +43,6 @@ pub mod metrics;
 pub mod probe;
 pub mod registry;
 pub mod routing;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod webhook;

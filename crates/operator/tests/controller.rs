@@ -3,10 +3,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::{sync::Arc, time::Duration};
 
+use cnpgi_operator::testing::FakeApiServer;
 use cnpgi_operator::{
     client::{ClientOptions, PluginClient, Transport},
     controller::{self, CLUSTER_LABEL, Context, PLUGINS_HASH_ANNOTATION, ReconcileError},
@@ -15,7 +14,6 @@ use cnpgi_operator::{
     routing::{Router, RoutingPolicy},
 };
 use cnpgi_pluginhelper::server::{PluginListener, ServeError};
-use common::FakeApiServer;
 use serde_json::{Value, json};
 use tokio::{sync::oneshot, task::JoinHandle};
 

@@ -5,17 +5,15 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::{collections::BTreeMap, sync::Arc, sync::atomic::Ordering, time::Duration};
 
+use cnpgi_operator::testing::FakeApiServer;
 use cnpgi_operator::{
     client::ClientOptions,
     discovery::{DiscoverySource, kubernetes::KubernetesServices},
     registry::{Registry, RegistryOptions, RoutingError},
 };
 use cnpgi_pluginhelper::testing::{TestCertificates, TestPlugin};
-use common::FakeApiServer;
 use k8s_openapi::{
     ByteString,
     api::core::v1::{Secret, Service},

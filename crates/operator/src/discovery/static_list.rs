@@ -39,6 +39,66 @@ pub struct StaticPlugin {
     pub address: StaticAddress,
 }
 
+/// Credentials for `https://` static plugins given on a command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM certificate presented to plugins.
+    pub client_cert: PathBuf,
+    /// Its PEM key.
+    pub client_key: PathBuf,
+    /// The pinned PEM server certificate (or CA).
+    pub server_cert: PathBuf,
+    /// Name to verify in the server certificate; the URL's host when `None`.
+    pub server_name: Option<String>,
+}
+
+impl StaticPlugin {
+    /// Parses `NAME=unix:///path/to/socket` or `NAME=https://host:port`
+    /// (the latter needs `tls`).
+    ///
+    /// ```
+    /// use cnpgi_operator::discovery::static_list::{StaticAddress, StaticPlugin};
+    ///
+    /// let plugin = StaticPlugin::parse("hello.example.com=unix:///plugins/hello.example.com", None).unwrap();
+    /// assert_eq!(plugin.address, StaticAddress::Unix("/plugins/hello.example.com".into()));
+    /// assert!(StaticPlugin::parse("hello=https://plugin:9090", None).is_err());
+    /// ```
+    pub fn parse(spec: &str, tls: Option<&TlsFiles>) -> Result<Self, String> {
+        let (name, address) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("{spec:?}: expected NAME=unix:///path or NAME=https://host:port"))?;
+        cnpgi_proto::validate_plugin_name(name)?;
+        let address = if let Some(path) = address.strip_prefix("unix://") {
+            StaticAddress::Unix(PathBuf::from(path))
+        } else if let Some(host_port) = address.strip_prefix("https://") {
+            let host_port = host_port.trim_end_matches('/');
+            let tls = tls.ok_or_else(|| {
+                format!("{spec:?}: an https:// plugin needs --client-cert, --client-key and --server-ca")
+            })?;
+            let host = host_port
+                .rsplit_once(':')
+                .map(|(host, _)| host)
+                .ok_or_else(|| format!("{spec:?}: expected https://host:port"))?;
+            StaticAddress::Tls {
+                address: host_port.to_owned(),
+                server_name: tls
+                    .server_name
+                    .clone()
+                    .unwrap_or_else(|| host.trim_matches(['[', ']']).to_owned()),
+                client_cert: tls.client_cert.clone(),
+                client_key: tls.client_key.clone(),
+                server_cert: tls.server_cert.clone(),
+            }
+        } else {
+            return Err(format!("{spec:?}: the address must start with unix:// or https://"));
+        };
+        Ok(Self {
+            name: name.to_owned(),
+            address,
+        })
+    }
+}
+
 /// Why a static plugin could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum StaticError {

@@ -1,8 +1,23 @@
-//! A fake Kubernetes API server at the HTTP level, for tests: lists,
-//! streaming watches, create, delete, merge-patch (of objects and their
-//! `status`), and Events; every request is recorded.
+//! A fake Kubernetes API server at the HTTP level, for tests (cargo feature
+//! `testing`): lists, streaming watches, create, delete, merge-patch (of
+//! objects and their `status`), and Events; every request is recorded.
+//!
+//! Only the API server is faked: the code under test uses kube's real
+//! client over real HTTP, as it would against a cluster.
+//!
+//! ```no_run
+//! # async fn example() {
+//! use cnpgi_operator::testing::FakeApiServer;
+//!
+//! let api = FakeApiServer::new();
+//! api.collection("/api/v1/namespaces/default/pods");
+//! let url = api.clone().start().await;
+//! let client = FakeApiServer::client(&url, "default");
+//! # let _ = client;
+//! # }
+//! ```
 
-#![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     collections::BTreeMap,
@@ -26,19 +41,31 @@ type Body = BoxBody<Bytes, Infallible>;
 /// One request the fake received.
 #[derive(Debug, Clone)]
 pub struct Recorded {
+    /// HTTP method.
     pub method: String,
+    /// Request path.
     pub path: String,
+    /// JSON body (`null` when none).
     pub body: Value,
 }
 
-#[derive(Clone)]
+/// The fake API server. Cheap to clone: clones share the same state.
+#[derive(Clone, Debug)]
 pub struct FakeApiServer {
     /// Objects by collection path (`/api/v1/namespaces/ns/pods`) and name.
     objects: Arc<Mutex<BTreeMap<String, BTreeMap<String, Value>>>>,
     watch_events: broadcast::Sender<(String, Value)>,
+    /// Watch requests received so far.
     pub watches: Arc<AtomicUsize>,
+    /// Every request received.
     pub requests: Arc<Mutex<Vec<Recorded>>>,
     resource_version: Arc<AtomicU64>,
+}
+
+impl Default for FakeApiServer {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 fn name_of(object: &Value) -> String {
@@ -62,6 +89,7 @@ fn merge(target: &mut Value, patch: &Value) {
 }
 
 impl FakeApiServer {
+    /// An empty server; add collections with [`FakeApiServer::collection`] or [`FakeApiServer::seed`].
     pub fn new() -> Self {
         Self {
             objects: Arc::default(),
@@ -121,6 +149,7 @@ impl FakeApiServer {
             .send((collection.to_owned(), json!({ "type": kind, "object": object })));
     }
 
+    /// Requests with `method` whose path starts with `path_prefix`.
     pub fn recorded(&self, method: &str, path_prefix: &str) -> Vec<Recorded> {
         self.requests
             .lock()
@@ -131,6 +160,7 @@ impl FakeApiServer {
             .collect()
     }
 
+    /// Serves on a loopback port; returns the base URL.
     pub async fn start(self) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
@@ -150,6 +180,13 @@ impl FakeApiServer {
             }
         });
         format!("http://{address}")
+    }
+
+    /// A kubeconfig (YAML) pointing at `url`, for processes started by a test.
+    pub fn kubeconfig(url: &str, namespace: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: {namespace}\ncurrent-context: fake\nusers:\n- name: fake\n  user: {{}}\n"
+        )
     }
 
     /// A kube client talking to this server.

@@ -1,0 +1,50 @@
+//! `cnpgi-operator`: hosts CNPG-I plugins for `cnpgi.io/v1` Clusters.
+//!
+//! * `cnpgi-operator run`: discovers plugins, serves the admission webhooks,
+//!   reconciles Clusters, and exposes `/healthz`, `/readyz` and `/metrics`;
+//! * `cnpgi-operator crd`: prints the Cluster CRD.
+
+#![forbid(unsafe_code)]
+
+mod run;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Hosts CNPG-I plugins for `cnpgi.io/v1` Clusters.
+#[derive(Debug, Parser)]
+#[command(name = "cnpgi-operator", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the operator (in a Kubernetes cluster, or with a kubeconfig).
+    Run(Box<run::RunArgs>),
+    /// Print the Cluster CustomResourceDefinition as YAML.
+    Crd,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Crd => cnpgi_operator::crd::crd_yaml()
+            .map(|yaml| print!("{yaml}"))
+            .map_err(anyhow::Error::from),
+        Command::Run(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|runtime| runtime.block_on(run::run(*args))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

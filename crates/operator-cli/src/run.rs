@@ -1,0 +1,342 @@
+//! `cnpgi-operator run`: discovery, webhooks, reconciler, health and metrics.
+
+use std::{
+    collections::BTreeSet,
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use axum::{Router as HttpRouter, extract::State, http::StatusCode, routing::get};
+use clap::{ArgAction, Args};
+use cnpgi_operator::{
+    client::ClientOptions,
+    controller::{self, Context},
+    discovery::{
+        DiscoverySource,
+        kubernetes::KubernetesServices,
+        socket_dir::SocketDirectory,
+        static_list::{StaticList, StaticPlugin, TlsFiles},
+    },
+    metrics::Metrics,
+    registry::{Registry, RegistryOptions},
+    routing::{Router, RoutingPolicy},
+    webhook,
+};
+use cnpgi_pluginhelper::logging::{self, LogFormat};
+use cnpgi_tls::server::{ReloadingServerConfig, ServerTlsFiles};
+use tokio::sync::watch;
+
+/// Flags of `cnpgi-operator run`; each can also come from the environment.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Namespace of the operator, where plugin Services are looked for.
+    #[arg(long, env = "OPERATOR_NAMESPACE", default_value = "cnpgi-system")]
+    pub(crate) namespace: String,
+
+    /// Reconcile Clusters of this namespace only (default: every namespace).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub(crate) watch_namespace: Option<String>,
+
+    /// Address of the HTTPS admission webhook server.
+    #[arg(long, env = "WEBHOOK_ADDRESS", default_value = "0.0.0.0:9443")]
+    pub(crate) webhook_address: SocketAddr,
+
+    /// Directory with the webhook's `tls.crt` and `tls.key` (re-read when they change).
+    #[arg(long, env = "WEBHOOK_CERT_DIR", default_value = "/run/secrets/cnpgi-webhook")]
+    pub(crate) webhook_cert_dir: PathBuf,
+
+    /// Deadline of a webhook answer, in seconds (keep it below the webhook
+    /// configuration's timeoutSeconds).
+    #[arg(long, env = "WEBHOOK_DEADLINE_SECONDS", default_value_t = 8)]
+    pub(crate) webhook_deadline_seconds: u64,
+
+    /// Do not serve the admission webhooks.
+    #[arg(long, env = "DISABLE_WEBHOOKS")]
+    pub(crate) disable_webhooks: bool,
+
+    /// Do not reconcile Clusters.
+    #[arg(long, env = "DISABLE_CONTROLLER")]
+    pub(crate) disable_controller: bool,
+
+    /// Address of the plain HTTP server for /healthz, /readyz and /metrics.
+    #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub(crate) metrics_address: SocketAddr,
+
+    /// Discover plugins from labelled Services in the operator's namespace.
+    #[arg(long, env = "KUBERNETES_PLUGINS", default_value_t = true, action = ArgAction::Set, value_name = "BOOL")]
+    pub(crate) kubernetes_plugins: bool,
+
+    /// Discover sidecar plugins' sockets in this directory (repeatable).
+    #[arg(long = "plugin-dir", env = "PLUGIN_DIR", value_name = "DIR")]
+    pub(crate) plugin_dirs: Vec<PathBuf>,
+
+    /// A static plugin, NAME=unix:///path or NAME=https://host:port (repeatable).
+    #[arg(long = "plugin", value_name = "NAME=ADDRESS")]
+    pub(crate) plugins: Vec<String>,
+
+    /// Certificate presented to https:// static plugins.
+    #[arg(long, value_name = "FILE", requires_all = ["client_key", "server_ca"])]
+    pub(crate) client_cert: Option<PathBuf>,
+
+    /// Key of --client-cert.
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub(crate) client_key: Option<PathBuf>,
+
+    /// Pinned server certificate (or CA) of https:// static plugins.
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub(crate) server_ca: Option<PathBuf>,
+
+    /// Server name to verify for https:// static plugins (default: the URL host).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) server_name: Option<String>,
+
+    /// A plugin whose failures are skipped instead of failing the operation (repeatable).
+    #[arg(long = "fail-open", value_name = "PLUGIN")]
+    pub(crate) fail_open: Vec<String>,
+
+    /// How often each plugin's Probe is asked, in seconds.
+    #[arg(long, env = "PROBE_INTERVAL_SECONDS", default_value_t = 10)]
+    pub(crate) probe_interval_seconds: u64,
+
+    /// Deadline of each plugin call, in seconds.
+    #[arg(long, env = "PLUGIN_TIMEOUT_SECONDS", default_value_t = 30)]
+    pub(crate) plugin_timeout_seconds: u64,
+
+    /// Log line format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
+
+    /// Log filter (RUST_LOG wins when set).
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub(crate) log_level: String,
+}
+
+impl RunArgs {
+    fn static_plugins(&self) -> anyhow::Result<Vec<StaticPlugin>> {
+        let tls = match (&self.client_cert, &self.client_key, &self.server_ca) {
+            (Some(client_cert), Some(client_key), Some(server_cert)) => Some(TlsFiles {
+                client_cert: client_cert.clone(),
+                client_key: client_key.clone(),
+                server_cert: server_cert.clone(),
+                server_name: self.server_name.clone(),
+            }),
+            _ => None,
+        };
+        self.plugins
+            .iter()
+            .map(|spec| StaticPlugin::parse(spec, tls.as_ref()).map_err(|e| anyhow::anyhow!("--plugin {e}")))
+            .collect()
+    }
+}
+
+#[derive(Clone)]
+struct Health {
+    ready: Arc<AtomicBool>,
+    registry: Arc<prometheus_client::registry::Registry>,
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(health): State<Health>) -> (StatusCode, &'static str) {
+    if health.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+    }
+}
+
+async fn metrics_text(State(health): State<Health>) -> (StatusCode, [(&'static str, &'static str); 1], String) {
+    let mut text = String::new();
+    match prometheus_client::encoding::text::encode(&mut text, &health.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                "content-type",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        ),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [("content-type", "text/plain")],
+            e.to_string(),
+        ),
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = terminate => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
+    logging::init(args.log_format, &args.log_level);
+    let static_plugins = args.static_plugins()?;
+
+    let metrics = Metrics::default();
+    let mut prometheus = prometheus_client::registry::Registry::default();
+    metrics.register(&mut prometheus);
+    let client_options = ClientOptions {
+        call_timeout: Duration::from_secs(args.plugin_timeout_seconds),
+        metrics: metrics.clone(),
+        ..ClientOptions::default()
+    };
+    let registry = Arc::new(Registry::new(RegistryOptions {
+        probe_interval: Duration::from_secs(args.probe_interval_seconds),
+        metrics: metrics.clone(),
+    }));
+    let router = Router::new(
+        registry.clone(),
+        RoutingPolicy {
+            fail_open: args.fail_open.iter().cloned().collect::<BTreeSet<_>>(),
+        },
+    );
+
+    let needs_kubernetes = args.kubernetes_plugins || !args.disable_controller;
+    let client = if needs_kubernetes {
+        Some(
+            kube::Client::try_default()
+                .await
+                .context("cannot reach the Kubernetes API (in-cluster config or kubeconfig)")?,
+        )
+    } else {
+        None
+    };
+
+    // Discovery sources.
+    let mut sources: Vec<Box<dyn DiscoverySource>> = Vec::new();
+    if let (true, Some(client)) = (args.kubernetes_plugins, &client) {
+        sources.push(Box::new(KubernetesServices::new(
+            client.clone(),
+            &args.namespace,
+            "cnpgi-operator",
+            client_options.clone(),
+        )));
+    }
+    for dir in &args.plugin_dirs {
+        sources.push(Box::new(SocketDirectory {
+            options: client_options.clone(),
+            ..SocketDirectory::new(dir)
+        }));
+    }
+    if !static_plugins.is_empty() {
+        sources.push(Box::new(StaticList {
+            options: client_options.clone(),
+            ..StaticList::new(static_plugins)
+        }));
+    }
+    let discovery: Vec<_> = sources
+        .into_iter()
+        .map(|source| {
+            tracing::info!(source = %source.name(), "starting plugin discovery");
+            tokio::spawn(source.run(registry.clone()))
+        })
+        .collect();
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut stop_rx = stop_rx.clone();
+        async move {
+            let _ = stop_rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    // Health and metrics.
+    let ready = Arc::new(AtomicBool::new(false));
+    let health = Health {
+        ready: ready.clone(),
+        registry: Arc::new(prometheus),
+    };
+    let health_app = HttpRouter::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(health);
+    let health_listener = tokio::net::TcpListener::bind(args.metrics_address)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.metrics_address))?;
+    tracing::info!(address = %args.metrics_address, "serving /healthz, /readyz and /metrics");
+    let health_server = tokio::spawn(
+        axum::serve(health_listener, health_app)
+            .with_graceful_shutdown(stopped())
+            .into_future(),
+    );
+
+    // Admission webhooks.
+    let webhook_handle = axum_server::Handle::new();
+    let webhook_server = if args.disable_webhooks {
+        None
+    } else {
+        let tls = ReloadingServerConfig::with_alpn(
+            ServerTlsFiles {
+                cert: args.webhook_cert_dir.join("tls.crt"),
+                key: args.webhook_cert_dir.join("tls.key"),
+                client_ca: None,
+            },
+            &[b"h2", b"http/1.1"],
+        )?;
+        let listener = std::net::TcpListener::bind(args.webhook_address)
+            .with_context(|| format!("cannot listen on {}", args.webhook_address))?;
+        listener.set_nonblocking(true)?;
+        let routes = webhook::routes(router.clone(), Duration::from_secs(args.webhook_deadline_seconds));
+        tracing::info!(address = %args.webhook_address, "serving admission webhooks");
+        Some(tokio::spawn(webhook::serve_https(
+            listener,
+            tls,
+            routes,
+            webhook_handle.clone(),
+        )))
+    };
+
+    // Reconciler.
+    let controller_task = match (&client, args.disable_controller) {
+        (Some(client), false) => {
+            let ctx = Arc::new(Context::new(client.clone(), router.clone(), "cnpgi-operator"));
+            let namespace = args.watch_namespace.clone();
+            let stop = stopped();
+            Some(tokio::spawn(async move {
+                controller::run(ctx, namespace.as_deref(), stop).await;
+            }))
+        }
+        _ => None,
+    };
+    ready.store(true, Ordering::SeqCst);
+    tracing::info!("cnpgi-operator started");
+
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    ready.store(false, Ordering::SeqCst);
+    let _ = stop_tx.send(true);
+    webhook_handle.graceful_shutdown(Some(Duration::from_secs(10)));
+    if let Some(server) = webhook_server {
+        server.await??;
+    }
+    if let Some(controller) = controller_task {
+        controller.await?;
+    }
+    health_server.await??;
+    for task in discovery {
+        task.abort();
+    }
+    tracing::info!("cnpgi-operator stopped");
+    Ok(())
+}
