@@ -363,12 +363,13 @@ async fn reconcile_pods(
     })
 }
 
-/// Backs off on failure: plugin errors are retried every 30 s, API errors sooner.
+/// Retries a failed reconcile: plugin errors every 10 s (a plugin may be
+/// starting or being upgraded), API errors every 5 s.
 pub fn error_policy(_cluster: Arc<Cluster>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
     tracing::warn!(%error, "reconcile failed");
     match error {
-        ReconcileError::Plugin(_) => Action::requeue(Duration::from_secs(30)),
-        _ => Action::requeue(Duration::from_secs(10)),
+        ReconcileError::Plugin(_) => Action::requeue(Duration::from_secs(10)),
+        _ => Action::requeue(Duration::from_secs(5)),
     }
 }
 

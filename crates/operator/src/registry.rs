@@ -264,8 +264,8 @@ impl Registry {
     }
 
     /// Registers a plugin found by `source` (e.g. `service/cnpg-system/hello`)
-    /// and starts probing it. The first round is done before returning, so
-    /// a reachable plugin is routable as soon as this returns.
+    /// and starts probing it. The first round is done before the plugin is
+    /// published, so a reachable plugin is routable as soon as it is visible.
     pub async fn add(&self, source: &str, client: PluginClient) -> Result<Arc<Plugin>, RegistryError> {
         let plugin = Arc::new(Plugin {
             client,
@@ -274,16 +274,17 @@ impl Registry {
             state: RwLock::default(),
             watcher: RwLock::default(),
         });
+        self.check_duplicate(plugin.name(), source)?;
+        // Probe before publishing, so that lookups never see a plugin that
+        // was merely discovered.
+        plugin.refresh().await;
         let replaced = {
             let mut plugins = self.plugins.write().unwrap_or_else(PoisonError::into_inner);
             if let Some(existing) = plugins.get(plugin.name())
                 && existing.source != source
             {
-                return Err(RegistryError::Duplicate {
-                    name: plugin.name().to_owned(),
-                    existing_source: existing.source.clone(),
-                    new_source: source.to_owned(),
-                });
+                // Another source won the race while this one was probing.
+                return Err(duplicate(plugin.name(), &existing.source, source));
             }
             plugins.insert(plugin.name().to_owned(), plugin.clone())
         };
@@ -298,10 +299,16 @@ impl Registry {
                 "plugin discovered"
             );
         }
-        plugin.refresh().await;
         let task = tokio::spawn(watch(Arc::downgrade(&plugin), self.options.probe_interval));
         *plugin.watcher.write().unwrap_or_else(PoisonError::into_inner) = Some(task);
         Ok(plugin)
+    }
+
+    fn check_duplicate(&self, name: &str, source: &str) -> Result<(), RegistryError> {
+        match self.plugins.read().unwrap_or_else(PoisonError::into_inner).get(name) {
+            Some(existing) if existing.source != source => Err(duplicate(name, &existing.source, source)),
+            _ => Ok(()),
+        }
     }
 
     /// The options the registry was created with.
@@ -377,6 +384,14 @@ impl Drop for Registry {
         for plugin in self.plugins.read().unwrap_or_else(PoisonError::into_inner).values() {
             plugin.stop();
         }
+    }
+}
+
+fn duplicate(name: &str, existing_source: &str, new_source: &str) -> RegistryError {
+    RegistryError::Duplicate {
+        name: name.to_owned(),
+        existing_source: existing_source.to_owned(),
+        new_source: new_source.to_owned(),
     }
 }
 

@@ -230,6 +230,6 @@ async fn a_missing_plugin_creates_nothing_and_says_why() {
             &err,
             ctx
         ),
-        kube::runtime::controller::Action::requeue(Duration::from_secs(30))
+        kube::runtime::controller::Action::requeue(Duration::from_secs(10))
     );
 }
