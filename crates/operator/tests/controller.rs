@@ -233,3 +233,97 @@ async fn a_missing_plugin_creates_nothing_and_says_why() {
         kube::runtime::controller::Action::requeue(Duration::from_secs(10))
     );
 }
+
+/// Counts `Deregister` calls.
+#[derive(Clone, Default)]
+struct Deregistering(Arc<std::sync::atomic::AtomicUsize>);
+
+#[tonic::async_trait]
+impl cnpgi_pluginhelper::proto::operator::v1::operator_server::Operator for Deregistering {
+    async fn get_capabilities(
+        &self,
+        _: tonic::Request<cnpgi_pluginhelper::proto::operator::v1::OperatorCapabilitiesRequest>,
+    ) -> Result<tonic::Response<cnpgi_pluginhelper::proto::operator::v1::OperatorCapabilitiesResult>, tonic::Status>
+    {
+        use cnpgi_pluginhelper::proto::operator::v1::{
+            OperatorCapabilitiesResult, OperatorCapability, operator_capability,
+        };
+        Ok(tonic::Response::new(OperatorCapabilitiesResult {
+            capabilities: vec![OperatorCapability {
+                r#type: Some(operator_capability::Type::Rpc(operator_capability::Rpc {
+                    r#type: operator_capability::rpc::Type::Deregister.into(),
+                })),
+            }],
+        }))
+    }
+    async fn deregister(
+        &self,
+        _: tonic::Request<cnpgi_pluginhelper::proto::operator::v1::DeregisterRequest>,
+    ) -> Result<tonic::Response<cnpgi_pluginhelper::proto::operator::v1::DeregisterResponse>, tonic::Status> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+#[tokio::test]
+async fn removed_plugins_are_deregistered_once_and_empty_status_answers_keep_the_entry() {
+    use cnpgi_pluginhelper::{
+        proto::{
+            identity::v1::plugin_capability::service::Type as ServiceType,
+            operator::v1::operator_server::OperatorServer,
+        },
+        server::PluginServer,
+        testing::TestIdentity,
+    };
+    const GONE: &str = "gone.example.com";
+    let plugins = plugins().await;
+    let calls = Deregistering::default();
+    let listener = PluginListener::bind_unix(plugins._dir.path(), GONE).unwrap();
+    let server = PluginServer::new(TestIdentity::new(GONE).with_service(ServiceType::OperatorService))
+        .add_service(OperatorServer::new(calls.clone()));
+    tokio::spawn(server.serve(listener, std::future::pending()));
+    let path = plugins._dir.path().join(GONE);
+    plugins
+        .router
+        .registry()
+        .add(
+            "static",
+            PluginClient::connect(GONE, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
+        )
+        .await
+        .unwrap();
+
+    // hello-world already reported itself enabled (it answers empty now);
+    // gone.example.com was removed from spec.plugins.
+    let mut with_status = cluster_json(1, json!([{"name": HELLO}]));
+    with_status["status"] = json!({"pluginStatus": [
+        {"name": HELLO, "version": "0.1.0", "status": "{\"enabled\":true}"},
+        {"name": GONE, "version": "0.0.0-test"}
+    ]});
+    let api = FakeApiServer::new();
+    let ctx = context(&plugins, &api, &with_status).await;
+    let cluster: Arc<Cluster> = Arc::new(serde_json::from_value(with_status).unwrap());
+    controller::reconcile(cluster, ctx.clone()).await.unwrap();
+    assert_eq!(calls.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let status = api
+        .recorded("PATCH", &format!("{CLUSTERS}/cluster-example/status"))
+        .last()
+        .unwrap()
+        .body["status"]
+        .clone();
+    let entries = status["pluginStatus"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["name"], HELLO);
+    assert_eq!(
+        entries[0]["status"], r#"{"enabled":true}"#,
+        "kept when the plugin answers empty"
+    );
+
+    // The next round (status without the removed plugin) sends nothing more.
+    let mut next = cluster_json(1, json!([{"name": HELLO}]));
+    next["status"] = status;
+    controller::reconcile(Arc::new(serde_json::from_value(next).unwrap()), ctx)
+        .await
+        .unwrap();
+    assert_eq!(calls.0.load(std::sync::atomic::Ordering::SeqCst), 1, "sent once");
+}
