@@ -2,8 +2,8 @@
 //!
 //! For each Cluster the reconciler keeps Pods `<cluster>-1` … `<cluster>-N`,
 //! each with a `postgres` container. A Pod is built from a template
-//! ([`instance_pod`]), passed through the lifecycle hooks of the enabled
-//! plugins that declared `("", "Pod", CREATE)`, and created. The Pod is
+//! ([`crate::pods::instance_pod`]), passed through the lifecycle hooks of
+//! the enabled plugins that declared `("", "Pod", CREATE)`, and created. The Pod is
 //! annotated with a hash of what the plugins want (the `EVALUATE` chain on
 //! the template); on every reconcile that hash is computed again, and a Pod
 //! whose hash changed (a plugin parameter changed, a plugin was upgraded) is
@@ -13,8 +13,7 @@
 //! condition and an Event, creates nothing, and retries with backoff.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, hash_map::DefaultHasher},
-    hash::{Hash, Hasher},
+    collections::{BTreeMap, BTreeSet},
     sync::Arc,
     time::Duration,
 };
@@ -34,20 +33,15 @@ use kube::{
         watcher,
     },
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
+pub use crate::pods::{CLUSTER_LABEL, INSTANCE_LABEL, PLUGINS_HASH_ANNOTATION};
 use crate::{
     crd::{Cluster, ClusterStatus, PluginStatus},
+    pods::{build_pod, wanted_hash},
     routing::{RouteError, Router, enabled_plugins},
 };
-use cnpgi_proto::operator_lifecycle::v1::operator_operation_type::Type as Operation;
 
-/// Label carrying the Cluster name on its Pods.
-pub const CLUSTER_LABEL: &str = "cnpgi.io/cluster";
-/// Label carrying the instance name on its Pod.
-pub const INSTANCE_LABEL: &str = "cnpgi.io/instanceName";
-/// Annotation with the hash of what the plugins want for the Pod.
-pub const PLUGINS_HASH_ANNOTATION: &str = "cnpgi.io/pluginsHash";
 /// Field manager used for status patches.
 pub const FIELD_MANAGER: &str = "cnpgi-operator";
 
@@ -94,69 +88,6 @@ impl Context {
             resync: Duration::from_secs(300),
         }
     }
-}
-
-/// The instance Pod template, before plugins: `<cluster>-<n>` with a
-/// `postgres` container, owned by the Cluster.
-pub fn instance_pod(cluster: &Cluster, n: i32) -> Value {
-    let name = format!("{}-{n}", cluster.name_any());
-    let owner = cluster.controller_owner_ref(&());
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": cluster.namespace(),
-            "labels": { CLUSTER_LABEL: cluster.name_any(), INSTANCE_LABEL: name },
-            "annotations": {},
-            "ownerReferences": owner.map(|o| vec![o]).unwrap_or_default(),
-        },
-        "spec": {
-            "containers": [{
-                "name": "postgres",
-                "image": cluster.spec.image_name,
-                "env": [{ "name": "PGDATA", "value": "/var/lib/postgresql/data/pgdata" }],
-                "ports": [{ "name": "postgresql", "containerPort": 5432, "protocol": "TCP" }],
-                "volumeMounts": [{ "name": "pgdata", "mountPath": "/var/lib/postgresql/data" }],
-            }],
-            "volumes": [{ "name": "pgdata", "emptyDir": {} }],
-        }
-    })
-}
-
-/// Hash of the parts of a Pod plugins may change: labels, annotations, spec.
-fn plugins_hash(pod: &Value) -> String {
-    let mut hasher = DefaultHasher::new();
-    for part in ["/metadata/labels", "/metadata/annotations", "/spec"] {
-        pod.pointer(part).map(Value::to_string).hash(&mut hasher);
-    }
-    format!("{:016x}", hasher.finish())
-}
-
-/// What the plugins want for instance `n` now (the EVALUATE chain), as a hash.
-pub async fn wanted_hash(router: &Router, cluster: &Cluster, n: i32) -> Result<String, ReconcileError> {
-    let cluster_json = serde_json::to_value(cluster)?;
-    let evaluated = router
-        .lifecycle_hook(&cluster_json, &instance_pod(cluster, n), Operation::Evaluate)
-        .await?;
-    Ok(plugins_hash(&evaluated.object))
-}
-
-/// The Pod to create for instance `n`: the template through the CREATE
-/// chain, annotated with [`wanted_hash`].
-pub async fn build_pod(router: &Router, cluster: &Cluster, n: i32) -> Result<Value, ReconcileError> {
-    let cluster_json = serde_json::to_value(cluster)?;
-    let hash = wanted_hash(router, cluster, n).await?;
-    let mut pod = router
-        .lifecycle_hook(&cluster_json, &instance_pod(cluster, n), Operation::Create)
-        .await?
-        .object;
-    if let Some(annotations) = pod.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
-        annotations.insert(PLUGINS_HASH_ANNOTATION.into(), Value::from(hash));
-    } else if let Some(metadata) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
-        metadata.insert("annotations".into(), json!({ PLUGINS_HASH_ANNOTATION: hash }));
-    }
-    Ok(pod)
 }
 
 fn instance_number(cluster: &str, pod: &Pod) -> Option<i32> {
@@ -294,7 +225,7 @@ async fn reconcile_pods(
     let mut to_create = Vec::new();
     for n in 1..=wanted {
         if !by_number.contains_key(&n) {
-            to_create.push(build_pod(&ctx.router, cluster, n).await?);
+            to_create.push(build_pod(&ctx.router, &cluster_json, n).await?);
         }
     }
     // Drift: roll the first Pod the plugins want different, one at a time.
@@ -306,7 +237,7 @@ async fn reconcile_pods(
                 .get(PLUGINS_HASH_ANNOTATION)
                 .cloned()
                 .unwrap_or_default();
-            if live != wanted_hash(&ctx.router, cluster, *n).await? {
+            if live != wanted_hash(&ctx.router, &cluster_json, *n).await? {
                 tracing::info!(cluster = %name, pod = %pod.name_any(), "plugins want a different Pod; rolling it");
                 pods.delete(&pod.name_any(), &DeleteParams::default()).await?;
                 rolled = true;

@@ -16,7 +16,8 @@
 //! * [`routing`]: the CNPG-I fan-out rules: chained mutations and lifecycle
 //!   patches, collected validation errors, status, fail-closed by default;
 //! * [`webhook`]: the mutating and validating admission webhooks;
-//! * [`controller`]: the Cluster reconciler (instance Pods through lifecycle hooks);
+//! * [`pods`]: instance Pods, from a template through the lifecycle hooks;
+//! * [`controller`]: the Cluster reconciler;
 //! * [`metrics`]: Prometheus metrics of calls, readiness and discovery.
 //!
 //! ```no_run
@@ -40,6 +41,7 @@ pub mod controller;
 pub mod crd;
 pub mod discovery;
 pub mod metrics;
+pub mod pods;
 pub mod probe;
 pub mod registry;
 pub mod routing;

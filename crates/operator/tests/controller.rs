@@ -8,8 +8,9 @@ use std::{sync::Arc, time::Duration};
 use cnpgi_operator::testing::FakeApiServer;
 use cnpgi_operator::{
     client::{ClientOptions, PluginClient, Transport},
-    controller::{self, CLUSTER_LABEL, Context, PLUGINS_HASH_ANNOTATION, ReconcileError},
+    controller::{self, Context, ReconcileError},
     crd::Cluster,
+    pods::{self, CLUSTER_LABEL, PLUGINS_HASH_ANNOTATION},
     registry::{Registry, RegistryOptions},
     routing::{Router, RoutingPolicy},
 };
@@ -58,18 +59,14 @@ fn cluster_json(instances: i32, plugins: Value) -> Value {
     })
 }
 
-fn cluster(instances: i32, plugins: Value) -> Arc<Cluster> {
-    Arc::new(serde_json::from_value(cluster_json(instances, plugins)).unwrap())
-}
-
 #[tokio::test]
 async fn pods_are_built_through_the_lifecycle_chain() {
     let plugins = plugins().await;
-    let cluster = cluster(
+    let cluster = cluster_json(
         1,
         json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"db\"}"}}]),
     );
-    let pod = controller::build_pod(&plugins.router, &cluster, 1).await.unwrap();
+    let pod = pods::build_pod(&plugins.router, &cluster, 1).await.unwrap();
     assert_eq!(pod["metadata"]["name"], "cluster-example-1");
     assert_eq!(pod["metadata"]["labels"][CLUSTER_LABEL], "cluster-example");
     assert_eq!(pod["metadata"]["labels"]["team"], "db");
@@ -84,7 +81,7 @@ async fn pods_are_built_through_the_lifecycle_chain() {
         .to_owned();
 
     assert_eq!(
-        controller::wanted_hash(&plugins.router, &cluster, 1).await.unwrap(),
+        pods::wanted_hash(&plugins.router, &cluster, 1).await.unwrap(),
         hash,
         "stable"
     );
@@ -92,9 +89,8 @@ async fn pods_are_built_through_the_lifecycle_chain() {
         1,
         json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"ops\"}"}}]),
     );
-    let changed: Cluster = serde_json::from_value(changed).unwrap();
     assert_ne!(
-        controller::wanted_hash(&plugins.router, &changed, 1).await.unwrap(),
+        pods::wanted_hash(&plugins.router, &changed, 1).await.unwrap(),
         hash,
         "a parameter change shows"
     );

@@ -1,0 +1,137 @@
+//! Instance Pods: the template, and the plugins' lifecycle chain on it.
+//!
+//! Shared by the reconciler and the local mode, on the Cluster as JSON (so
+//! that plugins see every field the user wrote).
+
+use std::{
+    collections::hash_map::DefaultHasher,
+    hash::{Hash, Hasher},
+};
+
+use cnpgi_proto::operator_lifecycle::v1::operator_operation_type::Type as Operation;
+use serde_json::{Value, json};
+
+use crate::{
+    crd::DEFAULT_IMAGE,
+    routing::{RouteError, Router},
+};
+
+/// Label carrying the Cluster name on its Pods.
+pub const CLUSTER_LABEL: &str = "cnpgi.io/cluster";
+/// Label carrying the instance name on its Pod.
+pub const INSTANCE_LABEL: &str = "cnpgi.io/instanceName";
+/// Annotation with the hash of what the plugins want for the Pod.
+pub const PLUGINS_HASH_ANNOTATION: &str = "cnpgi.io/pluginsHash";
+
+fn text<'a>(cluster: &'a Value, pointer: &str) -> Option<&'a str> {
+    cluster.pointer(pointer).and_then(Value::as_str)
+}
+
+/// The instance Pod template, before plugins: `<cluster>-<n>` with a
+/// `postgres` container, owned by the Cluster when it has a `uid`.
+pub fn instance_pod(cluster: &Value, n: i32) -> Value {
+    let cluster_name = text(cluster, "/metadata/name").unwrap_or("cluster");
+    let name = format!("{cluster_name}-{n}");
+    let owners = match text(cluster, "/metadata/uid") {
+        Some(uid) => json!([{
+            "apiVersion": text(cluster, "/apiVersion").unwrap_or("cnpgi.io/v1"),
+            "kind": text(cluster, "/kind").unwrap_or("Cluster"),
+            "name": cluster_name,
+            "uid": uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }]),
+        None => json!([]),
+    };
+    let mut metadata = json!({
+        "name": name,
+        "labels": { CLUSTER_LABEL: cluster_name, INSTANCE_LABEL: name },
+        "annotations": {},
+        "ownerReferences": owners,
+    });
+    if let Some(namespace) = text(cluster, "/metadata/namespace") {
+        metadata["namespace"] = Value::from(namespace);
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "containers": [{
+                "name": "postgres",
+                "image": text(cluster, "/spec/imageName").unwrap_or(DEFAULT_IMAGE),
+                "env": [{ "name": "PGDATA", "value": "/var/lib/postgresql/data/pgdata" }],
+                "ports": [{ "name": "postgresql", "containerPort": 5432, "protocol": "TCP" }],
+                "volumeMounts": [{ "name": "pgdata", "mountPath": "/var/lib/postgresql/data" }],
+            }],
+            "volumes": [{ "name": "pgdata", "emptyDir": {} }],
+        }
+    })
+}
+
+/// Hash of the parts of a Pod plugins may change: labels, annotations, spec.
+fn plugins_hash(pod: &Value) -> String {
+    let mut hasher = DefaultHasher::new();
+    for part in ["/metadata/labels", "/metadata/annotations", "/spec"] {
+        pod.pointer(part).map(Value::to_string).hash(&mut hasher);
+    }
+    format!("{:016x}", hasher.finish())
+}
+
+/// What the plugins want for instance `n` now (the EVALUATE chain), as a hash.
+pub async fn wanted_hash(router: &Router, cluster: &Value, n: i32) -> Result<String, RouteError> {
+    let evaluated = router
+        .lifecycle_hook(cluster, &instance_pod(cluster, n), Operation::Evaluate)
+        .await?;
+    Ok(plugins_hash(&evaluated.object))
+}
+
+/// The Pod to create for instance `n`: the template through the CREATE
+/// chain, annotated with [`wanted_hash`].
+pub async fn build_pod(router: &Router, cluster: &Value, n: i32) -> Result<Value, RouteError> {
+    Ok(build_pod_with_patches(router, cluster, n).await?.object)
+}
+
+/// Like [`build_pod`], keeping each plugin's patch (for `render --diff`).
+pub async fn build_pod_with_patches(
+    router: &Router,
+    cluster: &Value,
+    n: i32,
+) -> Result<crate::routing::Patched, RouteError> {
+    let hash = wanted_hash(router, cluster, n).await?;
+    let mut patched = router
+        .lifecycle_hook(cluster, &instance_pod(cluster, n), Operation::Create)
+        .await?;
+    let metadata = &mut patched.object["metadata"];
+    if !metadata["annotations"].is_object() {
+        metadata["annotations"] = json!({});
+    }
+    metadata["annotations"][PLUGINS_HASH_ANNOTATION] = Value::from(hash);
+    Ok(patched)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_follows_the_cluster() {
+        let cluster = json!({
+            "apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster",
+            "metadata": {"name": "pg", "namespace": "db", "uid": "u-1"},
+            "spec": {"imageName": "postgres:16"}
+        });
+        let pod = instance_pod(&cluster, 2);
+        assert_eq!(pod["metadata"]["name"], "pg-2");
+        assert_eq!(pod["metadata"]["namespace"], "db");
+        assert_eq!(pod["metadata"]["labels"][CLUSTER_LABEL], "pg");
+        assert_eq!(
+            pod["metadata"]["ownerReferences"][0]["apiVersion"],
+            "postgresql.cnpg.io/v1"
+        );
+        assert_eq!(pod["spec"]["containers"][0]["image"], "postgres:16");
+        let bare = instance_pod(&json!({"metadata": {"name": "x"}}), 1);
+        assert_eq!(bare["spec"]["containers"][0]["image"], DEFAULT_IMAGE);
+        assert_eq!(bare["metadata"]["ownerReferences"], json!([]));
+    }
+}
