@@ -2,10 +2,13 @@
 //!
 //! * `cnpgi-operator run`: discovers plugins, serves the admission webhooks,
 //!   reconciles Clusters, and exposes `/healthz`, `/readyz` and `/metrics`;
-//! * `cnpgi-operator crd`: prints the Cluster CRD.
+//! * `cnpgi-operator crd`: prints the Cluster CRD;
+//! * `cnpgi-operator render`: runs a Cluster file through the plugins locally.
 
 #![forbid(unsafe_code)]
 
+mod plugins;
+mod render;
 mod run;
 
 use std::process::ExitCode;
@@ -26,11 +29,22 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// Print the Cluster CustomResourceDefinition as YAML.
     Crd,
+    /// Run a Cluster file through the plugin pipeline locally and print the result.
+    Render(Box<render::RenderArgs>),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Render(args) => {
+            return match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(render::render(*args)),
+                Err(error) => {
+                    eprintln!("error: cannot start the async runtime: {error}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Command::Crd => cnpgi_operator::crd::crd_yaml()
             .map(|yaml| print!("{yaml}"))
             .map_err(anyhow::Error::from),

@@ -18,10 +18,7 @@ use cnpgi_operator::{
     client::ClientOptions,
     controller::{self, Context},
     discovery::{
-        DiscoverySource,
-        kubernetes::KubernetesServices,
-        socket_dir::SocketDirectory,
-        static_list::{StaticList, StaticPlugin, TlsFiles},
+        DiscoverySource, kubernetes::KubernetesServices, socket_dir::SocketDirectory, static_list::StaticList,
     },
     metrics::Metrics,
     registry::{Registry, RegistryOptions},
@@ -30,6 +27,8 @@ use cnpgi_operator::{
 };
 use cnpgi_pluginhelper::logging::{self, LogFormat};
 use cnpgi_tls::server::{ReloadingServerConfig, ServerTlsFiles};
+
+use crate::plugins::PluginFlags;
 use tokio::sync::watch;
 
 /// Flags of `cnpgi-operator run`; each can also come from the environment.
@@ -72,29 +71,8 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "KUBERNETES_PLUGINS", default_value_t = true, action = ArgAction::Set, value_name = "BOOL")]
     pub(crate) kubernetes_plugins: bool,
 
-    /// Discover sidecar plugins' sockets in this directory (repeatable).
-    #[arg(long = "plugin-dir", env = "PLUGIN_DIR", value_name = "DIR")]
-    pub(crate) plugin_dirs: Vec<PathBuf>,
-
-    /// A static plugin, NAME=unix:///path or NAME=https://host:port (repeatable).
-    #[arg(long = "plugin", value_name = "NAME=ADDRESS")]
-    pub(crate) plugins: Vec<String>,
-
-    /// Certificate presented to https:// static plugins.
-    #[arg(long, value_name = "FILE", requires_all = ["client_key", "server_ca"])]
-    pub(crate) client_cert: Option<PathBuf>,
-
-    /// Key of --client-cert.
-    #[arg(long, value_name = "FILE", requires = "client_cert")]
-    pub(crate) client_key: Option<PathBuf>,
-
-    /// Pinned server certificate (or CA) of https:// static plugins.
-    #[arg(long, value_name = "FILE", requires = "client_cert")]
-    pub(crate) server_ca: Option<PathBuf>,
-
-    /// Server name to verify for https:// static plugins (default: the URL host).
-    #[arg(long, value_name = "NAME")]
-    pub(crate) server_name: Option<String>,
+    #[command(flatten)]
+    pub(crate) plugins: PluginFlags,
 
     /// A plugin whose failures are skipped instead of failing the operation (repeatable).
     #[arg(long = "fail-open", value_name = "PLUGIN")]
@@ -115,24 +93,6 @@ pub(crate) struct RunArgs {
     /// Log filter (RUST_LOG wins when set).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub(crate) log_level: String,
-}
-
-impl RunArgs {
-    fn static_plugins(&self) -> anyhow::Result<Vec<StaticPlugin>> {
-        let tls = match (&self.client_cert, &self.client_key, &self.server_ca) {
-            (Some(client_cert), Some(client_key), Some(server_cert)) => Some(TlsFiles {
-                client_cert: client_cert.clone(),
-                client_key: client_key.clone(),
-                server_cert: server_cert.clone(),
-                server_name: self.server_name.clone(),
-            }),
-            _ => None,
-        };
-        self.plugins
-            .iter()
-            .map(|spec| StaticPlugin::parse(spec, tls.as_ref()).map_err(|e| anyhow::anyhow!("--plugin {e}")))
-            .collect()
-    }
 }
 
 #[derive(Clone)]
@@ -190,7 +150,7 @@ async fn shutdown_signal() {
 
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     logging::init(args.log_format, &args.log_level);
-    let static_plugins = args.static_plugins()?;
+    let static_plugins = args.plugins.static_plugins()?;
 
     let metrics = Metrics::default();
     let mut prometheus = prometheus_client::registry::Registry::default();
@@ -232,7 +192,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             client_options.clone(),
         )));
     }
-    for dir in &args.plugin_dirs {
+    for dir in &args.plugins.plugin_dirs {
         sources.push(Box::new(SocketDirectory {
             options: client_options.clone(),
             ..SocketDirectory::new(dir)

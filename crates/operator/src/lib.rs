@@ -18,6 +18,7 @@
 //! * [`webhook`]: the mutating and validating admission webhooks;
 //! * [`pods`]: instance Pods, from a template through the lifecycle hooks;
 //! * [`controller`]: the Cluster reconciler;
+//! * [`local`]: the whole pipeline on one Cluster, without Kubernetes (`render`);
 //! * [`metrics`]: Prometheus metrics of calls, readiness and discovery.
 //!
 //! ```no_run
@@ -40,6 +41,7 @@ pub mod client;
 pub mod controller;
 pub mod crd;
 pub mod discovery;
+pub mod local;
 pub mod metrics;
 pub mod pods;
 pub mod probe;

@@ -32,23 +32,24 @@ fn text<'a>(cluster: &'a Value, pointer: &str) -> Option<&'a str> {
 pub fn instance_pod(cluster: &Value, n: i32) -> Value {
     let cluster_name = text(cluster, "/metadata/name").unwrap_or("cluster");
     let name = format!("{cluster_name}-{n}");
-    let owners = match text(cluster, "/metadata/uid") {
-        Some(uid) => json!([{
+    let owners = text(cluster, "/metadata/uid").map(|uid| {
+        json!([{
             "apiVersion": text(cluster, "/apiVersion").unwrap_or("cnpgi.io/v1"),
             "kind": text(cluster, "/kind").unwrap_or("Cluster"),
             "name": cluster_name,
             "uid": uid,
             "controller": true,
             "blockOwnerDeletion": true,
-        }]),
-        None => json!([]),
-    };
+        }])
+    });
     let mut metadata = json!({
         "name": name,
         "labels": { CLUSTER_LABEL: cluster_name, INSTANCE_LABEL: name },
         "annotations": {},
-        "ownerReferences": owners,
     });
+    if let Some(owners) = owners {
+        metadata["ownerReferences"] = owners;
+    }
     if let Some(namespace) = text(cluster, "/metadata/namespace") {
         metadata["namespace"] = Value::from(namespace);
     }
@@ -132,6 +133,6 @@ mod tests {
         assert_eq!(pod["spec"]["containers"][0]["image"], "postgres:16");
         let bare = instance_pod(&json!({"metadata": {"name": "x"}}), 1);
         assert_eq!(bare["spec"]["containers"][0]["image"], DEFAULT_IMAGE);
-        assert_eq!(bare["metadata"]["ownerReferences"], json!([]));
+        assert!(bare["metadata"].get("ownerReferences").is_none());
     }
 }

@@ -1,0 +1,225 @@
+//! Plugin flags shared by `run`, `render` and `check-plugin`, and starting
+//! plugins for the local commands.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use clap::Args;
+use cnpgi_operator::{
+    client::{ClientOptions, PluginClient, Transport},
+    discovery::static_list::{StaticPlugin, TlsFiles},
+    registry::{Registry, RegistryOptions},
+};
+
+/// Where plugins are.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct PluginFlags {
+    /// Sidecar plugins' sockets in this directory (repeatable).
+    #[arg(long = "plugin-dir", env = "PLUGIN_DIR", value_name = "DIR")]
+    pub(crate) plugin_dirs: Vec<PathBuf>,
+
+    /// A plugin, NAME=unix:///path or NAME=https://host:port (repeatable).
+    #[arg(long = "plugin", value_name = "NAME=ADDRESS")]
+    pub(crate) plugins: Vec<String>,
+
+    /// Certificate presented to https:// plugins.
+    #[arg(long, value_name = "FILE", requires_all = ["client_key", "server_ca"])]
+    pub(crate) client_cert: Option<PathBuf>,
+
+    /// Key of --client-cert.
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub(crate) client_key: Option<PathBuf>,
+
+    /// Pinned server certificate (or CA) of https:// plugins.
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub(crate) server_ca: Option<PathBuf>,
+
+    /// Server name to verify for https:// plugins (default: the URL host).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) server_name: Option<String>,
+}
+
+impl PluginFlags {
+    pub(crate) fn static_plugins(&self) -> anyhow::Result<Vec<StaticPlugin>> {
+        let tls = match (&self.client_cert, &self.client_key, &self.server_ca) {
+            (Some(client_cert), Some(client_key), Some(server_cert)) => Some(TlsFiles {
+                client_cert: client_cert.clone(),
+                client_key: client_key.clone(),
+                server_cert: server_cert.clone(),
+                server_name: self.server_name.clone(),
+            }),
+            _ => None,
+        };
+        self.plugins
+            .iter()
+            .map(|spec| StaticPlugin::parse(spec, tls.as_ref()).map_err(|e| anyhow::anyhow!("--plugin {e}")))
+            .collect()
+    }
+}
+
+/// Plugins for a local command: the shared flags plus binaries to start.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct LocalPluginFlags {
+    /// A plugin binary to start as `PATH plugin --plugin-path <temp dir>` (repeatable).
+    #[arg(long = "plugin-exec", value_name = "PATH")]
+    pub(crate) execs: Vec<PathBuf>,
+
+    #[command(flatten)]
+    pub(crate) flags: PluginFlags,
+
+    /// Deadline of each plugin call, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) plugin_timeout_seconds: u64,
+}
+
+/// Why a plugin could not be set up; the command exits with code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct PluginStartError(pub(crate) String);
+
+/// A started plugin process, killed when dropped.
+struct PluginProcess {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for PluginProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The plugins of a local command, connected and probed.
+pub(crate) struct LocalPlugins {
+    pub(crate) registry: Arc<Registry>,
+    /// (name, where it came from), in the order found.
+    pub(crate) found: Vec<(String, String)>,
+    _processes: Vec<PluginProcess>,
+}
+
+fn sockets(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_socket()))
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(10)..].join("\n")
+}
+
+/// Starts a plugin binary and waits for its socket.
+async fn start_process(path: &Path) -> Result<(PluginProcess, PathBuf, String), PluginStartError> {
+    let dir = tempfile::tempdir().map_err(|e| PluginStartError(format!("cannot create a temporary directory: {e}")))?;
+    let log = dir.path().join("plugin.log");
+    let sockets_dir = dir.path().join("sockets");
+    std::fs::create_dir(&sockets_dir).map_err(|e| PluginStartError(e.to_string()))?;
+    let stderr = std::fs::File::create(&log).map_err(|e| PluginStartError(e.to_string()))?;
+    eprintln!("starting plugin {} …", path.display());
+    let child = Command::new(path)
+        .arg("plugin")
+        .arg(format!("--plugin-path={}", sockets_dir.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| PluginStartError(format!("cannot start plugin {}: {e}", path.display())))?;
+    let mut process = PluginProcess { child, _dir: dir };
+    let started = Instant::now();
+    loop {
+        if let Some(name) = sockets(&sockets_dir).into_iter().next() {
+            eprintln!("plugin {name} listening ({} ms)", started.elapsed().as_millis());
+            return Ok((process, sockets_dir, name));
+        }
+        if let Ok(Some(status)) = process.child.try_wait() {
+            return Err(PluginStartError(format!(
+                "plugin {} exited ({status}) before serving:\n{}",
+                path.display(),
+                tail(&log)
+            )));
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            return Err(PluginStartError(format!(
+                "plugin {} did not open its socket within 30 s:\n{}",
+                path.display(),
+                tail(&log)
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+impl LocalPlugins {
+    /// Starts, connects and probes every plugin the flags name. Each must
+    /// be routable, or the error names it.
+    pub(crate) async fn start(flags: &LocalPluginFlags) -> Result<Self, PluginStartError> {
+        let options = ClientOptions {
+            call_timeout: Duration::from_secs(flags.plugin_timeout_seconds),
+            connect_timeout: Duration::from_secs(5),
+            ..ClientOptions::default()
+        };
+        let registry = Arc::new(Registry::new(RegistryOptions::default()));
+        let mut processes = Vec::new();
+        let mut candidates: Vec<(String, String, Result<PluginClient, String>)> = Vec::new();
+
+        for path in &flags.execs {
+            let (process, dir, name) = start_process(path).await?;
+            let client = PluginClient::connect(&name, Transport::Unix { path: dir.join(&name) }, &options)
+                .map_err(|e| e.to_string());
+            candidates.push((name, format!("{}", path.display()), client));
+            processes.push(process);
+        }
+        for dir in &flags.flags.plugin_dirs {
+            let names = sockets(dir);
+            if names.is_empty() {
+                return Err(PluginStartError(format!("no plugin socket in {}", dir.display())));
+            }
+            for name in names {
+                let client = PluginClient::connect(&name, Transport::Unix { path: dir.join(&name) }, &options)
+                    .map_err(|e| e.to_string());
+                candidates.push((name, dir.display().to_string(), client));
+            }
+        }
+        for plugin in flags
+            .flags
+            .static_plugins()
+            .map_err(|e| PluginStartError(e.to_string()))?
+        {
+            let client = plugin.client(&options).map_err(|e| e.to_string());
+            candidates.push((plugin.name.clone(), "--plugin".to_owned(), client));
+        }
+
+        let mut found = Vec::new();
+        for (name, origin, client) in candidates {
+            let client = client.map_err(|e| PluginStartError(format!("plugin {name} ({origin}): {e}")))?;
+            registry
+                .add(&origin, client)
+                .await
+                .map_err(|e| PluginStartError(e.to_string()))?;
+            if let Err(e) = registry.get(&name) {
+                return Err(PluginStartError(format!(
+                    "plugin {name} ({origin}) does not answer: {e}"
+                )));
+            }
+            found.push((name, origin));
+        }
+        Ok(Self {
+            registry,
+            found,
+            _processes: processes,
+        })
+    }
+}

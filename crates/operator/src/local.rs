@@ -1,0 +1,99 @@
+//! The whole plugin pipeline on one Cluster, without a Kubernetes cluster:
+//! what `cnpgi-operator render` runs, with the operator's own routing code.
+//!
+//! In the operator's order: the `MutateCluster` chain, then
+//! `ValidateClusterCreate` (or `ValidateClusterChange` against an old
+//! Cluster), then the instance Pods through the lifecycle `CREATE` chain,
+//! then `SetStatusInCluster`.
+
+use serde_json::{Value, json};
+
+use crate::{
+    pods::build_pod_with_patches,
+    routing::{FieldError, PluginPatch, PluginStatusUpdate, RouteError, Router},
+};
+
+/// Why the pipeline stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// The plugins refused the Cluster.
+    #[error("the Cluster is invalid")]
+    Invalid(Vec<FieldError>),
+    /// A plugin failed.
+    #[error(transparent)]
+    Plugin(#[from] RouteError),
+}
+
+/// One instance Pod, and the patch each plugin made to it.
+#[derive(Debug, Clone)]
+pub struct RenderedPod {
+    /// The template before plugins.
+    pub template: Value,
+    /// The Pod the operator would create.
+    pub pod: Value,
+    /// Each plugin's patch, in order.
+    pub patches: Vec<PluginPatch>,
+}
+
+/// Everything the pipeline produced.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// The Cluster as the user wrote it.
+    pub original: Value,
+    /// The Cluster after the mutation chain, with `status.pluginStatus`.
+    pub cluster: Value,
+    /// Each plugin's mutation patch, in order.
+    pub mutations: Vec<PluginPatch>,
+    /// The instance Pods.
+    pub pods: Vec<RenderedPod>,
+    /// What each plugin reported for the status.
+    pub status: Vec<PluginStatusUpdate>,
+}
+
+/// Runs the pipeline on `cluster` (and `old`, for a change).
+pub async fn render(router: &Router, cluster: &Value, old: Option<&Value>) -> Result<Rendered, RenderError> {
+    let mutated = router.mutate_cluster(cluster).await?;
+    let errors = match old {
+        Some(old) => router.validate_change(old, &mutated.object).await?,
+        None => router.validate_create(&mutated.object).await?,
+    };
+    if !errors.is_empty() {
+        return Err(RenderError::Invalid(errors));
+    }
+    let mut cluster_json = mutated.object;
+    let instances = cluster_json
+        .pointer("/spec/instances")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
+        .clamp(0, 1000) as i32;
+    let mut pods = Vec::new();
+    for n in 1..=instances {
+        let patched = build_pod_with_patches(router, &cluster_json, n).await?;
+        pods.push(RenderedPod {
+            template: crate::pods::instance_pod(&cluster_json, n),
+            pod: patched.object,
+            patches: patched.patches,
+        });
+    }
+    let status = router.set_status(&cluster_json).await?;
+    let plugin_status: Vec<Value> = status
+        .iter()
+        .map(|s| {
+            json!({
+                "name": s.name,
+                "version": s.version,
+                "capabilities": s.capabilities,
+                "operatorCapabilities": s.operator_capabilities,
+                "status": s.status.clone().unwrap_or_default(),
+            })
+        })
+        .collect();
+    cluster_json["status"] = json!({ "pluginStatus": plugin_status });
+    Ok(Rendered {
+        original: cluster.clone(),
+        cluster: cluster_json,
+        mutations: mutated.patches,
+        pods,
+        status,
+    })
+}
