@@ -3,10 +3,12 @@
 //! * `cnpgi-operator run`: discovers plugins, serves the admission webhooks,
 //!   reconciles Clusters, and exposes `/healthz`, `/readyz` and `/metrics`;
 //! * `cnpgi-operator crd`: prints the Cluster CRD;
-//! * `cnpgi-operator render`: runs a Cluster file through the plugins locally.
+//! * `cnpgi-operator render`: runs a Cluster file through the plugins locally;
+//! * `cnpgi-operator check-plugin`: the conformance suite for any plugin.
 
 #![forbid(unsafe_code)]
 
+mod check;
 mod plugins;
 mod render;
 mod run;
@@ -31,20 +33,24 @@ enum Command {
     Crd,
     /// Run a Cluster file through the plugin pipeline locally and print the result.
     Render(Box<render::RenderArgs>),
+    /// Check that plugins conform to CNPG-I (prints a table; exit 1 on failure).
+    CheckPlugin(Box<check::CheckArgs>),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Render(args) => {
-            return match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-                Ok(runtime) => runtime.block_on(render::render(*args)),
-                Err(error) => {
-                    eprintln!("error: cannot start the async runtime: {error}");
-                    ExitCode::from(2)
-                }
-            };
+    let local = |work: std::pin::Pin<Box<dyn std::future::Future<Output = ExitCode>>>| {
+        match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            Ok(runtime) => runtime.block_on(work),
+            Err(error) => {
+                eprintln!("error: cannot start the async runtime: {error}");
+                ExitCode::from(2)
+            }
         }
+    };
+    let result = match cli.command {
+        Command::Render(args) => return local(Box::pin(render::render(*args))),
+        Command::CheckPlugin(args) => return local(Box::pin(check::check(*args))),
         Command::Crd => cnpgi_operator::crd::crd_yaml()
             .map(|yaml| print!("{yaml}"))
             .map_err(anyhow::Error::from),

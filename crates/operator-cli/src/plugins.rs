@@ -94,11 +94,12 @@ impl Drop for PluginProcess {
     }
 }
 
-/// The plugins of a local command, connected and probed.
+/// The plugins of a local command, connected.
 pub(crate) struct LocalPlugins {
+    /// The routable plugins (empty for [`LocalPlugins::connect`]).
     pub(crate) registry: Arc<Registry>,
-    /// (name, where it came from), in the order found.
-    pub(crate) found: Vec<(String, String)>,
+    /// (name it was found under, where it came from, client), in the order found.
+    pub(crate) found: Vec<(String, String, PluginClient)>,
     _processes: Vec<PluginProcess>,
 }
 
@@ -166,6 +167,24 @@ impl LocalPlugins {
     /// Starts, connects and probes every plugin the flags name. Each must
     /// be routable, or the error names it.
     pub(crate) async fn start(flags: &LocalPluginFlags) -> Result<Self, PluginStartError> {
+        let plugins = Self::connect(flags).await?;
+        for (name, origin, client) in &plugins.found {
+            plugins
+                .registry
+                .add(origin, client.clone())
+                .await
+                .map_err(|e| PluginStartError(e.to_string()))?;
+            if let Err(e) = plugins.registry.get(name) {
+                return Err(PluginStartError(format!(
+                    "plugin {name} ({origin}) does not answer: {e}"
+                )));
+            }
+        }
+        Ok(plugins)
+    }
+
+    /// Starts and connects every plugin the flags name, without probing.
+    pub(crate) async fn connect(flags: &LocalPluginFlags) -> Result<Self, PluginStartError> {
         let options = ClientOptions {
             call_timeout: Duration::from_secs(flags.plugin_timeout_seconds),
             connect_timeout: Duration::from_secs(5),
@@ -205,16 +224,7 @@ impl LocalPlugins {
         let mut found = Vec::new();
         for (name, origin, client) in candidates {
             let client = client.map_err(|e| PluginStartError(format!("plugin {name} ({origin}): {e}")))?;
-            registry
-                .add(&origin, client)
-                .await
-                .map_err(|e| PluginStartError(e.to_string()))?;
-            if let Err(e) = registry.get(&name) {
-                return Err(PluginStartError(format!(
-                    "plugin {name} ({origin}) does not answer: {e}"
-                )));
-            }
-            found.push((name, origin));
+            found.push((name, origin, client));
         }
         Ok(Self {
             registry,

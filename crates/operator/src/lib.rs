@@ -19,6 +19,7 @@
 //! * [`pods`]: instance Pods, from a template through the lifecycle hooks;
 //! * [`controller`]: the Cluster reconciler;
 //! * [`local`]: the whole pipeline on one Cluster, without Kubernetes (`render`);
+//! * [`conformance`]: the conformance suite of `check-plugin`;
 //! * [`metrics`]: Prometheus metrics of calls, readiness and discovery.
 //!
 //! ```no_run
@@ -38,6 +39,7 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod conformance;
 pub mod controller;
 pub mod crd;
 pub mod discovery;

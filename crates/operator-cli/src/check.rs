@@ -1,0 +1,65 @@
+//! `cnpgi-operator check-plugin`: the conformance suite, as a table.
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::Args;
+use cnpgi_operator::conformance::{ConformanceOptions, check_plugin};
+use serde_json::Value;
+
+use crate::plugins::{LocalPluginFlags, LocalPlugins};
+
+/// Flags of `cnpgi-operator check-plugin`.
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// A Cluster to send the plugin instead of the built-in sample (e.g. one
+    /// with the parameters the plugin requires).
+    #[arg(long, value_name = "CLUSTER.yaml")]
+    pub(crate) cluster: Option<PathBuf>,
+
+    /// Every call must answer within this many seconds.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) deadline_seconds: u64,
+
+    #[command(flatten)]
+    pub(crate) plugins: LocalPluginFlags,
+}
+
+/// Exit 0 when every plugin passes, 1 when a check fails, 2 when a plugin
+/// cannot be reached at all.
+pub(crate) async fn check(args: CheckArgs) -> ExitCode {
+    let cluster = match &args.cluster {
+        None => None,
+        Some(path) => match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| serde_yaml_ng::from_str::<Value>(&text).map_err(|e| e.to_string()))
+        {
+            Ok(cluster) => Some(cluster),
+            Err(error) => {
+                eprintln!("error: cannot read {}: {error}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let plugins = match LocalPlugins::connect(&args.plugins).await {
+        Ok(plugins) if plugins.found.is_empty() => {
+            eprintln!("error: no plugin given (--plugin-exec, --plugin-dir or --plugin)");
+            return ExitCode::from(2);
+        }
+        Ok(plugins) => plugins,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let options = ConformanceOptions {
+        deadline: Duration::from_secs(args.deadline_seconds),
+        cluster,
+    };
+    let mut passed = true;
+    for (name, _, client) in &plugins.found {
+        let report = check_plugin(client, name, &options).await;
+        print!("{report}");
+        passed &= report.passed();
+    }
+    if passed { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}

@@ -1,0 +1,234 @@
+//! `cnpgi-operator render` with the real hello-world binary: the README's
+//! command, the mistake, a labels change, `--diff`, plugin sources, and
+//! plugins that fail.
+
+#![allow(clippy::unwrap_used)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use cnpgi_pluginhelper::testing::TestCertificates;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_cnpgi-operator");
+const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
+
+/// The hello-world binary, built once if needed (it belongs to another package).
+fn hello_world() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "cnpg-i-hello-world"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        Path::new(BIN).parent().unwrap().join("cnpg-i-hello-world")
+    })
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/hello-world/clusters")
+        .join(name)
+}
+
+fn render(args: &[&str]) -> Output {
+    Command::new(BIN).arg("render").args(args).output().unwrap()
+}
+
+fn documents(stdout: &[u8]) -> Vec<Value> {
+    let text = String::from_utf8_lossy(stdout);
+    text.split("---\n")
+        .filter(|doc| !doc.trim().is_empty())
+        .map(|doc| serde_yaml_ng::from_str(doc).unwrap())
+        .collect()
+}
+
+fn exec_flag() -> String {
+    format!("--plugin-exec={}", hello_world().display())
+}
+
+#[test]
+fn renders_the_plain_example_with_defaults_labels_and_the_sidecar() {
+    let output = render(&[example("cluster-example.yaml").to_str().unwrap(), &exec_flag()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("starting plugin"), "progress line on stderr: {stderr}");
+    let docs = documents(&output.stdout);
+    assert_eq!(docs.len(), 4, "the Cluster and three Pods");
+    let cluster = &docs[0];
+    assert_eq!(cluster["kind"], "Cluster");
+    assert_eq!(
+        cluster["spec"]["plugins"][0]["parameters"]["labels"],
+        r#"{"plugin-metadata":"default"}"#
+    );
+    assert_eq!(cluster["status"]["pluginStatus"][0]["status"], r#"{"enabled":true}"#);
+    for (i, pod) in docs[1..].iter().enumerate() {
+        assert_eq!(pod["kind"], "Pod");
+        assert_eq!(pod["metadata"]["name"], format!("cluster-example-{}", i + 1));
+        assert_eq!(pod["metadata"]["labels"]["plugin-metadata"], "default");
+        assert_eq!(pod["metadata"]["annotations"]["plugin-metadata"], "default");
+        let pauser = &pod["spec"]["initContainers"][0];
+        assert_eq!(
+            (pauser["name"].as_str(), pauser["restartPolicy"].as_str()),
+            (Some("pauser"), Some("Always"))
+        );
+    }
+}
+
+#[test]
+fn the_mistake_exits_1_naming_the_field() {
+    let output = render(&[
+        example("cluster-example-with-mistake.yaml").to_str().unwrap(),
+        &exec_flag(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("spec.plugins[0].parameters.annotations: Invalid value:"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+}
+
+#[test]
+fn a_labels_change_is_refused_with_old() {
+    let output = render(&[
+        example("cluster-example-labels-changed.yaml").to_str().unwrap(),
+        "--old",
+        example("cluster-example-with-parameters.yaml").to_str().unwrap(),
+        &exec_flag(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("spec.plugins[0].parameters.labels") && stderr.contains("Labels cannot be changed"));
+    // The same file as a creation is fine.
+    let output = render(&[
+        example("cluster-example-labels-changed.yaml").to_str().unwrap(),
+        &exec_flag(),
+    ]);
+    assert!(output.status.success());
+}
+
+#[test]
+fn diff_shows_each_plugin_patch_and_a_coloured_diff() {
+    let output = render(&[
+        example("cluster-example-with-parameters.yaml").to_str().unwrap(),
+        &exec_flag(),
+        "--diff",
+        "--color=always",
+    ]);
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains(&format!("# LifecycleHook CREATE on Pod cluster-example-1 by {HELLO}")),
+        "{text}"
+    );
+    assert!(text.contains("\"path\": \"/metadata/labels/first-label\""), "{text}");
+    assert!(text.contains("\x1b[32m+"), "green additions: {text}");
+    assert!(text.contains("pause:3.10"), "{text}");
+    let plain = render(&[
+        example("cluster-example.yaml").to_str().unwrap(),
+        &exec_flag(),
+        "--diff",
+    ]);
+    let text = String::from_utf8_lossy(&plain.stdout);
+    assert!(!text.contains('\x1b'), "no colour when not a terminal");
+    assert!(
+        text.contains(&format!("# MutateCluster on the Cluster by {HELLO}")),
+        "{text}"
+    );
+    assert!(
+        text.contains("+      labels: '{\"plugin-metadata\":\"default\"}'"),
+        "{text}"
+    );
+}
+
+#[test]
+fn plugins_that_fail_or_are_missing_exit_2_with_their_name() {
+    let output = render(&[
+        example("cluster-example.yaml").to_str().unwrap(),
+        "--plugin-exec=/bin/false",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("/bin/false"));
+
+    let output = render(&[example("cluster-example.yaml").to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(HELLO) && stderr.contains("not registered"), "{stderr}");
+
+    let output = render(&["/nonexistent.yaml", &exec_flag()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("/nonexistent.yaml"));
+}
+
+/// Starts hello-world with `args` and waits until `ready` holds.
+fn start_hello_world(args: &[String], ready: impl Fn() -> bool) -> std::process::Child {
+    let child = Command::new(hello_world())
+        .arg("plugin")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready() {
+        assert!(Instant::now() < deadline, "hello-world did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+#[test]
+fn plugins_from_a_socket_directory_a_unix_url_and_an_https_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join(HELLO);
+    let mut sidecar = start_hello_world(&[format!("--plugin-path={}", dir.path().display())], || socket.exists());
+    let cluster = example("cluster-example.yaml");
+    let output = render(&[
+        cluster.to_str().unwrap(),
+        &format!("--plugin-dir={}", dir.path().display()),
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let output = render(&[
+        cluster.to_str().unwrap(),
+        &format!("--plugin={HELLO}=unix://{}", socket.display()),
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    sidecar.kill().unwrap();
+    sidecar.wait().unwrap();
+
+    let certs = TestCertificates::generate("hello-world.cnpg-system.svc").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut remote = start_hello_world(
+        &[
+            format!("--server-address=127.0.0.1:{port}"),
+            format!("--server-cert={}", certs.server.cert_path.display()),
+            format!("--server-key={}", certs.server.key_path.display()),
+            format!("--client-cert={}", certs.client.cert_path.display()),
+        ],
+        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    );
+    let output = render(&[
+        cluster.to_str().unwrap(),
+        &format!("--plugin={HELLO}=https://127.0.0.1:{port}"),
+        &format!("--client-cert={}", certs.client.cert_path.display()),
+        &format!("--client-key={}", certs.client.key_path.display()),
+        &format!("--server-ca={}", certs.server.cert_path.display()),
+        "--server-name=hello-world.cnpg-system.svc",
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(documents(&output.stdout).len(), 4);
+    remote.kill().unwrap();
+    remote.wait().unwrap();
+}
