@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
@@ -11,24 +13,17 @@ use std::{
     time::{Duration, Instant},
 };
 
+use common::{BIN, workspace_binary};
+
 use cnpgi_pluginhelper::testing::TestCertificates;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_cnpgi-operator");
 const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
 
 /// The hello-world binary, built once if needed (it belongs to another package).
 fn hello_world() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "cnpg-i-hello-world"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .unwrap();
-        assert!(status.success());
-        Path::new(BIN).parent().unwrap().join("cnpg-i-hello-world")
-    })
+    PATH.get_or_init(|| workspace_binary("cnpg-i-hello-world"))
 }
 
 fn example(name: &str) -> PathBuf {

@@ -1,0 +1,106 @@
+//! `cnpgi-operator check-plugin` with real plugin binaries: hello-world
+//! passes; deliberately broken plugins fail with the right reason.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::{BIN, workspace_binary};
+
+fn check(plugin: &str, mode: Option<&str>) -> Output {
+    let mut command = Command::new(BIN);
+    command
+        .args(["check-plugin", "--deadline-seconds=1"])
+        .arg(format!("--plugin-exec={}", workspace_binary(plugin).display()));
+    if let Some(mode) = mode {
+        command.env("CNPGI_BROKEN_MODE", mode);
+    }
+    command.output().unwrap()
+}
+
+fn failures(output: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("FAIL"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn hello_world_passes_every_check() {
+    let output = check("cnpg-i-hello-world", None);
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{table}");
+    assert!(table.contains("0 failed"), "{table}");
+    for check in [
+        "metadata name equals the discovered name",
+        "MutateCluster: idempotent",
+        "LifecycleHook Pod CREATE: idempotent",
+        "garbage object gives INVALID_ARGUMENT",
+        "every call answered within the deadline",
+    ] {
+        assert!(
+            table.lines().any(|l| l.contains("PASS") && l.contains(check)),
+            "{check}: {table}"
+        );
+    }
+}
+
+#[test]
+fn a_patch_that_does_not_apply_fails() {
+    let output = check("cnpgi-broken-plugin", Some("bad-patch"));
+    assert_eq!(output.status.code(), Some(1));
+    let failures = failures(&output);
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(failures[0].contains("LifecycleHook Pod CREATE: patch is valid and applies"));
+    assert!(failures[0].contains("does not apply"));
+}
+
+#[test]
+fn a_bad_name_fails() {
+    let output = check("cnpgi-broken-plugin", Some("bad-name"));
+    assert_eq!(output.status.code(), Some(1));
+    let failures = failures(&output);
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.contains("metadata name is a valid plugin name") && f.contains("'_'")),
+        "{failures:?}"
+    );
+    assert!(
+        failures.iter().any(|f| f.contains("calls itself \"Broken_Plugin\"")),
+        "{failures:?}"
+    );
+}
+
+#[test]
+fn a_hanging_plugin_fails_on_the_deadline() {
+    let output = check("cnpgi-broken-plugin", Some("hang"));
+    assert_eq!(output.status.code(), Some(1));
+    let failures = failures(&output);
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.contains("LifecycleHook Pod CREATE") && f.contains("no answer within 1000 ms")),
+        "{failures:?}"
+    );
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.contains("every call answered within the deadline")),
+        "{failures:?}"
+    );
+}
+
+#[test]
+fn no_plugin_or_a_plugin_that_cannot_start_exits_2() {
+    let output = Command::new(BIN).arg("check-plugin").output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let output = Command::new(BIN)
+        .args(["check-plugin", "--plugin-exec=/bin/false"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
