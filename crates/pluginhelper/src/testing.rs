@@ -65,6 +65,9 @@ pub enum TestError {
     /// The client could not connect.
     #[error("cannot connect to the test plugin: {0}")]
     Connect(#[from] tonic::transport::Error),
+    /// The conformance client could not be created.
+    #[error("cannot run the conformance suite: {0}")]
+    Conformance(String),
 }
 
 /// An Identity for test plugins: a name, advertised services, and a
@@ -354,6 +357,38 @@ impl TestPlugin {
     /// The certificates, for a TLS plugin (to build other clients, or rotate them).
     pub fn certificates(&self) -> Option<&TestCertificates> {
         self.certificates.as_ref()
+    }
+
+    /// Runs the CNPG-I conformance suite (what `cnpgi-operator check-plugin`
+    /// runs) on this plugin, over a client of the operator's own kind.
+    ///
+    /// ```no_run
+    /// # async fn example(plugin: cnpgi_pluginhelper::testing::TestPlugin) {
+    /// let report = plugin.check_conformance("my-plugin.example.com").await.unwrap();
+    /// assert!(report.passed(), "{report}");
+    /// # }
+    /// ```
+    #[cfg(feature = "conformance")]
+    pub async fn check_conformance(
+        &self,
+        expected_name: &str,
+    ) -> Result<cnpgi_operator::conformance::Report, TestError> {
+        use cnpgi_operator::client::{ClientOptions, PluginClient, TlsTransport, Transport};
+        let transport = match (&self.certificates, self.tcp_address) {
+            (Some(certs), Some(address)) => Transport::Tls(TlsTransport {
+                address: address.to_string(),
+                server_name: certs.server_name.clone(),
+                client_cert: pem::read_certificates(&certs.client.cert_path, "client certificate")?,
+                client_key: pem::read_private_key(&certs.client.key_path, "client key")?,
+                server_cert: pem::read_certificates(&certs.server.cert_path, "server certificate")?,
+            }),
+            _ => Transport::Unix {
+                path: self.address.trim_start_matches("unix://").into(),
+            },
+        };
+        let client = PluginClient::connect(expected_name, transport, &ClientOptions::default())
+            .map_err(|e| TestError::Conformance(e.to_string()))?;
+        Ok(cnpgi_operator::conformance::check_plugin(&client, expected_name, &Default::default()).await)
     }
 
     /// Stops the server gracefully and returns how serving ended.

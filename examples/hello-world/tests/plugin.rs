@@ -452,3 +452,15 @@ async fn unix_socket_serves_the_same_answers() {
     let default = json!({"plugin-metadata": "default"});
     check_patched_pod(&apply(&pod(), &patch), &default, &default);
 }
+
+#[tokio::test]
+async fn passes_the_conformance_suite_over_mtls_and_unix_sockets() {
+    for plugin in [
+        TestPlugin::start_tls(server()).await.unwrap(),
+        TestPlugin::start_unix(server()).await.unwrap(),
+    ] {
+        let report = plugin.check_conformance(PLUGIN).await.unwrap();
+        assert!(report.passed(), "{report}");
+        assert!(report.checks.len() >= 20, "{report}");
+    }
+}
