@@ -169,6 +169,18 @@ async fn run_reconciles_clusters_with_plugins_and_stops_on_sigterm() {
         "{metrics}"
     );
     assert!(metrics.contains("cnpgi_plugin_calls_total"), "{metrics}");
+    // Every request the operator made is one the RBAC manifests allow.
+    for request in api.requests.lock().unwrap().iter() {
+        let (verb, group, resource) =
+            cnpgi_operator::rbac::permission_for_request(&request.method, &request.path, &request.query)
+                .unwrap_or_else(|| panic!("unexpected request {} {}", request.method, request.path));
+        assert!(
+            cnpgi_operator::rbac::is_allowed(verb, &group, &resource),
+            "{verb} {group}/{resource} ({} {}) is not in cnpgi_operator::rbac::PERMISSIONS",
+            request.method,
+            request.path
+        );
+    }
     // The webhook port accepts TLS connections.
     assert!(std::net::TcpStream::connect(("127.0.0.1", webhook_port)).is_ok());
 

@@ -47,6 +47,7 @@ pub mod local;
 pub mod metrics;
 pub mod pods;
 pub mod probe;
+pub mod rbac;
 pub mod registry;
 pub mod routing;
 #[cfg(feature = "testing")]

@@ -45,6 +45,8 @@ pub struct Recorded {
     pub method: String,
     /// Request path.
     pub path: String,
+    /// Query string.
+    pub query: String,
     /// JSON body (`null` when none).
     pub body: Value,
 }
@@ -205,6 +207,7 @@ impl FakeApiServer {
         self.requests.lock().unwrap().push(Recorded {
             method: method.clone(),
             path: path.clone(),
+            query: query.clone(),
             body: body.clone(),
         });
         let full = |status: u16, body: Value| {
