@@ -143,7 +143,7 @@ fn the_crd_equals_cnpgi_operator_crd() {
     );
 }
 
-fn container<'a>(deployment: &'a Deployment) -> &'a Container {
+fn container(deployment: &Deployment) -> &Container {
     &deployment.spec.template.spec.as_ref().unwrap().containers[0]
 }
 
