@@ -1,11 +1,11 @@
-module github.com/cnpgi-rs/cnpgi-rs/tests/interop
+module cnpgi-rs/tests/interop
 
 go 1.25.0
 
 require (
 	github.com/cloudnative-pg/cnpg-i v0.6.0
 	github.com/cloudnative-pg/cnpg-i-machinery v0.4.2
-	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
+	github.com/evanphx/json-patch/v5 v5.9.11
 	google.golang.org/grpc v1.82.1
 )
 
