@@ -1,0 +1,443 @@
+//! The measurements. Each returns numbers; `main` puts them beside their
+//! baselines and targets.
+
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use cnpgi_operator::{
+    client::{ClientOptions, PluginClient, Transport},
+    probe,
+    registry::Registry,
+    routing::{Router, RoutingPolicy},
+    webhook,
+};
+use cnpgi_pluginhelper::{
+    proto::operator_lifecycle::v1::{
+        OperatorLifecycleRequest, OperatorOperationType, operator_lifecycle_client::OperatorLifecycleClient,
+        operator_operation_type::Type as Operation,
+    },
+    testing::{TestCertificates, connect_tls},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    fixtures,
+    setup::{self, HELLO},
+    stats::Samples,
+};
+
+/// Iteration counts: full runs, or a quick smoke run that only proves the
+/// harness works.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Effort {
+    pub(crate) warmup: usize,
+    pub(crate) calls: usize,
+    pub(crate) load_seconds: f64,
+}
+
+/// Plugin names `bench-0.example.com`…, with the real hello-world first.
+pub(crate) fn names(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            if i == 0 {
+                HELLO.to_owned()
+            } else {
+                format!("bench-{i}.example.com")
+            }
+        })
+        .collect()
+}
+
+fn hook_request(cluster: &[u8], pod: &[u8]) -> OperatorLifecycleRequest {
+    OperatorLifecycleRequest {
+        operation_type: Some(OperatorOperationType {
+            r#type: Operation::Create.into(),
+        }),
+        cluster_definition: cluster.to_vec(),
+        object_definition: pod.to_vec(),
+    }
+}
+
+/// 1. A bare tonic unary call with a Cluster + Pod payload, persistent mTLS channel.
+pub(crate) async fn floor(effort: Effort) -> anyhow::Result<Samples> {
+    let certs = TestCertificates::generate("floor.example.com")?;
+    let address = setup::start_floor(&certs).await?;
+    let channel = connect_tls(address, certs.client_config()?, "floor.example.com").await?;
+    let mut client = OperatorLifecycleClient::new(channel);
+    let cluster = serde_json::to_vec(&fixtures::cluster(&names(1)))?;
+    let pod = serde_json::to_vec(&fixtures::pod())?;
+    for _ in 0..effort.warmup {
+        client.lifecycle_hook(hook_request(&cluster, &pod)).await?;
+    }
+    let mut samples = Samples::with_capacity(effort.calls);
+    let started = Instant::now();
+    for _ in 0..effort.calls {
+        let t = Instant::now();
+        client.lifecycle_hook(hook_request(&cluster, &pod)).await?;
+        samples.push(t.elapsed());
+    }
+    samples.elapsed = started.elapsed();
+    Ok(samples)
+}
+
+/// 2. The operator's Pod patch chain (Router::lifecycle_hook) through `n` plugins.
+pub(crate) async fn lifecycle_chain(n: usize, effort: Effort) -> anyhow::Result<Samples> {
+    let names = names(n);
+    let (_plugins, registry) = setup::registry_with(&names).await?;
+    let router = Router::new(registry, RoutingPolicy::default());
+    chain(&router, &fixtures::cluster(&names), effort).await
+}
+
+async fn chain(router: &Router, cluster: &Value, effort: Effort) -> anyhow::Result<Samples> {
+    let pod = fixtures::pod();
+    for _ in 0..effort.warmup {
+        router.lifecycle_hook(cluster, &pod, Operation::Create).await?;
+    }
+    let mut samples = Samples::with_capacity(effort.calls);
+    let started = Instant::now();
+    for _ in 0..effort.calls {
+        let t = Instant::now();
+        let patched = router.lifecycle_hook(cluster, &pod, Operation::Create).await?;
+        samples.push(t.elapsed());
+        debug_assert!(patched.object["spec"]["initContainers"].is_array());
+    }
+    samples.elapsed = started.elapsed();
+    Ok(samples)
+}
+
+/// What the webhook measurements found.
+pub(crate) struct WebhookResult {
+    pub(crate) offered: Samples,
+    pub(crate) offered_rate: f64,
+    pub(crate) sustained: Samples,
+}
+
+/// 3. HTTPS AdmissionReview → MutateCluster chain through 3 plugins → response.
+pub(crate) async fn webhook(effort: Effort, rate: f64) -> anyhow::Result<WebhookResult> {
+    let names = names(3);
+    let (_plugins, registry) = setup::registry_with(&names).await?;
+    let router = Router::new(registry, RoutingPolicy::default());
+    let routes = webhook::routes(router, Duration::from_secs(8));
+    let certs = TestCertificates::generate("cnpgi-webhook.cnpgi-system.svc")?;
+    let tls = cnpgi_tls::server::ReloadingServerConfig::with_alpn(
+        cnpgi_tls::server::ServerTlsFiles {
+            cert: certs.server.cert_path.clone(),
+            key: certs.server.key_path.clone(),
+            client_ca: None,
+        },
+        &[b"http/1.1"],
+    )?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let address = listener.local_addr()?;
+    let handle = axum_server::Handle::new();
+    tokio::spawn(webhook::serve_https(listener, tls, routes, handle.clone()));
+
+    let cluster = fixtures::cluster(&names);
+    let body = bytes::Bytes::from(serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "bench", "operation": "CREATE",
+            "kind": {"group": "cnpgi.io", "version": "v1", "kind": "Cluster"},
+            "resource": {"group": "cnpgi.io", "version": "v1", "resource": "clusters"},
+            "name": "cluster-example", "namespace": "default", "userInfo": {"username": "admin"},
+            "object": cluster, "dryRun": false
+        }
+    }))?);
+    let pinned = cnpgi_tls::pem::read_certificates(&certs.server.cert_path, "server certificate")?;
+    let connect = || {
+        let pinned = pinned.clone();
+        async move {
+            let mut config = rustls::ClientConfig::builder_with_provider(cnpgi_tls::crypto_provider())
+                .with_protocol_versions(&[&rustls::version::TLS13])?
+                .dangerous()
+                .with_custom_certificate_verifier(cnpgi_tls::verify::PinnedServerVerifier::new(pinned)?)
+                .with_no_client_auth();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            let tcp = tokio::net::TcpStream::connect(address).await?;
+            tcp.set_nodelay(true)?;
+            let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+                .connect(cnpgi_tls::client::server_name("cnpgi-webhook.cnpgi-system.svc")?, tcp)
+                .await?;
+            let (sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
+            tokio::spawn(connection);
+            anyhow::Ok(sender)
+        }
+    };
+    let send = |sender: &mut hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
+                body: bytes::Bytes| {
+        let request = hyper::Request::post(webhook::MUTATE_PATH)
+            .header("host", "cnpgi-webhook.cnpgi-system.svc")
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(body));
+        let future = request.map(|r| sender.send_request(r));
+        async move {
+            let response = future?.await?;
+            anyhow::ensure!(response.status() == 200, "webhook answered {}", response.status());
+            use http_body_util::BodyExt;
+            let body = response.into_body().collect().await?.to_bytes();
+            anyhow::ensure!(body.windows(9).any(|w| w == b"JSONPatch"), "no patch in the answer");
+            anyhow::Ok(())
+        }
+    };
+
+    // Warm-up on one connection.
+    let mut warm = connect().await?;
+    for _ in 0..effort.warmup {
+        send(&mut warm, body.clone()).await?;
+    }
+
+    // Offered load: requests scheduled at a fixed rate; latency counts from
+    // the scheduled time, so queueing is not hidden.
+    let total = ((rate * effort.load_seconds).ceil() as usize).max(1);
+    let (jobs, receiver) = tokio::sync::mpsc::channel::<Instant>(total);
+    let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
+    let mut workers = Vec::new();
+    for _ in 0..16 {
+        let receiver = receiver.clone();
+        let mut sender = connect().await?;
+        let body = body.clone();
+        workers.push(tokio::spawn(async move {
+            let mut samples = Samples::default();
+            loop {
+                let Some(scheduled) = receiver.lock().await.recv().await else {
+                    break;
+                };
+                match send(&mut sender, body.clone()).await {
+                    Ok(()) => samples.push(scheduled.elapsed()),
+                    Err(_) => samples.errors += 1,
+                }
+            }
+            samples
+        }));
+    }
+    let started = Instant::now();
+    for i in 0..total {
+        let scheduled = started + Duration::from_secs_f64(i as f64 / rate);
+        tokio::time::sleep_until(scheduled.into()).await;
+        jobs.send(scheduled).await?;
+    }
+    drop(jobs);
+    let mut offered = Samples::default();
+    for worker in workers {
+        offered.extend(worker.await?);
+    }
+    offered.elapsed = started.elapsed();
+
+    // Sustained: closed loop on 4 connections, as fast as it goes.
+    let deadline = Instant::now() + Duration::from_secs_f64(effort.load_seconds);
+    let mut loops = Vec::new();
+    for _ in 0..4 {
+        let mut sender = connect().await?;
+        let body = body.clone();
+        loops.push(tokio::spawn(async move {
+            let mut samples = Samples::default();
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                match send(&mut sender, body.clone()).await {
+                    Ok(()) => samples.push(t.elapsed()),
+                    Err(_) => samples.errors += 1,
+                }
+            }
+            samples
+        }));
+    }
+    let started = Instant::now();
+    let mut sustained = Samples::default();
+    for task in loops {
+        sustained.extend(task.await?);
+    }
+    sustained.elapsed = started.elapsed();
+    handle.shutdown();
+    Ok(WebhookResult {
+        offered,
+        offered_rate: rate,
+        sustained,
+    })
+}
+
+/// What a hello-world process costs.
+pub(crate) struct PluginCost {
+    pub(crate) startup: Duration,
+    pub(crate) idle_rss_kib: u64,
+    pub(crate) loaded_rss_kib: u64,
+    pub(crate) binary_bytes: u64,
+}
+
+fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("{field} not in /proc/{pid}/status"))
+}
+
+/// 4. Start-up to first successful Probe, RSS idle and under load, binary size.
+pub(crate) async fn plugin_cost(binary: &Path, effort: Effort) -> anyhow::Result<PluginCost> {
+    let mut startups = Vec::new();
+    let mut result = None;
+    for round in 0..5 {
+        let dir = tempfile::tempdir()?;
+        let socket = dir.path().join(HELLO);
+        let started = Instant::now();
+        let mut child = Command::new(binary)
+            .args(["plugin", &format!("--plugin-path={}", dir.path().display())])
+            .env("LOG_LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let client = PluginClient::connect(HELLO, Transport::Unix { path: socket }, &ClientOptions::default())?;
+        loop {
+            if matches!(probe::is_ready(&client).await, Ok(true)) {
+                break;
+            }
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(20),
+                "hello-world did not become ready"
+            );
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+        startups.push(started.elapsed());
+        if round == 4 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let idle = status_kib(child.id(), "VmRSS:")?;
+            // Load: concurrent lifecycle hooks from 16 callers.
+            let cluster = serde_json::to_vec(&fixtures::cluster(&names(1)))?;
+            let pod = serde_json::to_vec(&fixtures::pod())?;
+            let mut tasks = Vec::new();
+            for _ in 0..16 {
+                let client = client.clone();
+                let (cluster, pod) = (cluster.clone(), pod.clone());
+                let calls = effort.calls / 16 + 1;
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..calls {
+                        let _ = client
+                            .lifecycle()
+                            .lifecycle_hook(client.request(hook_request(&cluster, &pod)))
+                            .await;
+                    }
+                }));
+            }
+            for task in tasks {
+                task.await?;
+            }
+            let loaded = status_kib(child.id(), "VmHWM:")?;
+            result = Some((idle, loaded));
+        }
+        child.kill()?;
+        child.wait()?;
+    }
+    startups.sort();
+    let (idle_rss_kib, loaded_rss_kib) = result.ok_or_else(|| anyhow::anyhow!("no measurement"))?;
+    Ok(PluginCost {
+        startup: startups[startups.len() / 2],
+        idle_rss_kib,
+        loaded_rss_kib,
+        binary_bytes: std::fs::metadata(binary)?.len(),
+    })
+}
+
+/// What the connection measurements found.
+pub(crate) struct Connections {
+    pub(crate) handshakes_per_10k: u64,
+    pub(crate) concurrent: Samples,
+    pub(crate) concurrent_handshakes: u64,
+}
+
+/// 5. TLS handshakes over 10,000 routed calls after warm-up; 1,000 concurrent callers.
+pub(crate) async fn connections(effort: Effort) -> anyhow::Result<Connections> {
+    let names = names(1);
+    let (_plugins, registry) = setup::registry_with(&names).await?;
+    let router = Router::new(registry.clone(), RoutingPolicy::default());
+    let cluster = fixtures::cluster(&names);
+    let pod = fixtures::pod();
+    let client = registry.get(HELLO).map_err(anyhow::Error::from)?.client;
+    for _ in 0..effort.warmup {
+        router.lifecycle_hook(&cluster, &pod, Operation::Create).await?;
+    }
+    let before = client.connections();
+    let calls = if effort.calls >= 1000 { 10_000 } else { effort.calls };
+    for _ in 0..calls {
+        router.lifecycle_hook(&cluster, &pod, Operation::Create).await?;
+    }
+    let handshakes = (client.connections() - before) * 10_000 / calls as u64;
+
+    let before = client.connections();
+    let callers = if effort.calls >= 1000 { 1000 } else { 50 };
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let router = router.clone();
+            let (cluster, pod) = (cluster.clone(), pod.clone());
+            tokio::spawn(async move {
+                let t = Instant::now();
+                router
+                    .lifecycle_hook(&cluster, &pod, Operation::Create)
+                    .await
+                    .map(|_| t.elapsed())
+            })
+        })
+        .collect();
+    let mut concurrent = Samples::default();
+    for task in tasks {
+        match task.await? {
+            Ok(latency) => concurrent.push(latency),
+            Err(_) => concurrent.errors += 1,
+        }
+    }
+    concurrent.elapsed = started.elapsed();
+    Ok(Connections {
+        handshakes_per_10k: handshakes,
+        concurrent,
+        concurrent_handshakes: client.connections() - before,
+    })
+}
+
+/// What the scale measurements found.
+pub(crate) struct Scale {
+    pub(crate) chain_small: Samples,
+    pub(crate) chain_large: Samples,
+    pub(crate) lookup_small_ns: f64,
+    pub(crate) lookup_large_ns: f64,
+}
+
+fn lookup_ns(registry: &Registry, names: &[String], rounds: usize) -> f64 {
+    let started = Instant::now();
+    for _ in 0..rounds {
+        for name in names {
+            std::hint::black_box(registry.get(name).is_ok());
+        }
+    }
+    started.elapsed().as_nanos() as f64 / (rounds * names.len()) as f64
+}
+
+/// 6. Routing 3 enabled plugins with 3 registered, then with 100 registered.
+pub(crate) async fn scale(effort: Effort) -> anyhow::Result<Scale> {
+    let enabled = names(3);
+    let cluster = fixtures::cluster(&enabled);
+    let (mut plugins, registry) = setup::registry_with(&enabled).await?;
+    let router = Router::new(registry.clone(), RoutingPolicy::default());
+    let chain_small = chain(&router, &cluster, effort).await?;
+    let lookup_small_ns = lookup_ns(&registry, &enabled, effort.calls * 10);
+    let total = if effort.calls >= 1000 { 100 } else { 10 };
+    for i in 3..total {
+        let name = format!("bench-{i}.example.com");
+        let plugin = setup::start_plugin(&name).await?;
+        registry.add("bench", setup::client_for(&plugin, &name)?).await?;
+        plugins.push(plugin);
+    }
+    anyhow::ensure!(registry.plugins().len() == total);
+    let chain_large = chain(&router, &cluster, effort).await?;
+    let lookup_large_ns = lookup_ns(&registry, &enabled, effort.calls * 10);
+    Ok(Scale {
+        chain_small,
+        chain_large,
+        lookup_small_ns,
+        lookup_large_ns,
+    })
+}

@@ -1,0 +1,116 @@
+//! Plugins, the bare gRPC floor server and clients for the scenarios.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use cnpgi_operator::{
+    client::{ClientOptions, PluginClient, TlsTransport, Transport},
+    registry::{Registry, RegistryOptions},
+};
+use cnpgi_pluginhelper::{
+    proto::{
+        identity::v1::plugin_capability::service::Type as ServiceType,
+        operator::v1::operator_server::OperatorServer,
+        operator_lifecycle::v1::{
+            OperatorLifecycleCapabilitiesRequest, OperatorLifecycleCapabilitiesResponse, OperatorLifecycleRequest,
+            OperatorLifecycleResponse,
+            operator_lifecycle_server::{OperatorLifecycle, OperatorLifecycleServer},
+        },
+    },
+    server::PluginServer,
+    testing::{TestCertificates, TestIdentity, TestPlugin},
+};
+use cnpgi_tls::{pem, server::ReloadingServerConfig};
+use tonic::{Request, Response, Status};
+
+/// The real hello-world plugin's name.
+pub(crate) const HELLO: &str = cnpg_i_hello_world::metadata::PLUGIN_NAME;
+
+/// A plugin running hello-world's Operator and OperatorLifecycle code under
+/// another name (so that several can be chained); `HELLO` is the real one.
+pub(crate) async fn start_plugin(name: &str) -> anyhow::Result<TestPlugin> {
+    if name == HELLO {
+        return Ok(TestPlugin::start_tls(cnpg_i_hello_world::server()).await?);
+    }
+    let identity = TestIdentity::new(name)
+        .with_service(ServiceType::OperatorService)
+        .with_service(ServiceType::LifecycleService);
+    let server = PluginServer::new(identity)
+        .add_service(OperatorServer::new(cnpg_i_hello_world::operator::Operator))
+        .add_service(OperatorLifecycleServer::new(cnpg_i_hello_world::lifecycle::Lifecycle));
+    Ok(TestPlugin::start_tls(server).await?)
+}
+
+/// The operator's client for a test plugin, over mTLS.
+pub(crate) fn client_for(plugin: &TestPlugin, name: &str) -> anyhow::Result<PluginClient> {
+    let certs = plugin
+        .certificates()
+        .ok_or_else(|| anyhow::anyhow!("not a TLS plugin"))?;
+    let transport = Transport::Tls(TlsTransport {
+        address: plugin.address().to_owned(),
+        server_name: certs.server_name.clone(),
+        client_cert: pem::read_certificates(&certs.client.cert_path, "client certificate")?,
+        client_key: pem::read_private_key(&certs.client.key_path, "client key")?,
+        server_cert: pem::read_certificates(&certs.server.cert_path, "server certificate")?,
+    });
+    Ok(PluginClient::connect(name, transport, &ClientOptions::default())?)
+}
+
+/// Starts plugins named `names` and registers them; returns both.
+pub(crate) async fn registry_with(names: &[String]) -> anyhow::Result<(Vec<TestPlugin>, Arc<Registry>)> {
+    let registry = Arc::new(Registry::new(RegistryOptions::default()));
+    let mut plugins = Vec::new();
+    for name in names {
+        let plugin = start_plugin(name).await?;
+        registry.add("bench", client_for(&plugin, name)?).await?;
+        anyhow::ensure!(registry.get(name).is_ok(), "plugin {name} is not routable");
+        plugins.push(plugin);
+    }
+    Ok((plugins, registry))
+}
+
+/// Answers every hook with "no change" and does nothing else: the transport floor.
+struct Echo;
+
+#[tonic::async_trait]
+impl OperatorLifecycle for Echo {
+    async fn get_capabilities(
+        &self,
+        _: Request<OperatorLifecycleCapabilitiesRequest>,
+    ) -> Result<Response<OperatorLifecycleCapabilitiesResponse>, Status> {
+        Ok(Response::new(OperatorLifecycleCapabilitiesResponse::default()))
+    }
+
+    async fn lifecycle_hook(
+        &self,
+        _: Request<OperatorLifecycleRequest>,
+    ) -> Result<Response<OperatorLifecycleResponse>, Status> {
+        Ok(Response::new(OperatorLifecycleResponse::default()))
+    }
+}
+
+/// A bare tonic server (no plugin framework) for the floor, over the same
+/// mutual TLS; returns its address.
+pub(crate) async fn start_floor(certs: &TestCertificates) -> anyhow::Result<SocketAddr> {
+    let tls = ReloadingServerConfig::new(certs.server_files())?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let _ = tcp.set_nodelay(true);
+            let acceptor = tls.acceptor();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                if let Ok(stream) = acceptor.accept(tcp).await {
+                    let _ = tx.send(Ok::<_, std::io::Error>(stream)).await;
+                }
+            });
+        }
+    });
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(OperatorLifecycleServer::new(Echo))
+            .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(rx)),
+    );
+    Ok(address)
+}
