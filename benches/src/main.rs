@@ -42,6 +42,9 @@ struct Args {
     /// The hello-world binary to measure (default: next to this one).
     #[arg(long)]
     plugin_binary: Option<PathBuf>,
+    /// Only print where a one-plugin lifecycle call spends its CPU time.
+    #[arg(long)]
+    breakdown: bool,
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -92,6 +95,53 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
 
     println!("Machine: {}\n", machine());
+    if args.breakdown {
+        let (handler, router) = scenarios::breakdown(effort).await?;
+        println!("| part of a one-plugin lifecycle call | p50 | p99 |\n|---|---|---|");
+        println!(
+            "| hello-world's LifecycleHook handler (no network) | {} | {} |",
+            fmt(handler.p50()),
+            fmt(handler.p99())
+        );
+        println!(
+            "| router JSON work (encode Cluster and Pod, decode and apply the patch) | {} | {} |",
+            fmt(router.p50()),
+            fmt(router.p99())
+        );
+        for (step, median) in scenarios::handler_steps(effort)? {
+            println!("| hello-world step: {step} | {} | |", fmt(median));
+        }
+        let floor = scenarios::floor(effort).await?;
+        let (framework, operator) = scenarios::transport_breakdown(effort).await?;
+        println!(
+            "| floor call: bare server, bare client | {} | {} |",
+            fmt(floor.p50()),
+            fmt(floor.p99())
+        );
+        println!(
+            "| floor call: plugin framework server, bare client | {} | {} |",
+            fmt(framework.p50()),
+            fmt(framework.p99())
+        );
+        println!(
+            "| floor call: bare server, operator client | {} | {} |",
+            fmt(operator.p50()),
+            fmt(operator.p99())
+        );
+        let direct = scenarios::direct_hello(effort).await?;
+        println!(
+            "| hello-world hook over mTLS, operator client, no router | {} | {} |",
+            fmt(direct.p50()),
+            fmt(direct.p99())
+        );
+        let routed = scenarios::lifecycle_chain(1, effort).await?;
+        println!(
+            "| the same through Router::lifecycle_hook | {} | {} |",
+            fmt(routed.p50()),
+            fmt(routed.p99())
+        );
+        return Ok(());
+    }
 
     let floor = scenarios::floor(effort).await?;
     let floor_p50 = floor.p50();

@@ -168,22 +168,7 @@ pub(crate) async fn webhook(effort: Effort, rate: f64) -> anyhow::Result<Webhook
             anyhow::Ok(sender)
         }
     };
-    let send = |sender: &mut hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
-                body: bytes::Bytes| {
-        let request = hyper::Request::post(webhook::MUTATE_PATH)
-            .header("host", "cnpgi-webhook.cnpgi-system.svc")
-            .header("content-type", "application/json")
-            .body(http_body_util::Full::new(body));
-        let future = request.map(|r| sender.send_request(r));
-        async move {
-            let response = future?.await?;
-            anyhow::ensure!(response.status() == 200, "webhook answered {}", response.status());
-            use http_body_util::BodyExt;
-            let body = response.into_body().collect().await?.to_bytes();
-            anyhow::ensure!(body.windows(9).any(|w| w == b"JSONPatch"), "no patch in the answer");
-            anyhow::Ok(())
-        }
-    };
+    let send = send_review;
 
     // Warm-up on one connection.
     let mut warm = connect().await?;
@@ -258,6 +243,24 @@ pub(crate) async fn webhook(effort: Effort, rate: f64) -> anyhow::Result<Webhook
         offered_rate: rate,
         sustained,
     })
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>;
+
+/// POSTs one AdmissionReview and checks the answer carries a patch.
+async fn send_review(sender: &mut Sender, body: bytes::Bytes) -> anyhow::Result<()> {
+    use http_body_util::BodyExt;
+    let request = hyper::Request::post(webhook::MUTATE_PATH)
+        .header("host", "cnpgi-webhook.cnpgi-system.svc")
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(body))?;
+    // HTTP/1.1: one request at a time per connection.
+    sender.ready().await?;
+    let response = sender.send_request(request).await?;
+    anyhow::ensure!(response.status() == 200, "webhook answered {}", response.status());
+    let body = response.into_body().collect().await?.to_bytes();
+    anyhow::ensure!(body.windows(9).any(|w| w == b"JSONPatch"), "no patch in the answer");
+    Ok(())
 }
 
 /// What a hello-world process costs.
@@ -440,4 +443,181 @@ pub(crate) async fn scale(effort: Effort) -> anyhow::Result<Scale> {
         lookup_small_ns,
         lookup_large_ns,
     })
+}
+
+/// Where a one-plugin lifecycle call spends its time, without the network:
+/// (the plugin's own handler, the router's JSON work).
+pub(crate) async fn breakdown(effort: Effort) -> anyhow::Result<(Samples, Samples)> {
+    use cnpgi_pluginhelper::proto::operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycle;
+    let cluster = fixtures::cluster(&names(1));
+    let pod = fixtures::pod();
+    let cluster_bytes = serde_json::to_vec(&cluster)?;
+    let pod_bytes = serde_json::to_vec(&pod)?;
+    let lifecycle = cnpg_i_hello_world::lifecycle::Lifecycle;
+    let mut handler = Samples::with_capacity(effort.calls);
+    let mut patch = Vec::new();
+    for _ in 0..effort.calls {
+        let t = Instant::now();
+        patch = lifecycle
+            .lifecycle_hook(tonic::Request::new(hook_request(&cluster_bytes, &pod_bytes)))
+            .await?
+            .into_inner()
+            .json_patch;
+        handler.push(t.elapsed());
+    }
+    let mut router = Samples::with_capacity(effort.calls);
+    for _ in 0..effort.calls {
+        let t = Instant::now();
+        let c = serde_json::to_vec(&cluster)?;
+        let p = serde_json::to_vec(&pod)?;
+        std::hint::black_box((c, p));
+        let decoded: json_patch::Patch = serde_json::from_slice(&patch)?;
+        let mut object = pod.clone();
+        json_patch::patch(&mut object, &decoded)?;
+        std::hint::black_box(object);
+        router.push(t.elapsed());
+    }
+    Ok((handler, router))
+}
+
+/// The floor call through (a) the plugin framework's server and (b) the
+/// operator's client, each alone, to locate transport overhead.
+pub(crate) async fn transport_breakdown(effort: Effort) -> anyhow::Result<(Samples, Samples)> {
+    use cnpgi_pluginhelper::{
+        proto::{
+            identity::v1::plugin_capability::service::Type as ServiceType,
+            operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycleServer,
+        },
+        server::PluginServer,
+        testing::{TestIdentity, TestPlugin},
+    };
+    let cluster = serde_json::to_vec(&fixtures::cluster(&names(1)))?;
+    let pod = serde_json::to_vec(&fixtures::pod())?;
+    // (a) framework server, bare client.
+    let server = PluginServer::new(TestIdentity::new("echo.example.com").with_service(ServiceType::LifecycleService))
+        .add_service(OperatorLifecycleServer::new(setup::Echo));
+    let plugin = TestPlugin::start_tls(server).await?;
+    let mut bare = OperatorLifecycleClient::new(plugin.channel());
+    for _ in 0..effort.warmup {
+        bare.lifecycle_hook(hook_request(&cluster, &pod)).await?;
+    }
+    let mut framework = Samples::with_capacity(effort.calls);
+    for _ in 0..effort.calls {
+        let t = Instant::now();
+        bare.lifecycle_hook(hook_request(&cluster, &pod)).await?;
+        framework.push(t.elapsed());
+    }
+    // (b) bare server, operator client.
+    let certs = TestCertificates::generate("floor.example.com")?;
+    let address = setup::start_floor(&certs).await?;
+    let transport = Transport::Tls(cnpgi_operator::client::TlsTransport {
+        address: address.to_string(),
+        server_name: "floor.example.com".into(),
+        client_cert: cnpgi_tls::pem::read_certificates(&certs.client.cert_path, "c")?,
+        client_key: cnpgi_tls::pem::read_private_key(&certs.client.key_path, "k")?,
+        server_cert: cnpgi_tls::pem::read_certificates(&certs.server.cert_path, "s")?,
+    });
+    let client = PluginClient::connect("floor.example.com", transport, &ClientOptions::default())?;
+    for _ in 0..effort.warmup {
+        client
+            .lifecycle()
+            .lifecycle_hook(client.request(hook_request(&cluster, &pod)))
+            .await?;
+    }
+    let mut operator = Samples::with_capacity(effort.calls);
+    for _ in 0..effort.calls {
+        let t = Instant::now();
+        client
+            .lifecycle()
+            .lifecycle_hook(client.request(hook_request(&cluster, &pod)))
+            .await?;
+        operator.push(t.elapsed());
+    }
+    Ok((framework, operator))
+}
+
+/// A hello-world hook call through the operator's client, without the router.
+pub(crate) async fn direct_hello(effort: Effort) -> anyhow::Result<Samples> {
+    let plugin = setup::start_plugin(HELLO).await?;
+    let client = setup::client_for(&plugin, HELLO)?;
+    let cluster = serde_json::to_vec(&fixtures::cluster(&names(1)))?;
+    let pod = serde_json::to_vec(&fixtures::pod())?;
+    for _ in 0..effort.warmup {
+        client
+            .lifecycle()
+            .lifecycle_hook(client.request(hook_request(&cluster, &pod)))
+            .await?;
+    }
+    let mut samples = Samples::with_capacity(effort.calls);
+    for _ in 0..effort.calls {
+        let t = Instant::now();
+        client
+            .lifecycle()
+            .lifecycle_hook(client.request(hook_request(&cluster, &pod)))
+            .await?;
+        samples.push(t.elapsed());
+    }
+    Ok(samples)
+}
+
+/// The steps of hello-world's hook, timed one by one (median µs over `calls`).
+pub(crate) fn handler_steps(effort: Effort) -> anyhow::Result<Vec<(&'static str, Duration)>> {
+    use cnpgi_pluginhelper::{cluster, patch, sidecar};
+    let cluster_bytes = serde_json::to_vec(&fixtures::cluster(&names(1)))?;
+    let pod_bytes = serde_json::to_vec(&fixtures::pod())?;
+    let median = |f: &mut dyn FnMut()| {
+        let mut times: Vec<Duration> = (0..effort.calls.max(10))
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed()
+            })
+            .collect();
+        times.sort();
+        times[times.len() / 2]
+    };
+    let decoded = cluster::decode_cluster(&cluster_bytes)?;
+    let pod = cluster::decode_object(&pod_bytes, "object")?;
+    let container = k8s_openapi::api::core::v1::Container {
+        name: "pauser".into(),
+        image: Some("registry.k8s.io/pause:3.10".into()),
+        ..Default::default()
+    };
+    let mut patched = pod.clone();
+    sidecar::inject_sidecar(&mut patched, &container, sidecar::SidecarOptions::default())?;
+    Ok(vec![
+        (
+            "decode the Cluster (pluginhelper::cluster::decode_cluster)",
+            median(&mut || {
+                std::hint::black_box(cluster::decode_cluster(&cluster_bytes).ok());
+            }),
+        ),
+        (
+            "read the parameters (schema parse)",
+            median(&mut || {
+                std::hint::black_box(cnpg_i_hello_world::config::Configuration::from_cluster(&decoded).ok());
+            }),
+        ),
+        (
+            "decode the Pod (decode_object)",
+            median(&mut || {
+                std::hint::black_box(cluster::decode_object(&pod_bytes, "object").ok());
+            }),
+        ),
+        (
+            "copy the Pod and inject the sidecar",
+            median(&mut || {
+                let mut p = pod.clone();
+                std::hint::black_box(
+                    sidecar::inject_sidecar(&mut p, &container, sidecar::SidecarOptions::default()).ok(),
+                );
+            }),
+        ),
+        (
+            "diff and encode the patch (patch_bytes)",
+            median(&mut || {
+                std::hint::black_box(patch::patch_bytes(&pod, &patched).ok());
+            }),
+        ),
+    ])
 }

@@ -69,7 +69,7 @@ pub(crate) async fn registry_with(names: &[String]) -> anyhow::Result<(Vec<TestP
 }
 
 /// Answers every hook with "no change" and does nothing else: the transport floor.
-struct Echo;
+pub(crate) struct Echo;
 
 #[tonic::async_trait]
 impl OperatorLifecycle for Echo {

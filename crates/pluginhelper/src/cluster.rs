@@ -441,7 +441,17 @@ pub fn decode_cluster(bytes: &[u8]) -> Result<Cluster, DecodeError> {
 /// # Ok::<(), cnpgi_pluginhelper::cluster::DecodeError>(())
 /// ```
 pub fn decode_object(bytes: &[u8], what: &'static str) -> Result<Value, DecodeError> {
-    let value: Value = decode_as(bytes, what)?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(DecodeError::Empty { what });
+    }
+    // Any JSON fits a `Value`, so the only errors are syntax errors, which
+    // carry their line and column; tracking the path (as for typed decoding)
+    // would triple the cost of decoding a Pod for nothing.
+    let value: Value = serde_json::from_slice(bytes).map_err(|source| DecodeError::Invalid {
+        what,
+        path: ".".to_owned(),
+        source,
+    })?;
     if value.is_object() {
         Ok(value)
     } else {
