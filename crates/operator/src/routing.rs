@@ -234,26 +234,43 @@ impl Router {
     /// Chains `MutateCluster` through every enabled plugin that implements it.
     pub async fn mutate_cluster(&self, cluster: &Value) -> Result<Patched, RouteError> {
         let targets = self.targets(cluster, |r| r.info.has_operator_rpc(RpcType::MutateCluster))?;
+        self.chain(
+            targets,
+            cluster,
+            "Operator/MutateCluster",
+            |routable, definition| async move {
+                let request = routable.client.request(OperatorMutateClusterRequest { definition });
+                let answer = routable.client.operator().mutate_cluster(request).await?;
+                Ok(answer.into_inner().json_patch)
+            },
+        )
+        .await
+    }
+
+    /// Sends each target, in order, the object as patched by the targets
+    /// before it (through `call`), and applies its answer.
+    async fn chain<F, Fut>(
+        &self,
+        targets: Vec<(EnabledPlugin, Routable)>,
+        start: &Value,
+        rpc: &'static str,
+        call: F,
+    ) -> Result<Patched, RouteError>
+    where
+        F: Fn(Routable, Vec<u8>) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<u8>, tonic::Status>>,
+    {
         let mut patched = Patched {
-            object: cluster.clone(),
+            object: start.clone(),
             patches: Vec::new(),
         };
         for (plugin, routable) in targets {
             let step = async {
-                let definition = serde_json::to_vec(&patched.object)?;
-                let answer = routable
-                    .client
-                    .operator()
-                    .mutate_cluster(routable.client.request(OperatorMutateClusterRequest { definition }))
+                let encoded = serde_json::to_vec(&patched.object)?;
+                let answer = call(routable, encoded)
                     .await
-                    .map_err(|s| call_error(&plugin.name, "Operator/MutateCluster", s))?
-                    .into_inner();
-                apply(
-                    &plugin.name,
-                    "Operator/MutateCluster",
-                    &patched.object,
-                    &answer.json_patch,
-                )
+                    .map_err(|s| call_error(&plugin.name, rpc, s))?;
+                apply(&plugin.name, rpc, &patched.object, &answer)
             };
             if let Some((object, patch)) = self.tolerate(&plugin.name, step.await)? {
                 patched.object = object;
@@ -266,31 +283,42 @@ impl Router {
         Ok(patched)
     }
 
+    /// Collects the validation errors `call` gets from each target.
+    async fn collect_errors<F, Fut>(
+        &self,
+        targets: Vec<(EnabledPlugin, Routable)>,
+        rpc: &'static str,
+        call: F,
+    ) -> Result<Vec<FieldError>, RouteError>
+    where
+        F: Fn(Routable) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<ValidationError>, tonic::Status>>,
+    {
+        let mut errors = Vec::new();
+        for (plugin, routable) in targets {
+            let answer = call(routable).await.map_err(|s| call_error(&plugin.name, rpc, s));
+            if let Some(found) = self.tolerate(&plugin.name, answer)? {
+                errors.extend(found.into_iter().map(|e| FieldError::from_plugin(&plugin.name, e)));
+            }
+        }
+        Ok(errors)
+    }
+
     /// Asks every enabled plugin implementing `ValidateClusterCreate`; all
     /// the errors are returned together.
     pub async fn validate_create(&self, cluster: &Value) -> Result<Vec<FieldError>, RouteError> {
         let definition = serde_json::to_vec(cluster)?;
-        let mut errors = Vec::new();
-        for (plugin, routable) in self.targets(cluster, |r| r.info.has_operator_rpc(RpcType::ValidateClusterCreate))? {
-            let call = routable
-                .client
-                .operator()
-                .validate_cluster_create(routable.client.request(OperatorValidateClusterCreateRequest {
-                    definition: definition.clone(),
-                }))
-                .await
-                .map_err(|s| call_error(&plugin.name, "Operator/ValidateClusterCreate", s));
-            if let Some(answer) = self.tolerate(&plugin.name, call)? {
-                let answer = answer.into_inner();
-                errors.extend(
-                    answer
-                        .validation_errors
-                        .into_iter()
-                        .map(|e| FieldError::from_plugin(&plugin.name, e)),
-                );
+        let targets = self.targets(cluster, |r| r.info.has_operator_rpc(RpcType::ValidateClusterCreate))?;
+        self.collect_errors(targets, "Operator/ValidateClusterCreate", |routable| {
+            let request = routable.client.request(OperatorValidateClusterCreateRequest {
+                definition: definition.clone(),
+            });
+            async move {
+                let answer = routable.client.operator().validate_cluster_create(request).await?;
+                Ok(answer.into_inner().validation_errors)
             }
-        }
-        Ok(errors)
+        })
+        .await
     }
 
     /// Asks every plugin enabled by the new Cluster implementing
@@ -298,28 +326,18 @@ impl Router {
     pub async fn validate_change(&self, old: &Value, new: &Value) -> Result<Vec<FieldError>, RouteError> {
         let old_cluster = serde_json::to_vec(old)?;
         let new_cluster = serde_json::to_vec(new)?;
-        let mut errors = Vec::new();
-        for (plugin, routable) in self.targets(new, |r| r.info.has_operator_rpc(RpcType::ValidateClusterChange))? {
-            let call = routable
-                .client
-                .operator()
-                .validate_cluster_change(routable.client.request(OperatorValidateClusterChangeRequest {
-                    old_cluster: old_cluster.clone(),
-                    new_cluster: new_cluster.clone(),
-                }))
-                .await
-                .map_err(|s| call_error(&plugin.name, "Operator/ValidateClusterChange", s));
-            if let Some(answer) = self.tolerate(&plugin.name, call)? {
-                let answer = answer.into_inner();
-                errors.extend(
-                    answer
-                        .validation_errors
-                        .into_iter()
-                        .map(|e| FieldError::from_plugin(&plugin.name, e)),
-                );
+        let targets = self.targets(new, |r| r.info.has_operator_rpc(RpcType::ValidateClusterChange))?;
+        self.collect_errors(targets, "Operator/ValidateClusterChange", |routable| {
+            let request = routable.client.request(OperatorValidateClusterChangeRequest {
+                old_cluster: old_cluster.clone(),
+                new_cluster: new_cluster.clone(),
+            });
+            async move {
+                let answer = routable.client.operator().validate_cluster_change(request).await?;
+                Ok(answer.into_inner().validation_errors)
             }
-        }
-        Ok(errors)
+        })
+        .await
     }
 
     /// Chains `LifecycleHook` for `operation` on `object` (which must carry
@@ -334,42 +352,25 @@ impl Router {
         let (group, kind) = group_kind(object);
         let cluster_definition = serde_json::to_vec(cluster)?;
         let targets = self.targets(cluster, |r| r.info.matches_lifecycle(&group, &kind, operation))?;
-        let mut patched = Patched {
-            object: object.clone(),
-            patches: Vec::new(),
-        };
-        for (plugin, routable) in targets {
-            let step = async {
-                let request = OperatorLifecycleRequest {
+        self.chain(
+            targets,
+            object,
+            "OperatorLifecycle/LifecycleHook",
+            |routable, object_definition| {
+                let request = routable.client.request(OperatorLifecycleRequest {
                     operation_type: Some(OperatorOperationType {
                         r#type: operation.into(),
                     }),
                     cluster_definition: cluster_definition.clone(),
-                    object_definition: serde_json::to_vec(&patched.object)?,
-                };
-                let answer = routable
-                    .client
-                    .lifecycle()
-                    .lifecycle_hook(routable.client.request(request))
-                    .await
-                    .map_err(|s| call_error(&plugin.name, "OperatorLifecycle/LifecycleHook", s))?
-                    .into_inner();
-                apply(
-                    &plugin.name,
-                    "OperatorLifecycle/LifecycleHook",
-                    &patched.object,
-                    &answer.json_patch,
-                )
-            };
-            if let Some((object, patch)) = self.tolerate(&plugin.name, step.await)? {
-                patched.object = object;
-                patched.patches.push(PluginPatch {
-                    plugin: plugin.name,
-                    patch,
+                    object_definition,
                 });
-            }
-        }
-        Ok(patched)
+                async move {
+                    let answer = routable.client.lifecycle().lifecycle_hook(request).await?;
+                    Ok(answer.into_inner().json_patch)
+                }
+            },
+        )
+        .await
     }
 
     /// Asks every enabled, routable plugin for its status entry
