@@ -100,7 +100,7 @@ pub enum RoutingError {
 #[derive(Debug, Clone, Default)]
 pub struct PluginState {
     /// The probing sequence's answer, once it succeeded on the current connection.
-    pub info: Option<PluginInfo>,
+    pub info: Option<Arc<PluginInfo>>,
     /// Whether the last `Probe` said ready (and nothing failed since).
     pub ready: bool,
     /// The last error, or why the plugin is not ready.
@@ -131,8 +131,8 @@ pub struct Plugin {
 pub struct Routable {
     /// The shared client.
     pub client: PluginClient,
-    /// What probing learnt.
-    pub info: PluginInfo,
+    /// What probing learnt (shared: lookups do not copy it).
+    pub info: Arc<PluginInfo>,
 }
 
 impl Plugin {
@@ -201,7 +201,7 @@ impl Plugin {
                 Ok(info) => {
                     let connection = self.client.connections();
                     self.update(|state| {
-                        if state.info.as_ref() != Some(&info) {
+                        if state.info.as_deref() != Some(&info) {
                             tracing::info!(
                                 plugin = self.name(),
                                 version = %info.metadata.version,
@@ -209,7 +209,7 @@ impl Plugin {
                                 "plugin probed"
                             );
                         }
-                        state.info = Some(info);
+                        state.info = Some(Arc::new(info));
                         state.probed_connection = connection;
                     });
                 }

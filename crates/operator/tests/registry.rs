@@ -77,7 +77,9 @@ async fn a_ready_plugin_is_routable_by_name_capability_and_lifecycle() {
     let routable = registry.get(HELLO).unwrap();
     assert_eq!(routable.info.metadata.name, HELLO);
     let names = |list: Vec<cnpgi_operator::registry::Routable>| {
-        list.into_iter().map(|r| r.info.metadata.name).collect::<Vec<_>>()
+        list.into_iter()
+            .map(|r| r.info.metadata.name.clone())
+            .collect::<Vec<_>>()
     };
     assert_eq!(names(registry.with_operator_rpc(RpcType::MutateCluster)), [HELLO]);
     assert!(registry.with_operator_rpc(RpcType::Deregister).is_empty());
