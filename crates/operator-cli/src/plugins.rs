@@ -103,17 +103,11 @@ pub(crate) struct LocalPlugins {
     _processes: Vec<PluginProcess>,
 }
 
+/// Plugin sockets in `dir`, sorted; an unreadable directory has none.
 fn sockets(dir: &Path) -> Vec<String> {
-    use std::os::unix::fs::FileTypeExt;
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_socket()))
-        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-        .collect();
-    names.sort();
-    names
+    cnpgi_operator::discovery::socket_dir::sockets(dir)
+        .map(|names| names.into_iter().collect())
+        .unwrap_or_default()
 }
 
 fn tail(path: &Path) -> String {

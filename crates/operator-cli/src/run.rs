@@ -25,7 +25,10 @@ use cnpgi_operator::{
     routing::{Router, RoutingPolicy},
     webhook,
 };
-use cnpgi_pluginhelper::logging::{self, LogFormat};
+use cnpgi_pluginhelper::{
+    cmd::shutdown_signal,
+    logging::{self, LogFormat},
+};
 use cnpgi_tls::server::{ReloadingServerConfig, ServerTlsFiles};
 
 use crate::plugins::PluginFlags;
@@ -129,22 +132,6 @@ async fn metrics_text(State(health): State<Health>) -> (StatusCode, [(&'static s
             [("content-type", "text/plain")],
             e.to_string(),
         ),
-    }
-}
-
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        () = terminate => {}
-        _ = tokio::signal::ctrl_c() => {}
     }
 }
 

@@ -191,15 +191,16 @@ async fn a_thousand_concurrent_calls_share_one_connection() {
 #[tokio::test]
 async fn a_dead_plugin_fails_fast_and_is_reached_again_when_it_returns() {
     let dir = tempfile::tempdir().unwrap();
-    let (stop, task) = serve(PluginListener::bind_unix(dir.path(), PLUGIN).unwrap());
+    let served = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
+        .await
+        .unwrap();
     let path = dir.path().join(PLUGIN);
     let options = options();
     let metrics = options.metrics.clone();
     let client = PluginClient::connect(PLUGIN, Transport::Unix { path: path.clone() }, &options).unwrap();
     probe(&client).await.unwrap();
 
-    stop.send(()).unwrap();
-    task.await.unwrap().unwrap();
+    served.stop().await.unwrap();
     let started = std::time::Instant::now();
     let err = is_ready(&client).await.unwrap_err();
     assert!(
@@ -214,7 +215,9 @@ async fn a_dead_plugin_fails_fast_and_is_reached_again_when_it_returns() {
     assert!(err.to_string().contains(PLUGIN), "{err}");
     assert_eq!(metrics.errors(PLUGIN, "Identity/Probe", tonic::Code::Unavailable), 1);
 
-    let (_stop, _task) = serve(PluginListener::bind_unix(dir.path(), PLUGIN).unwrap());
+    let _back = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
+        .await
+        .unwrap();
     wait_until_ready(&client, &path).await;
     assert_eq!(client.connections(), 2, "the channel reconnected");
 }

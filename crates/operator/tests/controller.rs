@@ -14,9 +14,8 @@ use cnpgi_operator::{
     registry::{Registry, RegistryOptions},
     routing::{Router, RoutingPolicy},
 };
-use cnpgi_pluginhelper::server::{PluginListener, ServeError};
+use cnpgi_pluginhelper::{server::PluginListener, testing::TestPlugin};
 use serde_json::{Value, json};
-use tokio::{sync::oneshot, task::JoinHandle};
 
 const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
 const PODS: &str = "/api/v1/namespaces/default/pods";
@@ -24,17 +23,15 @@ const CLUSTERS: &str = "/apis/cnpgi.io/v1/namespaces/default/clusters";
 
 struct Plugins {
     _dir: tempfile::TempDir,
-    _served: (oneshot::Sender<()>, JoinHandle<Result<(), ServeError>>),
+    _served: TestPlugin,
     router: Router,
 }
 
 async fn plugins() -> Plugins {
     let dir = tempfile::tempdir().unwrap();
-    let listener = PluginListener::bind_unix(dir.path(), HELLO).unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(cnpg_i_hello_world::server().serve(listener, async {
-        let _ = stopped.await;
-    }));
+    let served = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
+        .await
+        .unwrap();
     let registry = Arc::new(Registry::new(RegistryOptions::default()));
     let path = dir.path().join(HELLO);
     registry
@@ -46,7 +43,7 @@ async fn plugins() -> Plugins {
         .unwrap();
     Plugins {
         _dir: dir,
-        _served: (stop, task),
+        _served: served,
         router: Router::new(registry, RoutingPolicy::default()),
     }
 }

@@ -14,11 +14,8 @@ use cnpgi_operator::{
     },
     registry::{Registry, RegistryOptions, RoutingError},
 };
-use cnpgi_pluginhelper::{
-    server::{PluginListener, ServeError},
-    testing::TestPlugin,
-};
-use tokio::{sync::oneshot, task::JoinHandle};
+use cnpgi_pluginhelper::testing::TestPlugin;
+use tokio::task::JoinHandle;
 
 const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
 
@@ -27,15 +24,6 @@ fn registry() -> Arc<Registry> {
         probe_interval: Duration::from_millis(30),
         ..RegistryOptions::default()
     }))
-}
-
-fn serve_unix(dir: &std::path::Path) -> (oneshot::Sender<()>, JoinHandle<Result<(), ServeError>>) {
-    let listener = PluginListener::bind_unix(dir, HELLO).unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(cnpg_i_hello_world::server().serve(listener, async {
-        let _ = stopped.await;
-    }));
-    (stop, task)
 }
 
 async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
@@ -65,18 +53,21 @@ async fn socket_directory_follows_sockets_appearing_and_disappearing() {
     // A regular file is not a plugin.
     std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
 
-    let (stop, task) = serve_unix(dir.path());
+    let served = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
+        .await
+        .unwrap();
     eventually("socket plugin becomes routable", || registry.get(HELLO).is_ok()).await;
     assert_eq!(registry.plugins().len(), 1);
 
-    stop.send(()).unwrap();
-    task.await.unwrap().unwrap();
+    served.stop().await.unwrap();
     eventually("removed socket is forgotten", || {
         matches!(registry.get(HELLO), Err(RoutingError::Unknown { .. }))
     })
     .await;
 
-    let _again = serve_unix(dir.path());
+    let _again = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
+        .await
+        .unwrap();
     eventually("returning socket is routable again", || registry.get(HELLO).is_ok()).await;
     discovery.abort();
 }

@@ -11,27 +11,15 @@ use cnpgi_operator::{
 };
 use cnpgi_pluginhelper::{
     proto::{
-        identity::v1::identity_server, operator::v1::operator_capability::rpc::Type as RpcType,
+        operator::v1::operator_capability::rpc::Type as RpcType,
         operator_lifecycle::v1::operator_operation_type::Type as Operation,
     },
-    server::{PluginListener, PluginServer, ServeError},
-    testing::TestIdentity,
+    server::PluginServer,
+    testing::{TestIdentity, TestPlugin},
 };
-use tokio::{sync::oneshot, task::JoinHandle};
 
 const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
 const FLIP: &str = "flip.example.com";
-
-type Served = (oneshot::Sender<()>, JoinHandle<Result<(), ServeError>>);
-
-fn serve<I: identity_server::Identity>(server: PluginServer<I>, dir: &std::path::Path, name: &str) -> Served {
-    let listener = PluginListener::bind_unix(dir, name).unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(listener, async {
-        let _ = stopped.await;
-    }));
-    (stop, task)
-}
 
 fn client(dir: &std::path::Path, name: &str, socket: &str) -> PluginClient {
     let options = ClientOptions {
@@ -70,7 +58,9 @@ async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
 #[tokio::test]
 async fn a_ready_plugin_is_routable_by_name_capability_and_lifecycle() {
     let dir = tempfile::tempdir().unwrap();
-    let _hello = serve(cnpg_i_hello_world::server(), dir.path(), HELLO);
+    let _hello = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
+        .await
+        .unwrap();
     let registry = registry();
     registry.add("static", client(dir.path(), HELLO, HELLO)).await.unwrap();
 
@@ -99,7 +89,9 @@ async fn a_ready_plugin_is_routable_by_name_capability_and_lifecycle() {
 #[tokio::test]
 async fn a_name_found_by_two_sources_is_refused_not_replaced() {
     let dir = tempfile::tempdir().unwrap();
-    let _hello = serve(cnpg_i_hello_world::server(), dir.path(), HELLO);
+    let _hello = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
+        .await
+        .unwrap();
     let registry = registry();
     registry
         .add("service/cnpg-system/hello", client(dir.path(), HELLO, HELLO))
@@ -130,7 +122,9 @@ async fn readiness_takes_a_plugin_out_of_routing_and_back() {
     let dir = tempfile::tempdir().unwrap();
     let identity = TestIdentity::new(FLIP).ready(false);
     let ready = identity.readiness();
-    let _flip = serve(PluginServer::new(identity), dir.path(), FLIP);
+    let _flip = TestPlugin::start_unix_in(PluginServer::new(identity), dir.path())
+        .await
+        .unwrap();
     let registry = registry();
     let registry_metrics = registry.options().metrics.clone();
     registry.add("static", client(dir.path(), FLIP, FLIP)).await.unwrap();
@@ -148,20 +142,23 @@ async fn readiness_takes_a_plugin_out_of_routing_and_back() {
 #[tokio::test]
 async fn a_dead_plugin_leaves_routing_and_returns_with_a_fresh_probe() {
     let dir = tempfile::tempdir().unwrap();
-    let (stop, task) = serve(cnpg_i_hello_world::server(), dir.path(), HELLO);
+    let served = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
+        .await
+        .unwrap();
     let registry = registry();
     let plugin = registry.add("static", client(dir.path(), HELLO, HELLO)).await.unwrap();
     assert!(registry.get(HELLO).is_ok());
 
-    stop.send(()).unwrap();
-    task.await.unwrap().unwrap();
+    served.stop().await.unwrap();
     eventually("dead plugin leaves routing", || registry.get(HELLO).is_err()).await;
     let Err(RoutingError::NotReady { reason, .. }) = registry.get(HELLO) else {
         panic!("expected NotReady")
     };
     assert!(reason.contains("Unavailable"), "{reason}");
 
-    let _back = serve(cnpg_i_hello_world::server(), dir.path(), HELLO);
+    let _back = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
+        .await
+        .unwrap();
     eventually("plugin routable again", || registry.get(HELLO).is_ok()).await;
     assert!(plugin.client().connections() >= 2);
 }
@@ -169,7 +166,9 @@ async fn a_dead_plugin_leaves_routing_and_returns_with_a_fresh_probe() {
 #[tokio::test]
 async fn a_plugin_with_another_name_is_never_routable() {
     let dir = tempfile::tempdir().unwrap();
-    let _hello = serve(cnpg_i_hello_world::server(), dir.path(), HELLO);
+    let _hello = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
+        .await
+        .unwrap();
     let registry = registry();
     // Found as "impostor.example.com" (e.g. a Service label), serving hello-world.
     registry

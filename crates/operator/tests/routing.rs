@@ -20,11 +20,10 @@ use cnpgi_pluginhelper::{
             operator_operation_type::Type as Operation,
         },
     },
-    server::{PluginListener, PluginServer, ServeError},
-    testing::TestIdentity,
+    server::PluginServer,
+    testing::{TestIdentity, TestPlugin},
 };
 use serde_json::{Value, json};
-use tokio::{sync::oneshot, task::JoinHandle};
 use tonic::{Request, Response, Status};
 
 const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
@@ -73,21 +72,6 @@ impl OperatorLifecycle for TestLifecycle {
     }
 }
 
-type Served = (oneshot::Sender<()>, JoinHandle<Result<(), ServeError>>);
-
-fn serve<I: cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity>(
-    server: PluginServer<I>,
-    dir: &std::path::Path,
-    name: &str,
-) -> Served {
-    let listener = PluginListener::bind_unix(dir, name).unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(listener, async {
-        let _ = stopped.await;
-    }));
-    (stop, task)
-}
-
 fn test_plugin(name: &str, broken: bool) -> PluginServer<TestIdentity> {
     PluginServer::new(TestIdentity::new(name).with_service(ServiceType::LifecycleService))
         .add_service(OperatorLifecycleServer::new(TestLifecycle { broken }))
@@ -95,16 +79,22 @@ fn test_plugin(name: &str, broken: bool) -> PluginServer<TestIdentity> {
 
 struct Setup {
     _dir: tempfile::TempDir,
-    _plugins: Vec<Served>,
+    _plugins: Vec<TestPlugin>,
     registry: Arc<Registry>,
 }
 
 async fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let plugins = vec![
-        serve(cnpg_i_hello_world::server(), dir.path(), HELLO),
-        serve(test_plugin(LABELER, false), dir.path(), LABELER),
-        serve(test_plugin(BROKEN, true), dir.path(), BROKEN),
+        TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
+            .await
+            .unwrap(),
+        TestPlugin::start_unix_in(test_plugin(LABELER, false), dir.path())
+            .await
+            .unwrap(),
+        TestPlugin::start_unix_in(test_plugin(BROKEN, true), dir.path())
+            .await
+            .unwrap(),
     ];
     let registry = Arc::new(Registry::new(RegistryOptions {
         probe_interval: Duration::from_secs(60),

@@ -22,13 +22,12 @@ use cnpgi_pluginhelper::{
             operator_server::{Operator, OperatorServer},
         },
     },
-    server::{PluginListener, PluginServer, ServeError},
-    testing::{TestCertificates, TestIdentity},
+    server::PluginServer,
+    testing::{TestCertificates, TestIdentity, TestPlugin},
 };
 use cnpgi_tls::{pem, server::ReloadingServerConfig, server::ServerTlsFiles, verify::PinnedServerVerifier};
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
-use tokio::{sync::oneshot, task::JoinHandle};
 use tonic::{Request, Response, Status};
 
 const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
@@ -59,39 +58,27 @@ impl Operator for Hung {
     }
 }
 
-type Served = (oneshot::Sender<()>, JoinHandle<Result<(), ServeError>>);
-
-fn serve<I: cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity>(
-    server: PluginServer<I>,
-    dir: &std::path::Path,
-    name: &str,
-) -> Served {
-    let listener = PluginListener::bind_unix(dir, name).unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(listener, async {
-        let _ = stopped.await;
-    }));
-    (stop, task)
-}
-
 struct Webhook {
     address: std::net::SocketAddr,
     certs: TestCertificates,
     _dir: tempfile::TempDir,
-    _plugins: Vec<Served>,
+    _plugins: Vec<TestPlugin>,
     handle: axum_server::Handle<std::net::SocketAddr>,
 }
 
 async fn start() -> Webhook {
     let dir = tempfile::tempdir().unwrap();
     let plugins = vec![
-        serve(cnpg_i_hello_world::server(), dir.path(), HELLO),
-        serve(
+        TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
+            .await
+            .unwrap(),
+        TestPlugin::start_unix_in(
             PluginServer::new(TestIdentity::new(HUNG).with_service(ServiceType::OperatorService))
                 .add_service(OperatorServer::new(Hung)),
             dir.path(),
-            HUNG,
-        ),
+        )
+        .await
+        .unwrap(),
     ];
     let registry = Arc::new(Registry::new(RegistryOptions::default()));
     for name in [HELLO, HUNG] {

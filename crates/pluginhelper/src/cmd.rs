@@ -206,8 +206,9 @@ impl<I: Identity> PluginCommand<I> {
     }
 }
 
-/// Completes on SIGTERM (Kubernetes stopping the Pod) or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
+/// Completes on SIGTERM (Kubernetes stopping the Pod) or SIGINT (Ctrl-C);
+/// for other long-running binaries of the project too.
+pub async fn shutdown_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {

@@ -307,10 +307,18 @@ impl TestPlugin {
 
     /// Serves on a Unix socket named after the plugin in a temporary directory.
     pub async fn start_unix<I: Identity>(server: PluginServer<I>) -> Result<Self, TestError> {
-        let name = server.metadata().await?.name;
         let dir = tempfile::tempdir()?;
-        let listener = PluginListener::bind_unix(dir.path(), &name)?;
-        let path = dir.path().join(&name);
+        let mut plugin = Self::start_unix_in(server, dir.path()).await?;
+        plugin._socket_dir = Some(dir);
+        Ok(plugin)
+    }
+
+    /// Serves on the socket `dir/<plugin name>`: for a directory a test
+    /// watches, or to bring a stopped plugin back on the same path.
+    pub async fn start_unix_in<I: Identity>(server: PluginServer<I>, dir: &std::path::Path) -> Result<Self, TestError> {
+        let name = server.metadata().await?.name;
+        let listener = PluginListener::bind_unix(dir, &name)?;
+        let path = dir.join(&name);
         let (stop, task) = spawn(server, listener);
         let channel = connect_unix(&path).await?;
         Ok(Self {
@@ -318,7 +326,7 @@ impl TestPlugin {
             address: format!("unix://{}", path.display()),
             tcp_address: None,
             certificates: None,
-            _socket_dir: Some(dir),
+            _socket_dir: None,
             stop: Some(stop),
             task,
         })

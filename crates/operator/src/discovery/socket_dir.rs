@@ -39,8 +39,9 @@ impl SocketDirectory {
     }
 }
 
-/// The socket files of `dir`, by name. A missing directory has none.
-fn sockets(dir: &Path) -> std::io::Result<BTreeSet<String>> {
+/// The socket files of `dir`, by name (each a plugin named like its
+/// socket). A missing directory has none.
+pub fn sockets(dir: &Path) -> std::io::Result<BTreeSet<String>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeSet::new()),
