@@ -20,7 +20,7 @@ use cnpgi_pluginhelper::{
         OperatorLifecycleRequest, OperatorOperationType, operator_lifecycle_client::OperatorLifecycleClient,
         operator_operation_type::Type as Operation,
     },
-    testing::{TestCertificates, connect_tls},
+    testing::{ChildGuard, TestCertificates, connect_tls},
 };
 use serde_json::{Value, json};
 
@@ -288,12 +288,13 @@ pub(crate) async fn plugin_cost(binary: &Path, effort: Effort) -> anyhow::Result
         let dir = tempfile::tempdir()?;
         let socket = dir.path().join(HELLO);
         let started = Instant::now();
-        let mut child = Command::new(binary)
-            .args(["plugin", &format!("--plugin-path={}", dir.path().display())])
-            .env("LOG_LEVEL", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
+        let child = ChildGuard::spawn(
+            Command::new(binary)
+                .args(["plugin", &format!("--plugin-path={}", dir.path().display())])
+                .env("LOG_LEVEL", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        )?;
         let client = PluginClient::connect(HELLO, Transport::Unix { path: socket }, &ClientOptions::default())?;
         loop {
             if matches!(probe::is_ready(&client).await, Ok(true)) {
@@ -332,8 +333,7 @@ pub(crate) async fn plugin_cost(binary: &Path, effort: Effort) -> anyhow::Result
             let loaded = status_kib(child.id(), "VmHWM:")?;
             result = Some((idle, loaded));
         }
-        child.kill()?;
-        child.wait()?;
+        drop(child);
     }
     startups.sort();
     let (idle_rss_kib, loaded_rss_kib) = result.ok_or_else(|| anyhow::anyhow!("no measurement"))?;

@@ -13,12 +13,16 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 work="$(mktemp -d)"
+# PIDs of the servers this script starts. Only the top-level shell may add to
+# it: a command substitution runs in a subshell whose changes are lost.
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 passed=0
 failed=0
@@ -63,20 +67,20 @@ leaf ca-client "" clientAuth ca
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 1 200); do (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; return 1; }
 
-# Starts a plugin serving mTLS with certificate set $2 (ss|ca); prints the port.
+# Starts a plugin serving mTLS with certificate set $2 (ss|ca) and sets $port.
+# Call it directly, never as $(serve_tls ...), so that its PID is recorded.
 serve_tls() {
-  local binary=$1 set=$2 port
+  local binary=$1 set=$2
   port=$(free_port)
   "$binary" plugin --server-address="127.0.0.1:$port" --server-cert="$work/$set-server.crt" \
     --server-key="$work/$set-server.key" --client-cert="$work/$set-client.crt" >"$work/$(basename "$binary")-$set.log" 2>&1 &
   pids+=($!)
   wait_port "$port" || { echo "plugin $binary did not listen" >&2; cat "$work/$(basename "$binary")-$set.log" >&2; return 1; }
-  echo "$port"
 }
 
 echo "== 1. Go client (as CloudNativePG) -> Rust hello-world"
 for set in ss ca; do
-  port=$(serve_tls "$hello" "$set")
+  serve_tls "$hello" "$set"
   if "$work/goclient" -address "127.0.0.1:$port" -server-cert "$work/$set-server.crt" \
       -client-cert "$work/$set-client.crt" -client-key "$work/$set-client.key" \
       -server-name cnpg-i-hello-world -label "certificates: $set"; then
@@ -111,6 +115,8 @@ spec:
       color: green
 YAML
 
+sed 's/color: green/color: red/' "$work/wrong-color.yaml" >"$work/red.yaml"
+
 # Runs render and check-plugin with the plugin flags "$@"; $1 names the transport.
 drive() {
   local transport=$1; shift
@@ -126,18 +132,31 @@ drive() {
   else
     cat "$work/render.err" "$work/render.yaml"; fail "cnpgi-operator -> Go plugin ($transport): render"
   fi
+  # SetStatusInCluster: the Go plugin requires its status entry, as upstream's do.
+  if grep -q 'status: .{"color":"blue"}' "$work/render.yaml"; then
+    ok "cnpgi-operator -> Go plugin ($transport): status entry written before SetStatusInCluster"
+  else
+    cat "$work/render.yaml"; fail "cnpgi-operator -> Go plugin ($transport): SetStatusInCluster status"
+  fi
   local code=0
   "$operator" render "$work/wrong-color.yaml" "$@" >/dev/null 2>"$work/invalid.err" || code=$?
   if [ "$code" = 1 ] && grep -q 'spec.plugins\[0\].parameters.color: Invalid value: "green": must be red or blue' "$work/invalid.err"; then
-    ok "cnpgi-operator -> Go plugin ($transport): ValidateClusterCreate error mapped to the field"
+    ok "cnpgi-operator -> Go plugin ($transport): ValidateClusterCreate error (machinery's path) mapped to the field"
   else
     cat "$work/invalid.err"; fail "cnpgi-operator -> Go plugin ($transport): ValidateClusterCreate (exit $code)"
+  fi
+  code=0
+  "$operator" render "$work/red.yaml" --old "$work/cluster.yaml" "$@" >/dev/null 2>"$work/change.err" || code=$?
+  if [ "$code" = 1 ] && grep -q 'spec.plugins\[0\].parameters.color: Invalid value: "red": cannot be changed' "$work/change.err"; then
+    ok "cnpgi-operator -> Go plugin ($transport): ValidateClusterChange error mapped to the field"
+  else
+    cat "$work/change.err"; fail "cnpgi-operator -> Go plugin ($transport): ValidateClusterChange (exit $code)"
   fi
 }
 
 drive "Unix socket" --plugin-exec "$work/goplugin"
 for set in ss ca; do
-  port=$(serve_tls "$work/goplugin" "$set")
+  serve_tls "$work/goplugin" "$set"
   drive "mTLS, $set certificates" --plugin "$GO_PLUGIN=https://127.0.0.1:$port" \
     --client-cert "$work/$set-client.crt" --client-key "$work/$set-client.key" \
     --server-ca "$work/$set-server.crt" --server-name cnpg-i-hello-world

@@ -12,7 +12,10 @@ use std::{
 };
 
 use cnpgi_operator::testing::FakeApiServer;
-use cnpgi_pluginhelper::{server::PluginListener, testing::TestCertificates};
+use cnpgi_pluginhelper::{
+    server::PluginListener,
+    testing::{ChildGuard, TestCertificates},
+};
 use serde_json::json;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cnpgi-operator");
@@ -132,23 +135,24 @@ async fn run_reconciles_clusters_with_plugins_and_stops_on_sigterm() {
     std::fs::copy(&certs.server.key_path, work.path().join("tls.key")).unwrap();
 
     let (webhook_port, metrics_port) = (free_port(), free_port());
-    let mut child = Command::new(BIN)
-        .args([
-            "run",
-            "--namespace=cnpgi-system",
-            "--watch-namespace=default",
-            "--probe-interval-seconds=1",
-        ])
-        .arg(format!("--plugin-dir={}", plugins.path().display()))
-        .arg(format!("--webhook-cert-dir={}", work.path().display()))
-        .arg(format!("--webhook-address=127.0.0.1:{webhook_port}"))
-        .arg(format!("--metrics-address=127.0.0.1:{metrics_port}"))
-        .env("KUBECONFIG", &kubeconfig)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut child = ChildGuard::spawn(
+        Command::new(BIN)
+            .args([
+                "run",
+                "--namespace=cnpgi-system",
+                "--watch-namespace=default",
+                "--probe-interval-seconds=1",
+            ])
+            .arg(format!("--plugin-dir={}", plugins.path().display()))
+            .arg(format!("--webhook-cert-dir={}", work.path().display()))
+            .arg(format!("--webhook-address=127.0.0.1:{webhook_port}"))
+            .arg(format!("--metrics-address=127.0.0.1:{metrics_port}"))
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit()),
+    )
+    .unwrap();
 
     eventually("/readyz answers 200", &mut child, || {
         get(metrics_port, "/readyz").is_some_and(|(s, _)| s == 200)

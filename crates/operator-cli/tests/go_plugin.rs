@@ -19,6 +19,7 @@ use cnpgi_operator::{
     routing::{Router, RoutingPolicy},
     webhook::{self, MUTATE_PATH, VALIDATE_PATH},
 };
+use cnpgi_pluginhelper::testing::ChildGuard;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -64,12 +65,13 @@ async fn webhook_and_lifecycle_paths_through_a_go_plugin() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(&binary)
-        .args(["plugin", &format!("--plugin-path={}", dir.path().display())])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let _plugin = ChildGuard::spawn(
+        Command::new(&binary)
+            .args(["plugin", &format!("--plugin-path={}", dir.path().display())])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+    .unwrap();
     let socket = dir.path().join(GO_PLUGIN);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !socket.exists() {
@@ -122,7 +124,4 @@ async fn webhook_and_lifecycle_paths_through_a_go_plugin() {
         pods::wanted_hash(&router, &cluster(Some("blue")), 1).await.unwrap(),
         hash
     );
-
-    child.kill().unwrap();
-    child.wait().unwrap();
 }

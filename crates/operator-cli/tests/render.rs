@@ -15,7 +15,7 @@ use std::{
 
 use common::{BIN, workspace_binary};
 
-use cnpgi_pluginhelper::testing::TestCertificates;
+use cnpgi_pluginhelper::testing::{ChildGuard, TestCertificates};
 use serde_json::Value;
 
 const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
@@ -164,14 +164,15 @@ fn plugins_that_fail_or_are_missing_exit_2_with_their_name() {
 }
 
 /// Starts hello-world with `args` and waits until `ready` holds.
-fn start_hello_world(args: &[String], ready: impl Fn() -> bool) -> std::process::Child {
-    let child = Command::new(hello_world())
-        .arg("plugin")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+fn start_hello_world(args: &[String], ready: impl Fn() -> bool) -> ChildGuard {
+    let child = ChildGuard::spawn(
+        Command::new(hello_world())
+            .arg("plugin")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while !ready() {
         assert!(Instant::now() < deadline, "hello-world did not start");
@@ -184,7 +185,7 @@ fn start_hello_world(args: &[String], ready: impl Fn() -> bool) -> std::process:
 fn plugins_from_a_socket_directory_a_unix_url_and_an_https_url() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join(HELLO);
-    let mut sidecar = start_hello_world(&[format!("--plugin-path={}", dir.path().display())], || socket.exists());
+    let sidecar = start_hello_world(&[format!("--plugin-path={}", dir.path().display())], || socket.exists());
     let cluster = example("cluster-example.yaml");
     let output = render(&[
         cluster.to_str().unwrap(),
@@ -196,8 +197,7 @@ fn plugins_from_a_socket_directory_a_unix_url_and_an_https_url() {
         &format!("--plugin={HELLO}=unix://{}", socket.display()),
     ]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    sidecar.kill().unwrap();
-    sidecar.wait().unwrap();
+    drop(sidecar);
 
     let certs = TestCertificates::generate("hello-world.cnpg-system.svc").unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -205,7 +205,7 @@ fn plugins_from_a_socket_directory_a_unix_url_and_an_https_url() {
         .local_addr()
         .unwrap()
         .port();
-    let mut remote = start_hello_world(
+    let remote = start_hello_world(
         &[
             format!("--server-address=127.0.0.1:{port}"),
             format!("--server-cert={}", certs.server.cert_path.display()),
@@ -224,6 +224,5 @@ fn plugins_from_a_socket_directory_a_unix_url_and_an_https_url() {
     ]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(documents(&output.stdout).len(), 4);
-    remote.kill().unwrap();
-    remote.wait().unwrap();
+    drop(remote);
 }

@@ -8,13 +8,13 @@ mod common;
 use std::{
     net::TcpListener,
     path::Path,
-    process::{Child, Command, Output, Stdio},
+    process::{Command, Output, Stdio},
     time::{Duration, Instant},
 };
 
 use cnpgi_pluginhelper::{
     proto::identity::v1::{GetPluginMetadataRequest, identity_client::IdentityClient},
-    testing::{TestCertificates, TestError, connect_tls, connect_unix},
+    testing::{ChildGuard, TestCertificates, TestError, connect_tls, connect_unix},
 };
 use common::PLUGIN;
 use tonic::transport::Channel;
@@ -115,25 +115,6 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// Sends SIGTERM and waits (without blocking the runtime, whose client
-/// connections must stay responsive during the graceful shutdown).
-async fn terminate(child: &mut Child) -> std::process::ExitStatus {
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "plugin did not exit after SIGTERM");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Retries until the freshly started process listens.
 async fn wait_for<T, E: std::fmt::Debug, F: Future<Output = Result<T, E>>>(mut attempt: impl FnMut() -> F) -> T {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -163,14 +144,14 @@ async fn serves_over_mtls(configure: impl FnOnce(&mut Command, &TestCertificates
     let mut command = Command::new(BIN);
     command.arg("plugin").stdout(Stdio::null()).stderr(Stdio::null());
     configure(&mut command, &certs, port);
-    let mut child = command.spawn().unwrap();
+    let mut child = ChildGuard::spawn(&mut command).unwrap();
     let address = format!("127.0.0.1:{port}").parse().unwrap();
     let name = wait_for(|| async {
         plugin_name(connect_tls(address, certs.client_config().unwrap(), "cnpg-i-hello-world").await).await
     })
     .await;
     assert_eq!(name, PLUGIN);
-    let status = terminate(&mut child).await;
+    let status = child.terminate(Duration::from_secs(10)).await.unwrap();
     assert!(status.success(), "exit status after SIGTERM: {status:?}");
 }
 
@@ -204,16 +185,17 @@ async fn serves_over_mtls_with_environment_variables() {
 async fn serves_on_a_unix_socket_and_removes_it_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join(PLUGIN);
-    let mut child = Command::new(BIN)
-        .arg("plugin")
-        .arg(format!("--plugin-path={}", dir.path().display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = ChildGuard::spawn(
+        Command::new(BIN)
+            .arg("plugin")
+            .arg(format!("--plugin-path={}", dir.path().display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+    .unwrap();
     let name = wait_for(|| async { plugin_name(connect_unix(Path::new(&socket)).await).await }).await;
     assert_eq!(name, PLUGIN);
-    let status = terminate(&mut child).await;
+    let status = child.terminate(Duration::from_secs(10)).await.unwrap();
     assert!(status.success(), "{status:?}");
     assert!(!socket.exists(), "socket file left behind");
 }

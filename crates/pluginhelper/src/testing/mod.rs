@@ -47,6 +47,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::server::{PluginListener, PluginServer, ServeError};
 
+mod process;
+pub use process::ChildGuard;
+
 /// Why a test plugin could not be started or reached.
 #[derive(Debug, thiserror::Error)]
 pub enum TestError {
