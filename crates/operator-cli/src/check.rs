@@ -20,6 +20,11 @@ pub(crate) struct CheckArgs {
     #[arg(long, default_value_t = 5)]
     pub(crate) deadline_seconds: u64,
 
+    /// Fail on recommendations too (NOTE lines, e.g. garbage input refused
+    /// with a code other than INVALID_ARGUMENT), not only on what CNPG-I requires.
+    #[arg(long)]
+    pub(crate) strict: bool,
+
     #[command(flatten)]
     pub(crate) plugins: LocalPluginFlags,
 }
@@ -54,6 +59,7 @@ pub(crate) async fn check(args: CheckArgs) -> ExitCode {
     let options = ConformanceOptions {
         deadline: Duration::from_secs(args.deadline_seconds),
         cluster,
+        strict: args.strict,
     };
     let mut passed = true;
     for (name, _, client) in &plugins.found {

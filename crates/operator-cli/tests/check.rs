@@ -10,9 +10,14 @@ use std::process::{Command, Output};
 use common::{BIN, workspace_binary};
 
 fn check(plugin: &str, mode: Option<&str>) -> Output {
+    check_with(plugin, mode, &[])
+}
+
+fn check_with(plugin: &str, mode: Option<&str>, flags: &[&str]) -> Output {
     let mut command = Command::new(BIN);
     command
         .args(["check-plugin", "--deadline-seconds=1"])
+        .args(flags)
         .arg(format!("--plugin-exec={}", workspace_binary(plugin).display()));
     if let Some(mode) = mode {
         command.env("CNPGI_BROKEN_MODE", mode);
@@ -38,7 +43,8 @@ fn hello_world_passes_every_check() {
         "metadata name equals the discovered name",
         "MutateCluster: idempotent",
         "LifecycleHook Pod CREATE: idempotent",
-        "garbage object gives INVALID_ARGUMENT",
+        "garbage object is refused",
+        "garbage Cluster is refused",
         "every call answered within the deadline",
     ] {
         assert!(
@@ -46,6 +52,34 @@ fn hello_world_passes_every_check() {
             "{check}: {table}"
         );
     }
+}
+
+#[test]
+fn the_summary_ends_with_a_newline() {
+    let output = check("cnpg-i-hello-world", None);
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(table.ends_with("22 passed, 0 failed\n"), "{table:?}");
+}
+
+#[test]
+fn garbage_refused_with_another_code_is_advice_unless_strict() {
+    let output = check("cnpgi-broken-plugin", Some("unknown-on-garbage"));
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{table}");
+    assert!(
+        table.lines().any(|l| l.contains("NOTE")
+            && l.contains("garbage object is refused")
+            && l.contains("Unknown")
+            && l.contains("INVALID_ARGUMENT is recommended")),
+        "{table}"
+    );
+    assert!(table.contains("0 failed (1 with a recommendation, NOTE)\n"), "{table}");
+
+    let output = check_with("cnpgi-broken-plugin", Some("unknown-on-garbage"), &["--strict"]);
+    assert_eq!(output.status.code(), Some(1));
+    let failures = failures(&output);
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(failures[0].contains("garbage object is refused"), "{failures:?}");
 }
 
 #[test]

@@ -27,7 +27,11 @@ use cnpgi_proto::{
 };
 use serde_json::{Value, json};
 
-use crate::{client::PluginClient, pods::instance_pod};
+use crate::{
+    client::PluginClient,
+    pods::instance_pod,
+    routing::{PluginStatusUpdate, previous_statuses, write_plugin_status},
+};
 
 /// One check and its outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +40,10 @@ pub struct Check {
     pub name: String,
     /// Whether it passed.
     pub passed: bool,
+    /// A recommendation CNPG-I does not mandate (e.g. `INVALID_ARGUMENT` for
+    /// garbage input): shown as `NOTE`, or a failure under
+    /// [`ConformanceOptions::strict`].
+    pub advisory: bool,
     /// Why it failed, or a detail when it passed.
     pub reason: String,
 }
@@ -60,6 +68,11 @@ impl Report {
         self.checks.iter().filter(|c| !c.passed).collect()
     }
 
+    /// The advice given (passed checks with a recommendation).
+    pub fn advisories(&self) -> Vec<&Check> {
+        self.checks.iter().filter(|c| c.passed && c.advisory).collect()
+    }
+
     fn record(&mut self, name: impl Into<String>, result: Result<String, String>) {
         let (passed, reason) = match result {
             Ok(detail) => (true, detail),
@@ -68,7 +81,19 @@ impl Report {
         self.checks.push(Check {
             name: name.into(),
             passed,
+            advisory: false,
             reason,
+        });
+    }
+
+    /// Records a check that passed with a recommendation; a failure when
+    /// `strict`.
+    fn advise(&mut self, name: impl Into<String>, advice: String, strict: bool) {
+        self.checks.push(Check {
+            name: name.into(),
+            passed: !strict,
+            advisory: true,
+            reason: advice,
         });
     }
 }
@@ -79,16 +104,25 @@ impl std::fmt::Display for Report {
         let width = self.checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
         writeln!(f, "plugin {}", self.plugin)?;
         for check in &self.checks {
-            let verdict = if check.passed { "PASS" } else { "FAIL" };
+            let verdict = match (check.passed, check.advisory) {
+                (false, _) => "FAIL",
+                (true, true) => "NOTE",
+                (true, false) => "PASS",
+            };
             writeln!(f, "  {verdict}  {:width$}  {}", check.name, check.reason)?;
         }
         let failed = self.failures().len();
-        writeln!(
+        let advised = self.advisories().len();
+        write!(
             f,
             "  {} checks, {} passed, {failed} failed",
             self.checks.len(),
             self.checks.len() - failed
-        )
+        )?;
+        if advised > 0 {
+            write!(f, " ({advised} with a recommendation, NOTE)")?;
+        }
+        writeln!(f)
     }
 }
 
@@ -97,8 +131,11 @@ impl std::fmt::Display for Report {
 pub struct ConformanceOptions {
     /// Every call must answer within this. Default 5 s.
     pub deadline: Duration,
-    /// The Cluster to send (its `spec.plugins` gets the plugin if missing).
+    /// The Cluster to send (its `spec.plugins` gets the plugin if missing,
+    /// and `status.pluginStatus` the plugin's entry, as CloudNativePG writes it).
     pub cluster: Option<Value>,
+    /// Turn recommendations (`NOTE`) into failures. Default off.
+    pub strict: bool,
 }
 
 impl Default for ConformanceOptions {
@@ -106,6 +143,7 @@ impl Default for ConformanceOptions {
         Self {
             deadline: Duration::from_secs(5),
             cluster: None,
+            strict: false,
         }
     }
 }
@@ -170,12 +208,19 @@ fn check_validation_errors(cluster: &Value, errors: &[ValidationError]) -> Resul
         if error.path_components.iter().any(String::is_empty) {
             return Err(format!("empty path component in {:?}", error.path_components));
         }
-        if let Some(first) = error.path_components.first()
-            && first.bytes().all(|b| b.is_ascii_digit())
-            && first.parse::<usize>().map_or(true, |i| i >= plugins)
+        // The plugin index of machinery's `["spec", "plugins", "<i>", ...]`
+        // or of the older `["<i>", ...]`.
+        let index = match error.path_components.as_slice() {
+            [spec, plugins, index, ..] if spec == "spec" && plugins == "plugins" => Some(index),
+            [index, ..] => Some(index),
+            [] => None,
+        };
+        if let Some(index) = index
+            && index.bytes().all(|b| b.is_ascii_digit())
+            && index.parse::<usize>().map_or(true, |i| i >= plugins)
         {
             return Err(format!(
-                "plugin index {first} is outside spec.plugins (length {plugins})"
+                "plugin index {index} is outside spec.plugins (length {plugins})"
             ));
         }
         if error.message.is_empty() {
@@ -289,9 +334,6 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
         }
     };
 
-    let cluster = sample_cluster(expected_name, options.cluster.as_ref());
-    let cluster_bytes = serde_json::to_vec(&cluster).unwrap_or_default();
-
     // Operator service.
     let operator_answer = timed(
         deadline,
@@ -323,6 +365,22 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
     } else {
         report.record("unadvertised Operator service is absent", absent(operator_answer));
     }
+
+    // The Cluster every further call carries, with this plugin's
+    // `status.pluginStatus` entry as CloudNativePG writes it before calling.
+    let mut cluster = sample_cluster(expected_name, options.cluster.as_ref());
+    let previous = previous_statuses(&cluster).get(expected_name).cloned();
+    write_plugin_status(
+        &mut cluster,
+        &[PluginStatusUpdate {
+            name: expected_name.to_owned(),
+            version: metadata.version.clone(),
+            capabilities: services.iter().map(|t| t.as_str_name().to_owned()).collect(),
+            operator_capabilities: rpcs.iter().map(|r| r.as_str_name().to_owned()).collect(),
+            status: previous,
+        }],
+    );
+    let cluster_bytes = serde_json::to_vec(&cluster).unwrap_or_default();
 
     if rpcs.contains(&RpcType::ValidateClusterCreate) {
         let answer = timed(
@@ -439,9 +497,12 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
             .await
             .map(|r| r.map(|_| tonic::Response::new(Default::default())))
         };
-        report.record(
-            "garbage Cluster gives INVALID_ARGUMENT",
-            invalid_argument(status, deadline),
+        record_garbage(
+            &mut report,
+            "garbage Cluster is refused",
+            status,
+            deadline,
+            options.strict,
         );
     }
 
@@ -525,9 +586,12 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
                     let status =
                         tokio::time::timeout(deadline, client.lifecycle().lifecycle_hook(client.request(garbage)))
                             .await;
-                    report.record(
-                        "garbage object gives INVALID_ARGUMENT",
-                        invalid_argument(status, deadline),
+                    record_garbage(
+                        &mut report,
+                        "garbage object is refused",
+                        status,
+                        deadline,
+                        options.strict,
                     );
                 }
             }
@@ -621,14 +685,29 @@ fn absent<T>(answer: Result<T, String>) -> Result<String, String> {
     }
 }
 
-fn invalid_argument<T>(
+/// Garbage must be refused with an error; CNPG-I mandates no code, and
+/// `INVALID_ARGUMENT` is the recommended one.
+fn record_garbage<T>(
+    report: &mut Report,
+    name: &str,
     status: Result<Result<tonic::Response<T>, tonic::Status>, tokio::time::error::Elapsed>,
     deadline: Duration,
-) -> Result<String, String> {
+    strict: bool,
+) {
     match status {
-        Err(_) => Err(format!("no answer within {} ms", deadline.as_millis())),
-        Ok(Ok(_)) => Err("accepted garbage".into()),
-        Ok(Err(status)) if status.code() == tonic::Code::InvalidArgument => Ok("INVALID_ARGUMENT".into()),
-        Ok(Err(status)) => Err(format!("{:?}: {}", status.code(), status.message())),
+        Err(_) => report.record(name, Err(format!("no answer within {} ms", deadline.as_millis()))),
+        Ok(Ok(_)) => report.record(name, Err("accepted garbage".into())),
+        Ok(Err(status)) if status.code() == tonic::Code::InvalidArgument => {
+            report.record(name, Ok("INVALID_ARGUMENT".into()))
+        }
+        Ok(Err(status)) => report.advise(
+            name,
+            format!(
+                "refused with {:?} ({}); INVALID_ARGUMENT is recommended",
+                status.code(),
+                status.message()
+            ),
+            strict,
+        ),
     }
 }

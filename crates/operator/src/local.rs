@@ -6,7 +6,7 @@
 //! Cluster), then the instance Pods through the lifecycle `CREATE` chain,
 //! then `SetStatusInCluster`.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::{
     pods::build_pod_with_patches,
@@ -76,19 +76,7 @@ pub async fn render(router: &Router, cluster: &Value, old: Option<&Value>) -> Re
         });
     }
     let status = router.set_status(&cluster_json).await?;
-    let plugin_status: Vec<Value> = status
-        .iter()
-        .map(|s| {
-            json!({
-                "name": s.name,
-                "version": s.version,
-                "capabilities": s.capabilities,
-                "operatorCapabilities": s.operator_capabilities,
-                "status": s.status.clone().unwrap_or_default(),
-            })
-        })
-        .collect();
-    cluster_json["status"] = json!({ "pluginStatus": plugin_status });
+    crate::routing::write_plugin_status(&mut cluster_json, &status);
     Ok(Rendered {
         original: cluster.clone(),
         cluster: cluster_json,

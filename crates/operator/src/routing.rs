@@ -150,10 +150,10 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn from_plugin(plugin: &str, error: ValidationError) -> Self {
+    fn from_plugin(plugin: &EnabledPlugin, error: ValidationError) -> Self {
         Self {
-            plugin: plugin.to_owned(),
-            field: cnpgi_proto::field_path(&error.path_components),
+            plugin: plugin.name.clone(),
+            field: cnpgi_proto::field_path(&error.path_components, Some(plugin.index)),
             value: error.value,
             message: error.message,
         }
@@ -178,7 +178,8 @@ pub struct PluginStatusUpdate {
     pub capabilities: Vec<String>,
     /// Advertised Operator RPCs, as enum names.
     pub operator_capabilities: Vec<String>,
-    /// The JSON object to store as `status`, or `None` to keep the current one.
+    /// The JSON object stored as `status`, as text: the plugin's answer, or
+    /// the previous status when it answered empty; `None` when there is none.
     pub status: Option<String>,
 }
 
@@ -298,7 +299,7 @@ impl Router {
         for (plugin, routable) in targets {
             let answer = call(routable).await.map_err(|s| call_error(&plugin.name, rpc, s));
             if let Some(found) = self.tolerate(&plugin.name, answer)? {
-                errors.extend(found.into_iter().map(|e| FieldError::from_plugin(&plugin.name, e)));
+                errors.extend(found.into_iter().map(|e| FieldError::from_plugin(&plugin, e)));
             }
         }
         Ok(errors)
@@ -373,38 +374,49 @@ impl Router {
         .await
     }
 
-    /// Asks every enabled, routable plugin for its status entry
-    /// (`SetStatusInCluster` when implemented), in routing order.
+    /// Computes `status.pluginStatus[]` the way CloudNativePG does: first
+    /// an entry for every enabled, routable plugin (name, version,
+    /// capabilities, operator capabilities, and its previous `status` if the
+    /// Cluster had one; entries of plugins no longer enabled are dropped) is
+    /// written into the Cluster, then every plugin implementing
+    /// `SetStatusInCluster` is asked, in routing order, for its status with
+    /// that Cluster. Upstream plugins answer an error when their entry is
+    /// missing, so the entries must be there before the call.
+    ///
+    /// Returns the entries in routing order; `status` is the plugin's answer,
+    /// or the previous status when it answered empty or was skipped.
     pub async fn set_status(&self, cluster: &Value) -> Result<Vec<PluginStatusUpdate>, RouteError> {
-        let definition = serde_json::to_vec(cluster)?;
-        let mut updates = Vec::new();
-        for (plugin, routable) in self.targets(cluster, |_| true)? {
-            let mut status = None;
-            if routable.info.has_operator_rpc(RpcType::SetStatusInCluster) {
-                let call = async {
-                    let answer = routable
-                        .client
-                        .operator()
-                        .set_status_in_cluster(routable.client.request(SetStatusInClusterRequest {
-                            cluster: definition.clone(),
-                        }))
-                        .await
-                        .map_err(|s| call_error(&plugin.name, "Operator/SetStatusInCluster", s))?
-                        .into_inner();
-                    status_object(&plugin.name, &answer.json_status)
-                };
-                match self.tolerate(&plugin.name, call.await)? {
-                    Some(answer) => status = answer,
-                    None => continue,
-                }
-            }
-            updates.push(PluginStatusUpdate {
-                name: plugin.name,
+        let targets = self.targets(cluster, |_| true)?;
+        let previous = previous_statuses(cluster);
+        let mut updates: Vec<PluginStatusUpdate> = targets
+            .iter()
+            .map(|(plugin, routable)| PluginStatusUpdate {
+                name: plugin.name.clone(),
                 version: routable.info.metadata.version.clone(),
                 capabilities: routable.info.service_names(),
                 operator_capabilities: routable.info.operator_rpc_names(),
-                status,
-            });
+                status: previous.get(plugin.name.as_str()).cloned(),
+            })
+            .collect();
+        let mut with_entries = cluster.clone();
+        write_plugin_status(&mut with_entries, &updates);
+        let definition = serde_json::to_vec(&with_entries)?;
+        for ((plugin, routable), update) in targets.into_iter().zip(&mut updates) {
+            if !routable.info.has_operator_rpc(RpcType::SetStatusInCluster) {
+                continue;
+            }
+            let answer = routable
+                .client
+                .operator()
+                .set_status_in_cluster(routable.client.request(SetStatusInClusterRequest {
+                    cluster: definition.clone(),
+                }))
+                .await
+                .map_err(|s| call_error(&plugin.name, "Operator/SetStatusInCluster", s))
+                .and_then(|answer| status_object(&plugin.name, &answer.into_inner().json_status));
+            if let Some(Some(status)) = self.tolerate(&plugin.name, answer)? {
+                update.status = Some(status);
+            }
         }
         Ok(updates)
     }
@@ -479,6 +491,56 @@ fn status_object(plugin: &str, json_status: &[u8]) -> Result<Option<String>, Rou
     }
 }
 
+/// `status.pluginStatus[].status` of `cluster`, by plugin name (non-empty ones).
+pub(crate) fn previous_statuses(cluster: &Value) -> std::collections::BTreeMap<&str, String> {
+    cluster
+        .pointer("/status/pluginStatus")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.get("name")?.as_str()?;
+            let status = entry.get("status")?.as_str().filter(|s| !s.is_empty())?;
+            Some((name, status.to_owned()))
+        })
+        .collect()
+}
+
+/// Replaces `status.pluginStatus` of `cluster` with `entries`, in
+/// CloudNativePG's shape, creating `status` when missing. A `status` that is
+/// not an object (a malformed Cluster) is replaced.
+pub fn write_plugin_status(cluster: &mut Value, entries: &[PluginStatusUpdate]) {
+    let entries: Vec<Value> = entries
+        .iter()
+        .map(|entry| {
+            let mut object = serde_json::json!({
+                "name": entry.name,
+                "version": entry.version,
+                "capabilities": entry.capabilities,
+                "operatorCapabilities": entry.operator_capabilities,
+            });
+            if let Some(status) = entry.status.as_ref().filter(|s| !s.is_empty()) {
+                object["status"] = Value::String(status.clone());
+            }
+            object
+        })
+        .collect();
+    let Some(root) = cluster.as_object_mut() else {
+        return;
+    };
+    let status = root
+        .entry("status")
+        .and_modify(|s| {
+            if !s.is_object() {
+                *s = Value::Object(Default::default());
+            }
+        })
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Some(status) = status.as_object_mut() {
+        status.insert("pluginStatus".to_owned(), Value::Array(entries));
+    }
+}
+
 /// The API group ("" for core) and kind of an object.
 pub fn group_kind(object: &Value) -> (String, String) {
     let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
@@ -507,20 +569,73 @@ mod tests {
     }
 
     #[test]
-    fn field_errors_read_like_kubectl() {
-        let error = FieldError::from_plugin(
-            "p",
-            ValidationError {
-                path_components: vec!["0".into(), "annotations".into()],
-                value: "{ oops".into(),
-                message: "invalid JSON".into(),
-            },
+    fn plugin_status_entries_replace_the_old_ones() {
+        let entry = |name: &str, status: Option<&str>| PluginStatusUpdate {
+            name: name.into(),
+            version: "1.0".into(),
+            capabilities: vec!["TYPE_OPERATOR_SERVICE".into()],
+            operator_capabilities: vec!["TYPE_SET_STATUS_IN_CLUSTER".into()],
+            status: status.map(str::to_owned),
+        };
+        let mut cluster = json!({"spec": {}, "status": {"phase": "x", "pluginStatus": [{"name": "old"}]}});
+        write_plugin_status(&mut cluster, &[entry("a", Some("{\"k\":1}")), entry("b", None)]);
+        assert_eq!(
+            cluster["status"],
+            json!({"phase": "x", "pluginStatus": [
+                {"name": "a", "version": "1.0", "capabilities": ["TYPE_OPERATOR_SERVICE"],
+                 "operatorCapabilities": ["TYPE_SET_STATUS_IN_CLUSTER"], "status": "{\"k\":1}"},
+                {"name": "b", "version": "1.0", "capabilities": ["TYPE_OPERATOR_SERVICE"],
+                 "operatorCapabilities": ["TYPE_SET_STATUS_IN_CLUSTER"]},
+            ]})
         );
         assert_eq!(
-            error.to_string(),
-            r#"spec.plugins[0].parameters.annotations: Invalid value: "{ oops": invalid JSON"#
+            previous_statuses(&cluster).get("a").map(String::as_str),
+            Some("{\"k\":1}")
         );
-        let empty = FieldError::from_plugin("p", ValidationError::default());
+        assert_eq!(previous_statuses(&cluster).get("b"), None);
+
+        // No status yet, or a status that is not an object: written anyway.
+        for status in [json!(null), json!("text"), json!([1])] {
+            let mut cluster = json!({"spec": {}, "status": status});
+            write_plugin_status(&mut cluster, &[entry("a", None)]);
+            assert_eq!(cluster["status"]["pluginStatus"][0]["name"], "a");
+        }
+        let mut cluster = json!({"spec": {}});
+        write_plugin_status(&mut cluster, &[]);
+        assert_eq!(cluster["status"], json!({"pluginStatus": []}));
+        // Not an object at all: left alone, no panic.
+        let mut not_a_cluster = json!([1, 2]);
+        write_plugin_status(&mut not_a_cluster, &[entry("a", None)]);
+        assert_eq!(not_a_cluster, json!([1, 2]));
+    }
+
+    #[test]
+    fn field_errors_read_like_kubectl() {
+        let plugin = EnabledPlugin {
+            index: 1,
+            name: "p".into(),
+        };
+        let error = |path: &[&str]| {
+            FieldError::from_plugin(
+                &plugin,
+                ValidationError {
+                    path_components: path.iter().map(|c| (*c).to_owned()).collect(),
+                    value: "{ oops".into(),
+                    message: "invalid JSON".into(),
+                },
+            )
+            .to_string()
+        };
+        let expected = r#"spec.plugins[1].parameters.annotations: Invalid value: "{ oops": invalid JSON"#;
+        // cnpg-i-machinery's form, with and without the index, and the older short form.
+        assert_eq!(error(&["spec", "plugins", "1", "annotations"]), expected);
+        assert_eq!(error(&["spec", "plugins", "annotations"]), expected);
+        assert_eq!(error(&["1", "annotations"]), expected);
+        assert_eq!(
+            error(&["spec", "foo", "2", "bar"]),
+            r#"spec.foo[2].bar: Invalid value: "{ oops": invalid JSON"#
+        );
+        let empty = FieldError::from_plugin(&plugin, ValidationError::default());
         assert_eq!(empty.field, "spec");
     }
 

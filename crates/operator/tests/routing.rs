@@ -257,6 +257,31 @@ async fn mutation_validation_and_status_through_hello_world() {
             .contains(&"TYPE_MUTATE_CLUSTER".to_owned())
     );
 
+    // hello-world, like upstream's, needs its status entry: the router wrote
+    // it into the Cluster it sent. With the previous status kept and an entry
+    // of a plugin no longer enabled, the entries are rewritten as CloudNativePG
+    // does: the stale one goes, the previous status is what the plugin sees
+    // (so it answers "no change", and the previous status stays).
+    let mut with_status = plain.clone();
+    with_status["status"] = json!({"phase": "Healthy", "pluginStatus": [
+        {"name": "gone.example.com", "version": "1", "status": "{}"},
+        {"name": HELLO, "version": "0.0.1", "status": "{\"enabled\":true}"},
+    ]});
+    let statuses = router.set_status(&with_status).await.unwrap();
+    assert_eq!(statuses.len(), 1);
+    assert_eq!(statuses[0].status.as_deref(), Some(r#"{"enabled":true}"#));
+    let mut written = with_status.clone();
+    cnpgi_operator::routing::write_plugin_status(&mut written, &statuses);
+    assert_eq!(written["status"]["phase"], "Healthy");
+    assert_eq!(written["status"]["pluginStatus"].as_array().unwrap().len(), 1);
+    assert_eq!(written["status"]["pluginStatus"][0]["name"], HELLO);
+    assert!(
+        written["status"]["pluginStatus"][0]["operatorCapabilities"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("TYPE_SET_STATUS_IN_CLUSTER"))
+    );
+
     // hello-world does not implement Deregister: nothing is sent, nothing fails.
     router.deregister(HELLO, &plain).await.unwrap();
 }

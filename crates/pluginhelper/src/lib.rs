@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+mod authority;
 pub mod cluster;
 pub mod cmd;
 pub mod logging;

@@ -42,7 +42,7 @@
 //! ]);
 //! let errors = schema.parse(3, &bad).unwrap_err();
 //! let paths: Vec<_> = errors.iter().map(|e| e.path_components.join("/")).collect();
-//! assert_eq!(paths, ["3/labels", "3/mode", "3/replicas"]);
+//! assert_eq!(paths, ["spec/plugins/3/labels", "spec/plugins/3/mode", "spec/plugins/3/replicas"]);
 //!
 //! // Defaults are written back only where a parameter is missing.
 //! let defaulted = schema.with_defaults(&params);
@@ -334,7 +334,7 @@ impl ParameterSchema {
     /// let schema = ParameterSchema::new().with(Parameter::string("mode")).deny_unknown();
     /// let params = BTreeMap::from([("mdoe".to_owned(), "fast".to_owned())]);
     /// let errors = schema.parse(0, &params).unwrap_err();
-    /// assert_eq!(errors[0].path_components, ["0", "mdoe"]);
+    /// assert_eq!(errors[0].path_components, ["spec", "plugins", "0", "mdoe"]);
     /// ```
     pub fn deny_unknown(mut self) -> Self {
         self.deny_unknown = true;
@@ -359,7 +359,7 @@ impl ParameterSchema {
     /// # Errors
     ///
     /// Every problem found, one [`ValidationError`] per bad parameter, with
-    /// path `["<plugin_index>", "<name>"]`, the value, and what is wrong:
+    /// path `["spec", "plugins", "<plugin_index>", "<name>"]`, the value, and what is wrong:
     /// declared parameters first (declaration order), then unknown ones
     /// (name order) when [`ParameterSchema::deny_unknown`] is set.
     pub fn parse(
@@ -712,7 +712,7 @@ mod tests {
             .unwrap_err();
         let got = messages(&errors);
         assert_eq!(got.len(), 4, "{got:?}");
-        assert_eq!(got[0].0, "2/labels");
+        assert_eq!(got[0].0, "spec/plugins/2/labels");
         assert_eq!(got[0].1, r#"{"a":1}"#);
         assert!(
             got[0]
@@ -724,7 +724,7 @@ mod tests {
         assert_eq!(
             got[1],
             (
-                "2/mode".into(),
+                "spec/plugins/2/mode".into(),
                 "fastest".into(),
                 r#"must be one of: "fast", "safe""#.into()
             )
@@ -732,7 +732,7 @@ mod tests {
         assert_eq!(
             got[2],
             (
-                "2/verbose".into(),
+                "spec/plugins/2/verbose".into(),
                 "yes".into(),
                 "expected a boolean: true or false".into()
             )
@@ -740,7 +740,7 @@ mod tests {
         assert_eq!(
             got[3],
             (
-                "2/replicas".into(),
+                "spec/plugins/2/replicas".into(),
                 "11".into(),
                 "must be at least 1 and at most 10".into()
             )
@@ -753,7 +753,11 @@ mod tests {
             let errors = schema().parse(1, &p).unwrap_err();
             assert_eq!(
                 messages(&errors),
-                vec![("1/mode".to_owned(), String::new(), "parameter is required".to_owned())]
+                vec![(
+                    "spec/plugins/1/mode".to_owned(),
+                    String::new(),
+                    "parameter is required".to_owned()
+                )]
             );
         }
         // A required parameter with a default is satisfied by the default.
@@ -815,13 +819,13 @@ mod tests {
         let errors = schema().deny_unknown().parse(5, &p).unwrap_err();
         let got = messages(&errors);
         assert_eq!(got.len(), 2, "{got:?}");
-        assert_eq!(got[0].0, "5/aaa");
+        assert_eq!(got[0].0, "spec/plugins/5/aaa");
         assert_eq!(got[0].1, "2");
         assert_eq!(
             got[0].2,
             "unknown parameter; known parameters: labels, mode, verbose, replicas"
         );
-        assert_eq!(got[1].0, "5/zzz");
+        assert_eq!(got[1].0, "spec/plugins/5/zzz");
 
         let errors = ParameterSchema::new()
             .deny_unknown()
@@ -898,7 +902,7 @@ mod tests {
         // Present-but-invalid values stay so validation reports them.
         let errors = schema().parse(0, &filled).unwrap_err();
         assert_eq!(errors.len(), 1);
-        assert_eq!(errors[0].path_components, ["0", "replicas"]);
+        assert_eq!(errors[0].path_components, ["spec", "plugins", "0", "replicas"]);
     }
 
     #[test]

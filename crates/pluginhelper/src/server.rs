@@ -20,7 +20,7 @@ use cnpgi_proto::{
     service_names,
 };
 use cnpgi_tls::server::{ReloadingServerConfig, ServerTlsFiles};
-use futures_util::FutureExt;
+use futures_util::{FutureExt, TryStreamExt};
 use tokio::{
     net::{TcpListener, TcpStream, UnixListener},
     sync::{mpsc, watch},
@@ -35,7 +35,7 @@ use tonic::{
 };
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-use crate::middleware::CallLayer;
+use crate::{authority::AuthorityRewrite, middleware::CallLayer};
 
 /// Why a plugin could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -239,7 +239,8 @@ impl<I: identity_server::Identity> PluginServer<I> {
                 }
             }
             PluginListener::Unix { listener, socket } => {
-                let incoming = UnixListenerStream::new(listener);
+                // Every client, whatever `:authority` it sends over the socket.
+                let incoming = UnixListenerStream::new(listener).map_ok(AuthorityRewrite::new);
                 let result = tokio::select! {
                     result = server.add_routes(routes).serve_with_incoming_shutdown(incoming, signal) => result,
                     () = grace_elapsed => {

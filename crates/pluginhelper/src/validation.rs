@@ -1,15 +1,18 @@
 //! Building and rendering CNPG-I [`ValidationError`]s.
 //!
 //! `ValidateClusterCreate` and `ValidateClusterChange` answer with a list of
-//! `ValidationError { path_components, value, message }`. The convention for
-//! an error about a plugin parameter is:
+//! `ValidationError { path_components, value, message }`. An error about a
+//! plugin parameter follows cnpg-i-machinery's convention
+//! (`validation.BuildErrorForParameter`), so that CloudNativePG and
+//! `cnpgi-operator` both place it on the right field:
 //!
-//! * `path_components` = `["<index of the plugin in spec.plugins>", "<parameter name>"]`,
-//! * `value` = the offending value,
+//! * `path_components` = `["spec", "plugins", "<index of the plugin in spec.plugins>", "<parameter name>"]`,
+//! * `value` = the raw parameter string, as the user wrote it,
 //! * `message` = why it is wrong.
 //!
-//! The operator reports such an error on the field
-//! `spec.plugins[<index>].parameters.<name>` ([`field_path`]). Other shapes of
+//! `cnpgi-operator` reports such an error on the field
+//! `spec.plugins[<index>].parameters.<name>` ([`field_path`]); CloudNativePG
+//! joins the components with dots (`spec.plugins.0.<name>`). Other shapes of
 //! `path_components`, including an empty one, must be accepted by the caller
 //! without crashing.
 //!
@@ -17,21 +20,22 @@
 //! use cnpgi_pluginhelper::validation::{field_path, parameter_error};
 //!
 //! let err = parameter_error(0, "labels", "{", "expected a JSON object");
-//! assert_eq!(err.path_components, ["0", "labels"]);
-//! assert_eq!(field_path(&err.path_components), "spec.plugins[0].parameters.labels");
+//! assert_eq!(err.path_components, ["spec", "plugins", "0", "labels"]);
+//! assert_eq!(field_path(&err.path_components, None), "spec.plugins[0].parameters.labels");
 //! ```
 
 pub use cnpgi_proto::operator::v1::ValidationError;
 
 /// A validation error about the parameter `parameter` of the plugin at
-/// `plugin_index` in `spec.plugins`, with the conventional
-/// `["<index>", "<parameter>"]` path.
+/// `plugin_index` in `spec.plugins`, with machinery's
+/// `["spec", "plugins", "<index>", "<parameter>"]` path. Pass the raw
+/// parameter string as `value` (empty when the parameter is missing).
 ///
 /// ```
 /// use cnpgi_pluginhelper::validation::parameter_error;
 ///
 /// let err = parameter_error(2, "mode", "fastest", r#"must be one of: "fast", "safe""#);
-/// assert_eq!(err.path_components, ["2", "mode"]);
+/// assert_eq!(err.path_components, ["spec", "plugins", "2", "mode"]);
 /// assert_eq!(err.value, "fastest");
 /// ```
 pub fn parameter_error(
@@ -41,7 +45,12 @@ pub fn parameter_error(
     message: impl Into<String>,
 ) -> ValidationError {
     ValidationError {
-        path_components: vec![plugin_index.to_string(), parameter.to_owned()],
+        path_components: vec![
+            "spec".to_owned(),
+            "plugins".to_owned(),
+            plugin_index.to_string(),
+            parameter.to_owned(),
+        ],
         value: value.into(),
         message: message.into(),
     }
@@ -53,7 +62,7 @@ pub fn parameter_error(
 /// use cnpgi_pluginhelper::validation::{error, field_path};
 ///
 /// let err = error(["spec", "instances"], "0", "at least one instance is needed");
-/// assert_eq!(field_path(&err.path_components), "spec.instances");
+/// assert_eq!(field_path(&err.path_components, None), "spec.instances");
 /// ```
 pub fn error<I, S>(path_components: I, value: impl Into<String>, message: impl Into<String>) -> ValidationError
 where
@@ -67,8 +76,9 @@ where
     }
 }
 
-/// Renders `path_components` as a Cluster field path (the CNPG-I
-/// convention, shared with the operator): see [`cnpgi_proto::field_path`].
+/// Renders `path_components` as a Cluster field path, given the index of the
+/// plugin that reported it when known (the convention shared with the
+/// operator): see [`cnpgi_proto::field_path`].
 pub use cnpgi_proto::field_path;
 
 /// One line per error: `<field path>: <message> (value "<value>")`, the value
@@ -87,7 +97,7 @@ pub fn describe(errors: &[ValidationError]) -> String {
     errors
         .iter()
         .map(|err| {
-            let path = field_path(&err.path_components);
+            let path = field_path(&err.path_components, None);
             if err.value.is_empty() {
                 format!("{path}: {}", err.message)
             } else {
@@ -127,7 +137,7 @@ mod tests {
         assert_eq!(
             err,
             ValidationError {
-                path_components: strings(&["7", "labels"]),
+                path_components: strings(&["spec", "plugins", "7", "labels"]),
                 value: "{".to_owned(),
                 message: "bad JSON".to_owned(),
             }
@@ -141,43 +151,6 @@ mod tests {
         let err = error(Vec::<String>::new(), "v", "m");
         assert!(err.path_components.is_empty());
         assert_eq!(err.value, "v");
-    }
-
-    #[test]
-    fn field_paths() {
-        let cases: &[(&[&str], &str)] = &[
-            (&[], "spec"),
-            (&["0"], "spec.plugins[0]"),
-            (&["0", "labels"], "spec.plugins[0].parameters.labels"),
-            (&["12", "a.b"], "spec.plugins[12].parameters.a.b"),
-            (&["1", "labels", "extra"], "spec.plugins[1].parameters.labels.extra"),
-            (&["spec", "instances"], "spec.instances"),
-            (&["spec", "plugins", "0", "labels"], "spec.plugins[0].labels"),
-            (&["labels"], "labels"),
-            (&["-1", "x"], "-1.x"),
-            (&["+1"], "+1"),
-            (
-                &["99999999999999999999999999", "x"],
-                "spec.plugins[99999999999999999999999999].parameters.x",
-            ),
-        ];
-        for (components, expected) in cases {
-            assert_eq!(field_path(&strings(components)), *expected, "{components:?}");
-        }
-    }
-
-    #[test]
-    fn field_path_never_panics_on_odd_input() {
-        for components in [
-            strings(&[""]),
-            strings(&["", ""]),
-            strings(&["0", ""]),
-            strings(&["é", "💥", "0"]),
-            strings(&["[", "]", "."]),
-        ] {
-            let _ = field_path(&components);
-        }
-        assert_eq!(field_path(&strings(&["", "0"])), "[0]");
     }
 
     #[test]

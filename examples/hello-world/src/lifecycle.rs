@@ -18,7 +18,9 @@ use tonic::{Request, Response, Status};
 
 use crate::config::Configuration;
 
-/// Image of the sidecar the plugin adds, as upstream's hello-world.
+/// Image of the sidecar the plugin adds. Upstream's hello-world uses
+/// `pause:3.5`; this one uses the current release, which runs as a non-root
+/// user, so that the Pod also passes the `restricted` Pod Security Standard.
 pub const PAUSER_IMAGE: &str = "registry.k8s.io/pause:3.10";
 
 /// The hello-world OperatorLifecycle implementation.

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use tonic::{Request, Response, Status};
 
 use crate::{
-    config::{Configuration, schema},
+    config::{self, Configuration, schema},
     metadata::PLUGIN_NAME,
 };
 
@@ -68,12 +68,7 @@ impl operator_server::Operator for Operator {
         let request = request.into_inner();
         let old = decode_cluster(&request.old_cluster)?;
         let new = decode_cluster(&request.new_cluster)?;
-        let validation_errors = match (Configuration::from_cluster(&old), Configuration::from_cluster(&new)) {
-            (_, Err(errors)) => errors,
-            (Ok(old), Ok(new)) => new.validate_change(&old),
-            // The stored Cluster is already broken: nothing to compare with.
-            (Err(_), Ok(_)) => Vec::new(),
-        };
+        let validation_errors = config::validate_change(&old, &new);
         Ok(Response::new(OperatorValidateClusterChangeResult { validation_errors }))
     }
 
@@ -112,14 +107,22 @@ impl operator_server::Operator for Operator {
     }
 
     /// Reports `{"enabled": true}` once; afterwards leaves the entry as it is.
+    /// As upstream, the operator must have written this plugin's
+    /// `status.pluginStatus` entry before calling (CloudNativePG does).
     async fn set_status_in_cluster(
         &self,
         request: Request<SetStatusInClusterRequest>,
     ) -> Result<Response<SetStatusInClusterResponse>, Status> {
         let cluster = decode_cluster(&request.into_inner().cluster)?;
-        let enabled = cluster
-            .plugin_status(PLUGIN_NAME)
-            .and_then(|entry| entry.status_json().ok().flatten())
+        let entry = cluster.plugin_status(PLUGIN_NAME).ok_or_else(|| {
+            Status::failed_precondition(format!(
+                "plugin entry not found: status.pluginStatus has no entry named {PLUGIN_NAME}"
+            ))
+        })?;
+        let enabled = entry
+            .status_json()
+            .ok()
+            .flatten()
             .and_then(|status| status.get("enabled").and_then(Value::as_bool))
             .unwrap_or(false);
         if enabled {

@@ -129,7 +129,7 @@ async fn validate_create_accepts_good_parameters_and_reports_the_mistake() {
         .into_inner()
         .validation_errors;
     assert_eq!(errors.len(), 1, "{errors:?}");
-    assert_eq!(errors[0].path_components, ["0", "annotations"]);
+    assert_eq!(errors[0].path_components, ["spec", "plugins", "0", "annotations"]);
     assert!(errors[0].value.contains("this is a mistake"), "{:?}", errors[0]);
     assert!(!errors[0].message.is_empty());
 
@@ -144,11 +144,11 @@ async fn validate_create_accepts_good_parameters_and_reports_the_mistake() {
         .into_inner()
         .validation_errors;
     let paths: Vec<_> = errors.iter().map(|e| e.path_components.join("/")).collect();
-    assert_eq!(paths, ["0/labels", "0/annotations"]);
+    assert_eq!(paths, ["spec/plugins/0/labels", "spec/plugins/0/annotations"]);
 }
 
 #[tokio::test]
-async fn validate_change_rejects_changing_labels_only() {
+async fn validate_change_reports_every_error() {
     let plugin = plugin().await;
     let mut operator = plugin.operator();
     let mut change = async |old: Value, new: Value| {
@@ -168,8 +168,21 @@ async fn validate_change_rejects_changing_labels_only() {
     )
     .await;
     assert_eq!(errors.len(), 1, "{errors:?}");
-    assert_eq!(errors[0].path_components, ["0", "labels"]);
+    assert_eq!(errors[0].path_components, ["spec", "plugins", "0", "labels"]);
     assert_eq!(errors[0].message, "Labels cannot be changed");
+    // The value is the raw parameter, as the user wrote it.
+    assert_eq!(errors[0].value, r#"{"a":"c"}"#);
+
+    // A labels change and a malformed annotation: both reported together.
+    let mut new = cluster_with_mistake();
+    new["spec"]["plugins"][0]["parameters"]["labels"] = json!("{\"a\":\"c\"}");
+    let errors = change(cluster_with_labels(json!({"a": "b"})), new).await;
+    let paths: Vec<_> = errors.iter().map(|e| e.path_components.join("/")).collect();
+    assert_eq!(
+        paths,
+        ["spec/plugins/0/annotations", "spec/plugins/0/labels"],
+        "{errors:?}"
+    );
 
     // Same labels, other annotations: fine.
     let old = cluster(Some(
@@ -186,7 +199,7 @@ async fn validate_change_rejects_changing_labels_only() {
 
     // A malformed new value is reported as such.
     let errors = change(cluster(None), cluster_with_mistake()).await;
-    assert_eq!(errors[0].path_components, ["0", "annotations"]);
+    assert_eq!(errors[0].path_components, ["spec", "plugins", "0", "annotations"]);
 }
 
 #[tokio::test]
@@ -401,6 +414,16 @@ async fn set_status_reports_enabled_once() {
         .into_inner()
         .json_status;
     assert!(answer.is_empty(), "no-op once enabled");
+
+    // As upstream: without its entry (which the operator writes first), an error.
+    let status = operator
+        .set_status_in_cluster(SetStatusInClusterRequest {
+            cluster: bytes(&cluster(None)),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert!(status.message().contains("plugin entry not found"), "{status:?}");
 }
 
 #[tokio::test]

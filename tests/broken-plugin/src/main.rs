@@ -4,7 +4,10 @@
 //! * `bad-patch`: its Pod lifecycle hook answers a patch that does not apply;
 //! * `bad-name`: it calls itself `Broken_Plugin` (not a valid plugin name)
 //!   while serving on the socket `broken.example.com`;
-//! * `hang`: its Pod lifecycle hook never answers.
+//! * `hang`: its Pod lifecycle hook never answers;
+//! * `unknown-on-garbage`: correct, except that it refuses garbage with
+//!   `UNKNOWN`, as a Go plugin returning a plain error does (allowed by
+//!   CNPG-I; `INVALID_ARGUMENT` is only recommended).
 //!
 //! Run as `cnpgi-broken-plugin plugin --plugin-path DIR`, like any plugin.
 
@@ -35,6 +38,7 @@ enum Mode {
     BadPatch,
     BadName,
     Hang,
+    UnknownOnGarbage,
 }
 
 #[derive(Clone, Copy)]
@@ -111,6 +115,10 @@ impl OperatorLifecycle for Broken {
                 }
             }
             Mode::BadName => Ok(Response::new(OperatorLifecycleResponse::default())),
+            Mode::UnknownOnGarbage if serde_json_ok(&request.get_ref().object_definition) => {
+                Ok(Response::new(OperatorLifecycleResponse::default()))
+            }
+            Mode::UnknownOnGarbage => Err(Status::unknown("error unmarshalling object JSON")),
         }
     }
 }
@@ -124,8 +132,9 @@ fn main() -> ExitCode {
         Ok("bad-patch") => Mode::BadPatch,
         Ok("bad-name") => Mode::BadName,
         Ok("hang") => Mode::Hang,
+        Ok("unknown-on-garbage") => Mode::UnknownOnGarbage,
         other => {
-            eprintln!("set CNPGI_BROKEN_MODE to bad-patch, bad-name or hang (got {other:?})");
+            eprintln!("set CNPGI_BROKEN_MODE to bad-patch, bad-name, hang or unknown-on-garbage (got {other:?})");
             return ExitCode::from(2);
         }
     };

@@ -1,30 +1,43 @@
-// A CNPG-I plugin written with the upstream Go libraries (cnpg-i stubs and
-// cnpg-i-machinery's CreateMainCmd), to show that cnpgi-operator drives Go
-// plugins exactly as it drives Rust ones.
+// A CNPG-I plugin written the way upstream Go plugins are written: cnpg-i's
+// stubs, and cnpg-i-machinery's helpers for everything else (CreateMainCmd,
+// decoder, common.NewPlugin, validation.BuildErrorForParameter,
+// clusterstatus, object.CreatePatch and object.GetKind), so that cnpgi-operator
+// is tested against the conventions real Go plugins follow, not ours.
 //
 // It reads one parameter, "color" (red or blue, default blue): it validates
-// it, writes the default back into the Cluster, and labels every instance Pod
-// with "go-plugin: <color>".
+// it on create, refuses to change it, writes the default back into the
+// Cluster, reports {"color": ...} as its status (requiring its status entry,
+// as upstream's hello-world does), and labels every instance Pod with
+// "go-plugin: <color>".
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
-	"strconv"
 
+	apiv1 "github.com/cloudnative-pg/api/pkg/api/v1"
+	"github.com/cloudnative-pg/cnpg-i-machinery/pkg/pluginhelper/clusterstatus"
+	"github.com/cloudnative-pg/cnpg-i-machinery/pkg/pluginhelper/common"
+	"github.com/cloudnative-pg/cnpg-i-machinery/pkg/pluginhelper/decoder"
 	"github.com/cloudnative-pg/cnpg-i-machinery/pkg/pluginhelper/http"
+	"github.com/cloudnative-pg/cnpg-i-machinery/pkg/pluginhelper/object"
+	"github.com/cloudnative-pg/cnpg-i-machinery/pkg/pluginhelper/validation"
 	"github.com/cloudnative-pg/cnpg-i/pkg/identity"
 	"github.com/cloudnative-pg/cnpg-i/pkg/lifecycle"
 	"github.com/cloudnative-pg/cnpg-i/pkg/operator"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
-const pluginName = "cnpgi-go-plugin.example.com"
+const (
+	pluginName   = "cnpgi-go-plugin.example.com"
+	colorKey     = "color"
+	defaultColor = "blue"
+	podLabel     = "go-plugin"
+)
 
 type identityServer struct {
 	identity.UnimplementedIdentityServer
@@ -53,32 +66,20 @@ func (identityServer) Probe(context.Context, *identity.ProbeRequest) (*identity.
 	return &identity.ProbeResponse{Ready: true}, nil
 }
 
-// cluster is the part of a Cluster this plugin reads.
-type cluster struct {
-	Spec struct {
-		Plugins []struct {
-			Name       string            `json:"name"`
-			Parameters map[string]string `json:"parameters"`
-		} `json:"plugins"`
-	} `json:"spec"`
+// color is the configured color, or the default.
+func color(helper *common.Plugin) string {
+	if value := helper.Parameters[colorKey]; value != "" {
+		return value
+	}
+	return defaultColor
 }
 
-// color returns the plugin's index in spec.plugins, the color, and whether it was set.
-func color(definition []byte) (int, string, bool, error) {
-	var c cluster
-	if err := json.Unmarshal(definition, &c); err != nil {
-		return 0, "", false, status.Errorf(codes.InvalidArgument, "cannot decode Cluster: %v", err)
+// validate reports a bad color the way machinery's helpers report it.
+func validate(helper *common.Plugin) []*operator.ValidationError {
+	if value := color(helper); value != "red" && value != "blue" {
+		return []*operator.ValidationError{validation.BuildErrorForParameter(helper, colorKey, "must be red or blue")}
 	}
-	for i, p := range c.Spec.Plugins {
-		if p.Name == pluginName {
-			value, ok := p.Parameters["color"]
-			if !ok || value == "" {
-				return i, "blue", false, nil
-			}
-			return i, value, true, nil
-		}
-	}
-	return -1, "blue", false, nil
+	return nil
 }
 
 type operatorServer struct {
@@ -91,47 +92,91 @@ func (operatorServer) GetCapabilities(context.Context, *operator.OperatorCapabil
 	}
 	return &operator.OperatorCapabilitiesResult{Capabilities: []*operator.OperatorCapability{
 		rpc(operator.OperatorCapability_RPC_TYPE_VALIDATE_CLUSTER_CREATE),
+		rpc(operator.OperatorCapability_RPC_TYPE_VALIDATE_CLUSTER_CHANGE),
 		rpc(operator.OperatorCapability_RPC_TYPE_MUTATE_CLUSTER),
+		rpc(operator.OperatorCapability_RPC_TYPE_SET_STATUS_IN_CLUSTER),
 	}}, nil
 }
 
 func (operatorServer) ValidateClusterCreate(_ context.Context, r *operator.OperatorValidateClusterCreateRequest) (*operator.OperatorValidateClusterCreateResult, error) {
-	index, value, _, err := color(r.GetDefinition())
+	cluster, err := decoder.DecodeClusterLenient(r.GetDefinition())
 	if err != nil {
 		return nil, err
 	}
-	result := &operator.OperatorValidateClusterCreateResult{}
-	if value != "red" && value != "blue" {
-		result.ValidationErrors = append(result.ValidationErrors, &operator.ValidationError{
-			PathComponents: []string{strconv.Itoa(index), "color"},
-			Value:          value,
-			Message:        "must be red or blue",
-		})
+	return &operator.OperatorValidateClusterCreateResult{ValidationErrors: validate(common.NewPlugin(*cluster, pluginName))}, nil
+}
+
+func (operatorServer) ValidateClusterChange(_ context.Context, r *operator.OperatorValidateClusterChangeRequest) (*operator.OperatorValidateClusterChangeResult, error) {
+	oldCluster, err := decoder.DecodeClusterLenient(r.GetOldCluster())
+	if err != nil {
+		return nil, err
 	}
-	return result, nil
+	newCluster, err := decoder.DecodeClusterLenient(r.GetNewCluster())
+	if err != nil {
+		return nil, err
+	}
+	oldHelper := common.NewPlugin(*oldCluster, pluginName)
+	newHelper := common.NewPlugin(*newCluster, pluginName)
+	errs := validate(newHelper)
+	if color(oldHelper) != color(newHelper) {
+		errs = append(errs, validation.BuildErrorForParameter(newHelper, colorKey, "cannot be changed"))
+	}
+	return &operator.OperatorValidateClusterChangeResult{ValidationErrors: errs}, nil
 }
 
 func (operatorServer) MutateCluster(_ context.Context, r *operator.OperatorMutateClusterRequest) (*operator.OperatorMutateClusterResult, error) {
-	index, value, set, err := color(r.GetDefinition())
+	cluster, err := decoder.DecodeClusterLenient(r.GetDefinition())
 	if err != nil {
 		return nil, err
 	}
-	if set || index < 0 {
+	helper := common.NewPlugin(*cluster, pluginName)
+	if helper.PluginIndex < 0 || helper.Parameters[colorKey] != "" {
 		return &operator.OperatorMutateClusterResult{}, nil
 	}
-	var c map[string]any
-	_ = json.Unmarshal(r.GetDefinition(), &c)
-	spec, _ := c["spec"].(map[string]any)
-	plugins, _ := spec["plugins"].([]any)
-	entry, _ := plugins[index].(map[string]any)
-	var patch []map[string]any
-	if _, ok := entry["parameters"]; !ok {
-		patch = append(patch, map[string]any{"op": "add", "path": fmt.Sprintf("/spec/plugins/%d/parameters", index), "value": map[string]string{"color": value}})
-	} else {
-		patch = append(patch, map[string]any{"op": "add", "path": fmt.Sprintf("/spec/plugins/%d/parameters/color", index), "value": value})
+	mutated := cluster.DeepCopy()
+	entry := &mutated.Spec.Plugins[helper.PluginIndex]
+	if entry.Parameters == nil {
+		entry.Parameters = map[string]string{}
 	}
-	bytes, _ := json.Marshal(patch)
-	return &operator.OperatorMutateClusterResult{JsonPatch: bytes}, nil
+	entry.Parameters[colorKey] = defaultColor
+	patch, err := object.CreatePatch(mutated, cluster)
+	if err != nil {
+		return nil, err
+	}
+	return &operator.OperatorMutateClusterResult{JsonPatch: patch}, nil
+}
+
+// status is what this plugin keeps in its status.pluginStatus entry.
+type status struct {
+	Color string `json:"color"`
+}
+
+func (operatorServer) SetStatusInCluster(_ context.Context, r *operator.SetStatusInClusterRequest) (*operator.SetStatusInClusterResponse, error) {
+	cluster, err := decoder.DecodeClusterLenient(r.GetCluster())
+	if err != nil {
+		return nil, err
+	}
+	// As upstream's hello-world: the operator writes the entry first.
+	var entry *apiv1.PluginStatus
+	for i := range cluster.Status.PluginStatus {
+		if cluster.Status.PluginStatus[i].Name == pluginName {
+			entry = &cluster.Status.PluginStatus[i]
+		}
+	}
+	if entry == nil {
+		return nil, errors.New("plugin entry not found")
+	}
+	want := status{Color: color(common.NewPlugin(*cluster, pluginName))}
+	var have status
+	if entry.Status != "" {
+		if err := json.Unmarshal([]byte(entry.Status), &have); err != nil {
+			return nil, err
+		}
+	}
+	if have == want {
+		return clusterstatus.NewSetStatusInClusterResponseBuilder().NoOpResponse(), nil
+	}
+	return clusterstatus.NewSetStatusInClusterResponseBuilder().JSONStatusResponse(want)
 }
 
 type lifecycleServer struct {
@@ -150,30 +195,31 @@ func (lifecycleServer) GetCapabilities(context.Context, *lifecycle.OperatorLifec
 }
 
 func (lifecycleServer) LifecycleHook(_ context.Context, r *lifecycle.OperatorLifecycleRequest) (*lifecycle.OperatorLifecycleResponse, error) {
-	_, value, _, err := color(r.GetClusterDefinition())
+	kind, err := object.GetKind(r.GetObjectDefinition())
 	if err != nil {
 		return nil, err
 	}
-	var pod map[string]any
-	if err := json.Unmarshal(r.GetObjectDefinition(), &pod); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "cannot decode object: %v", err)
-	}
-	if pod["kind"] != "Pod" {
+	if kind != "Pod" {
 		return &lifecycle.OperatorLifecycleResponse{}, nil
 	}
-	metadata, _ := pod["metadata"].(map[string]any)
-	labels, hasLabels := metadata["labels"].(map[string]any)
-	if hasLabels && labels["go-plugin"] == value {
-		return &lifecycle.OperatorLifecycleResponse{}, nil
+	cluster, err := decoder.DecodeClusterLenient(r.GetClusterDefinition())
+	if err != nil {
+		return nil, err
 	}
-	var patch []map[string]any
-	if !hasLabels {
-		patch = append(patch, map[string]any{"op": "add", "path": "/metadata/labels", "value": map[string]string{"go-plugin": value}})
-	} else {
-		patch = append(patch, map[string]any{"op": "add", "path": "/metadata/labels/go-plugin", "value": value})
+	pod, err := decoder.DecodePodJSON(r.GetObjectDefinition())
+	if err != nil {
+		return nil, err
 	}
-	bytes, _ := json.Marshal(patch)
-	return &lifecycle.OperatorLifecycleResponse{JsonPatch: bytes}, nil
+	mutated := pod.DeepCopy()
+	if mutated.Labels == nil {
+		mutated.Labels = map[string]string{}
+	}
+	mutated.Labels[podLabel] = color(common.NewPlugin(*cluster, pluginName))
+	patch, err := object.CreatePatch(mutated, pod)
+	if err != nil {
+		return nil, err
+	}
+	return &lifecycle.OperatorLifecycleResponse{JsonPatch: patch}, nil
 }
 
 func main() {
