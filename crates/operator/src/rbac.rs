@@ -27,7 +27,9 @@ pub struct Permission {
 }
 
 /// What the code calls: the reconciler (Clusters, their status, Pods,
-/// Events), and Kubernetes plugin discovery (Services, Secrets, Events).
+/// Events; `update` on `clusters/finalizers` lets it set
+/// `blockOwnerDeletion` on the Pods it owns), and Kubernetes plugin discovery
+/// (Services, Secrets, Events).
 pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "cnpgi.io",
@@ -39,6 +41,15 @@ pub const PERMISSIONS: &[Permission] = &[
         group: "cnpgi.io",
         resource: "clusters/status",
         verbs: &["patch"],
+        scope: Scope::Cluster,
+    },
+    // Instance Pods name their Cluster as owner with `blockOwnerDeletion:
+    // true`; with the OwnerReferencesPermissionEnforcement admission plugin
+    // (on in OpenShift), that needs `update` on the owner's finalizers.
+    Permission {
+        group: "cnpgi.io",
+        resource: "clusters/finalizers",
+        verbs: &["update"],
         scope: Scope::Cluster,
     },
     Permission {
