@@ -22,13 +22,43 @@ pub const CLUSTER_LABEL: &str = "cnpgi.io/cluster";
 pub const INSTANCE_LABEL: &str = "cnpgi.io/instanceName";
 /// Annotation with the hash of what the plugins want for the Pod.
 pub const PLUGINS_HASH_ANNOTATION: &str = "cnpgi.io/pluginsHash";
+/// User and group of the `postgres` container: the `postgres` user of the
+/// CloudNativePG PostgreSQL images (and CloudNativePG's default).
+pub const POSTGRES_UID: i64 = 26;
+
+/// The Pod-level security context of instance Pods: non-root as
+/// [`POSTGRES_UID`], the runtime's default seccomp profile. With
+/// [`container_security_context`] this passes the `restricted` Pod Security
+/// Standard.
+pub fn pod_security_context() -> Value {
+    json!({
+        "runAsNonRoot": true,
+        "runAsUser": POSTGRES_UID,
+        "runAsGroup": POSTGRES_UID,
+        "fsGroup": POSTGRES_UID,
+        "seccompProfile": { "type": "RuntimeDefault" },
+    })
+}
+
+/// The security context of the `postgres` container: no privilege
+/// escalation, no capabilities, non-root, default seccomp profile (the
+/// container-level fields the `restricted` Pod Security Standard checks).
+pub fn container_security_context() -> Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": { "drop": ["ALL"] },
+        "runAsNonRoot": true,
+        "seccompProfile": { "type": "RuntimeDefault" },
+    })
+}
 
 fn text<'a>(cluster: &'a Value, pointer: &str) -> Option<&'a str> {
     cluster.pointer(pointer).and_then(Value::as_str)
 }
 
 /// The instance Pod template, before plugins: `<cluster>-<n>` with a
-/// `postgres` container, owned by the Cluster when it has a `uid`.
+/// `postgres` container, owned by the Cluster when it has a `uid`, and
+/// compliant with the `restricted` Pod Security Standard.
 pub fn instance_pod(cluster: &Value, n: i32) -> Value {
     let cluster_name = text(cluster, "/metadata/name").unwrap_or("cluster");
     let name = format!("{cluster_name}-{n}");
@@ -58,12 +88,14 @@ pub fn instance_pod(cluster: &Value, n: i32) -> Value {
         "kind": "Pod",
         "metadata": metadata,
         "spec": {
+            "securityContext": pod_security_context(),
             "containers": [{
                 "name": "postgres",
                 "image": text(cluster, "/spec/imageName").unwrap_or(DEFAULT_IMAGE),
                 "env": [{ "name": "PGDATA", "value": "/var/lib/postgresql/data/pgdata" }],
                 "ports": [{ "name": "postgresql", "containerPort": 5432, "protocol": "TCP" }],
                 "volumeMounts": [{ "name": "pgdata", "mountPath": "/var/lib/postgresql/data" }],
+                "securityContext": container_security_context(),
             }],
             "volumes": [{ "name": "pgdata", "emptyDir": {} }],
         }
@@ -131,6 +163,17 @@ mod tests {
             "postgresql.cnpg.io/v1"
         );
         assert_eq!(pod["spec"]["containers"][0]["image"], "postgres:16");
+        // Restricted Pod Security: what the admission plugin checks.
+        let security = &pod["spec"]["containers"][0]["securityContext"];
+        assert_eq!(security["allowPrivilegeEscalation"], false);
+        assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
+        assert_eq!(security["runAsNonRoot"], true);
+        assert_eq!(security["seccompProfile"]["type"], "RuntimeDefault");
+        assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(
+            pod["spec"]["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
         let bare = instance_pod(&json!({"metadata": {"name": "x"}}), 1);
         assert_eq!(bare["spec"]["containers"][0]["image"], DEFAULT_IMAGE);
         assert!(bare["metadata"].get("ownerReferences").is_none());

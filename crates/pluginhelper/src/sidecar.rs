@@ -6,7 +6,9 @@
 //! the sidecar becomes a Kubernetes native sidecar (an init container with
 //! `restartPolicy: Always`), and the `plugins` `emptyDir` volume is mounted on
 //! `/plugins` in both the `postgres` container and the sidecar, so the sidecar
-//! can put its socket there.
+//! can put its socket there. The sidecar gets the security context the
+//! `restricted` Pod Security Standard requires, unless the caller set those
+//! fields itself ([`restricted_security_context`]).
 //!
 //! The Pod is handled as a [`serde_json::Value`], so fields this crate's
 //! Kubernetes types do not know are never lost.
@@ -30,6 +32,7 @@
 //!
 //! assert_eq!(pod["spec"]["initContainers"][0]["name"], "plugin-sidecar");
 //! assert_eq!(pod["spec"]["initContainers"][0]["restartPolicy"], "Always");
+//! assert_eq!(pod["spec"]["initContainers"][0]["securityContext"]["allowPrivilegeEscalation"], false);
 //! assert_eq!(pod["spec"]["volumes"], json!([{"name": "plugins", "emptyDir": {}}]));
 //! assert_eq!(
 //!     pod["spec"]["containers"][0]["volumeMounts"],
@@ -38,7 +41,7 @@
 //! # Ok::<(), cnpgi_pluginhelper::sidecar::SidecarError>(())
 //! ```
 
-use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::api::core::v1::{Capabilities, Container, SeccompProfile, SecurityContext};
 use serde_json::{Map, Value, json};
 
 use crate::cluster::json_type_name;
@@ -49,6 +52,27 @@ pub const POSTGRES_CONTAINER_NAME: &str = "postgres";
 pub const PLUGINS_VOLUME_NAME: &str = "plugins";
 /// Where the plugins volume is mounted.
 pub const PLUGINS_MOUNT_PATH: &str = "/plugins";
+
+/// The container security context of the `restricted` Pod Security
+/// Standard: no privilege escalation, every capability dropped, non-root, the
+/// runtime's default seccomp profile. [`inject_sidecar`] gives these to a
+/// sidecar for each field its container leaves unset, so that instance Pods
+/// stay admissible in namespaces that enforce `restricted`.
+pub fn restricted_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_owned()]),
+            ..Capabilities::default()
+        }),
+        run_as_non_root: Some(true),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_owned(),
+            ..SeccompProfile::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
 
 /// How [`inject_sidecar`] injects a sidecar.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -102,8 +126,10 @@ impl From<SidecarError> for tonic::Status {
 /// 3. unless `spec.initContainers` already has a container with the
 ///    sidecar's name, the sidecar is appended there with `restartPolicy:
 ///    Always`, the `postgres` container's mounts when
-///    [`SidecarOptions::inject_postgres_volume_mounts`] is set, and the
-///    `/plugins` mount.
+///    [`SidecarOptions::inject_postgres_volume_mounts`] is set, the
+///    `/plugins` mount, and each field of [`restricted_security_context`]
+///    that the sidecar's `securityContext` does not set (a field the caller
+///    set, even to a less restrictive value, is kept).
 ///
 /// Injecting twice gives the same Pod as injecting once. `sidecar` itself is
 /// not modified.
@@ -170,6 +196,7 @@ pub fn inject_sidecar(pod: &mut Value, sidecar: &Container, options: SidecarOpti
         return Ok(());
     }
     container.insert("restartPolicy".to_owned(), json!("Always"));
+    apply_restricted_defaults(&mut container)?;
     with_array(&mut container, "volumeMounts", |mounts| {
         if options.inject_postgres_volume_mounts {
             for mount in postgres_mounts {
@@ -184,6 +211,30 @@ pub fn inject_sidecar(pod: &mut Value, sidecar: &Container, options: SidecarOpti
     with_array(spec, "initContainers", |init| {
         init.push(Value::Object(container));
     });
+    Ok(())
+}
+
+/// Sets each field of [`restricted_security_context`] that the container's
+/// `securityContext` leaves unset.
+fn apply_restricted_defaults(container: &mut Map<String, Value>) -> Result<(), SidecarError> {
+    let Value::Object(defaults) =
+        serde_json::to_value(restricted_security_context()).map_err(SidecarError::Serialize)?
+    else {
+        return Err(SidecarError::Serialize(serde::ser::Error::custom(
+            "the security context did not serialize to a JSON object",
+        )));
+    };
+    let slot = container
+        .entry("securityContext".to_owned())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if slot.is_null() {
+        *slot = Value::Object(Map::new());
+    }
+    if let Value::Object(context) = slot {
+        for (field, value) in defaults {
+            context.entry(field).or_insert(value);
+        }
+    }
     Ok(())
 }
 
@@ -347,10 +398,44 @@ mod tests {
                     "args": ["instance"],
                     "env": [{"name": "X", "value": "1"}],
                     "restartPolicy": "Always",
-                    "volumeMounts": [{"name": "plugins", "mountPath": "/plugins"}]
+                    "volumeMounts": [{"name": "plugins", "mountPath": "/plugins"}],
+                    "securityContext": {
+                        "allowPrivilegeEscalation": false,
+                        "capabilities": {"drop": ["ALL"]},
+                        "runAsNonRoot": true,
+                        "seccompProfile": {"type": "RuntimeDefault"}
+                    }
                 }
             ])
         );
+    }
+
+    #[test]
+    fn the_callers_security_fields_win_over_the_restricted_defaults() {
+        let mut pod = instance_pod();
+        let mut sidecar = sidecar();
+        sidecar.security_context = Some(SecurityContext {
+            run_as_user: Some(1000),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                add: Some(vec!["NET_BIND_SERVICE".to_owned()]),
+                drop: Some(vec!["ALL".to_owned()]),
+            }),
+            ..SecurityContext::default()
+        });
+        inject_sidecar(&mut pod, &sidecar, SidecarOptions::default()).unwrap();
+        assert_eq!(
+            pod["spec"]["initContainers"][1]["securityContext"],
+            json!({
+                "runAsUser": 1000,
+                "readOnlyRootFilesystem": true,
+                "capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]},
+                "allowPrivilegeEscalation": false,
+                "runAsNonRoot": true,
+                "seccompProfile": {"type": "RuntimeDefault"}
+            })
+        );
+        assert_eq!(sidecar.security_context.as_ref().unwrap().run_as_non_root, None);
     }
 
     #[test]
