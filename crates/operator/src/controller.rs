@@ -10,11 +10,19 @@
 //! rolled: deleted and recreated, one at a time. `SetStatusInCluster`
 //! answers fill `status.pluginStatus[]`, a plugin removed from the Cluster
 //! is sent `Deregister` once, and a plugin failure sets a clear phase, a
-//! condition and an Event, creates nothing, and retries with backoff.
+//! condition and an Event, creates nothing, and retries.
+//!
+//! A Kubernetes API failure (a Pod create refused by admission, RBAC or a
+//! name clash; a failed list or delete) is surfaced the same way: phase
+//! `Reconcile error` with the API server's message as `phaseReason`, the
+//! `Ready` condition `False` with a reason naming the call (`CreatePodFailed`,
+//! ...), and a Warning Event; it is retried with exponential backoff (1 s
+//! doubling up to 5 min, reset by a successful reconcile). Every write uses
+//! the field manager [`FIELD_MANAGER`].
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::Arc,
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -42,8 +50,14 @@ use crate::{
     routing::{RouteError, Router, enabled_plugins},
 };
 
-/// Field manager used for status patches.
+/// Field manager of every write the reconciler makes (Pod creates, status
+/// patches), as shown in `metadata.managedFields`.
 pub const FIELD_MANAGER: &str = "cnpgi-operator";
+
+/// First delay before retrying a Cluster whose reconcile hit an API error.
+pub const API_ERROR_BACKOFF_FIRST: Duration = Duration::from_secs(1);
+/// Longest delay between retries of a Cluster that keeps hitting API errors.
+pub const API_ERROR_BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
@@ -51,15 +65,58 @@ pub enum ReconcileError {
     /// A plugin failed; nothing was written.
     #[error(transparent)]
     Plugin(#[from] RouteError),
-    /// The Kubernetes API failed.
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
+    /// A Kubernetes API call failed.
+    #[error("cannot {action}: {detail}")]
+    Kube {
+        /// What was attempted, e.g. `create Pod db/pg-1`.
+        action: String,
+        /// The condition and Event reason, e.g. `CreatePodFailed`.
+        reason: &'static str,
+        /// The API server's message (or the transport error).
+        detail: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
     /// The Cluster could not be serialised.
     #[error("cannot encode the Cluster: {0}")]
     Encode(#[from] serde_json::Error),
     /// The Cluster has no namespace.
     #[error("the Cluster has no namespace")]
     NoNamespace,
+}
+
+impl ReconcileError {
+    /// A failed API call: `reason` names it for conditions and Events,
+    /// `action` says what was attempted.
+    pub fn kube(reason: &'static str, action: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
+        let action = action.into();
+        move |source| Self::Kube {
+            detail: describe_kube_error(&source),
+            action,
+            reason,
+            source,
+        }
+    }
+
+    /// The reason used in the `Ready` condition and the Warning Event.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Plugin(_) => "PluginFailed",
+            Self::Kube { reason, .. } => reason,
+            Self::Encode(_) => "EncodeFailed",
+            Self::NoNamespace => "NoNamespace",
+        }
+    }
+}
+
+/// The API server's own words for a refused call (`message (Reason, HTTP
+/// code)`), or the transport error.
+fn describe_kube_error(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => format!("{} ({}, HTTP {})", status.message, status.reason, status.code),
+        other => other.to_string(),
+    }
 }
 
 /// What the reconciler needs.
@@ -72,6 +129,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Delay before re-checking a healthy Cluster.
     pub resync: Duration,
+    /// Consecutive API-error reconciles, by `namespace/name`.
+    failures: Mutex<HashMap<String, u32>>,
 }
 
 impl Context {
@@ -86,8 +145,32 @@ impl Context {
             client,
             router,
             resync: Duration::from_secs(300),
+            failures: Mutex::new(HashMap::new()),
         }
     }
+
+    /// The delay before retrying `key` after one more API error: 1 s,
+    /// doubling, at most [`API_ERROR_BACKOFF_MAX`].
+    fn next_backoff(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = failures.entry(key.to_owned()).or_insert(0);
+        *count = count.saturating_add(1);
+        let exponent = (*count - 1).min(16);
+        API_ERROR_BACKOFF_FIRST
+            .saturating_mul(1 << exponent)
+            .min(API_ERROR_BACKOFF_MAX)
+    }
+
+    fn reset_backoff(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
+}
+
+fn cluster_key(cluster: &Cluster) -> String {
+    format!("{}/{}", cluster.namespace().unwrap_or_default(), cluster.name_any())
 }
 
 fn instance_number(cluster: &str, pod: &Pod) -> Option<i32> {
@@ -115,11 +198,32 @@ fn condition(type_: &str, ok: bool, reason: &str, message: &str, generation: Opt
 async fn patch_status(api: &Api<Cluster>, name: &str, status: &ClusterStatus) -> Result<(), ReconcileError> {
     api.patch_status(
         name,
-        &PatchParams::default(),
+        &PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        },
         &Patch::Merge(json!({ "status": status })),
     )
-    .await?;
+    .await
+    .map_err(ReconcileError::kube(
+        "StatusUpdateFailed",
+        format!("update the status of Cluster {name}"),
+    ))?;
     Ok(())
+}
+
+/// Records a Warning Event on the Cluster (failures to record are logged).
+async fn warn(ctx: &Context, cluster: &Cluster, reason: &str, message: &str) {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reason.into(),
+        note: Some(message.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
+        tracing::warn!(error = %e, "cannot record an Event on the Cluster");
+    }
 }
 
 /// Reconciles one Cluster.
@@ -142,6 +246,7 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
             );
             set_condition(&mut status, ok);
             patch_status(&clusters, &name, &status).await?;
+            ctx.reset_backoff(&cluster_key(&cluster));
             Ok(action)
         }
         Err(ReconcileError::Plugin(error)) => {
@@ -157,19 +262,23 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
                 condition("Ready", false, "PluginFailed", &message, generation),
             );
             patch_status(&clusters, &name, &status).await?;
-            let event = Event {
-                type_: EventType::Warning,
-                reason: "PluginFailed".into(),
-                note: Some(message.chars().take(1000).collect()),
-                action: "Reconcile".into(),
-                secondary: None,
-            };
-            if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
-                tracing::warn!(error = %e, "cannot record an Event on the Cluster");
-            }
+            warn(&ctx, &cluster, "PluginFailed", &message).await;
             Err(ReconcileError::Plugin(error))
         }
-        Err(other) => Err(other),
+        Err(error) => {
+            // Not the plugins: the API server refused or failed a call. Say
+            // so where users look (status, conditions, Events), then retry.
+            let message = error.to_string();
+            let reason = error.reason();
+            status.phase = Some("Reconcile error".into());
+            status.phase_reason = Some(message.clone());
+            set_condition(&mut status, condition("Ready", false, reason, &message, generation));
+            if let Err(status_error) = patch_status(&clusters, &name, &status).await {
+                tracing::warn!(cluster = %name, error = %status_error, "cannot report the failure in the Cluster status");
+            }
+            warn(&ctx, &cluster, reason, &message).await;
+            Err(error)
+        }
     }
 }
 
@@ -207,7 +316,11 @@ async fn reconcile_pods(
 
     let existing = pods
         .list(&ListParams::default().labels(&format!("{CLUSTER_LABEL}={name}")))
-        .await?;
+        .await
+        .map_err(ReconcileError::kube(
+            "ListPodsFailed",
+            format!("list the Pods of Cluster {name}"),
+        ))?;
     let mut by_number: BTreeMap<i32, Pod> = BTreeMap::new();
     for pod in existing {
         if let Some(n) = instance_number(&name, &pod) {
@@ -218,7 +331,12 @@ async fn reconcile_pods(
     // Scale down: the highest instances go first.
     for (n, pod) in by_number.iter().rev().filter(|(n, _)| **n > wanted) {
         tracing::info!(cluster = %name, instance = n, "scaling down");
-        pods.delete(&pod.name_any(), &DeleteParams::default()).await?;
+        pods.delete(&pod.name_any(), &DeleteParams::default())
+            .await
+            .map_err(ReconcileError::kube(
+                "DeletePodFailed",
+                format!("delete Pod {}", pod.name_any()),
+            ))?;
     }
 
     // Compute every missing Pod first, so that a plugin failure creates nothing.
@@ -239,16 +357,28 @@ async fn reconcile_pods(
                 .unwrap_or_default();
             if live != wanted_hash(&ctx.router, &cluster_json, *n).await? {
                 tracing::info!(cluster = %name, pod = %pod.name_any(), "plugins want a different Pod; rolling it");
-                pods.delete(&pod.name_any(), &DeleteParams::default()).await?;
+                pods.delete(&pod.name_any(), &DeleteParams::default())
+                    .await
+                    .map_err(ReconcileError::kube(
+                        "DeletePodFailed",
+                        format!("delete Pod {}", pod.name_any()),
+                    ))?;
                 rolled = true;
                 break;
             }
         }
     }
+    let create = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    };
     for pod in to_create {
         let pod: Pod = serde_json::from_value(pod)?;
         tracing::info!(cluster = %name, pod = %pod.name_any(), "creating instance Pod");
-        pods.create(&PostParams::default(), &pod).await?;
+        pods.create(&create, &pod).await.map_err(ReconcileError::kube(
+            "CreatePodFailed",
+            format!("create Pod {}", pod.name_any()),
+        ))?;
     }
 
     // Plugin status: keep the previous status text when a plugin answers empty.
@@ -295,13 +425,23 @@ async fn reconcile_pods(
 }
 
 /// Retries a failed reconcile: plugin errors every 10 s (a plugin may be
-/// starting or being upgraded), API errors every 5 s.
-pub fn error_policy(_cluster: Arc<Cluster>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(%error, "reconcile failed");
-    match error {
-        ReconcileError::Plugin(_) => Action::requeue(Duration::from_secs(10)),
-        _ => Action::requeue(Duration::from_secs(5)),
-    }
+/// starting or being upgraded); other errors with exponential backoff per
+/// Cluster (1 s, 2 s, 4 s, ... up to [`API_ERROR_BACKOFF_MAX`]), reset when
+/// the Cluster reconciles.
+pub fn error_policy(cluster: Arc<Cluster>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    let key = cluster_key(&cluster);
+    let delay = match error {
+        ReconcileError::Plugin(_) => Duration::from_secs(10),
+        _ => ctx.next_backoff(&key),
+    };
+    tracing::warn!(
+        cluster = %key,
+        reason = error.reason(),
+        %error,
+        retry_in_seconds = delay.as_secs(),
+        "reconcile failed"
+    );
+    Action::requeue(delay)
 }
 
 /// Runs the controller for Clusters in `namespace` (all when `None`) until

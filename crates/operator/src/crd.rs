@@ -35,6 +35,7 @@ fn default_true() -> bool {
     namespaced,
     status = "ClusterStatus",
     shortname = "cnpgicluster",
+    doc = "A PostgreSQL cluster managed by cnpgi-operator: instance Pods <name>-1 to <name>-N, each passed through the lifecycle hooks of the CNPG-I plugins listed in spec.plugins (CloudNativePG's shape), which also validate and default the Cluster through the operator's admission webhooks.",
     printcolumn = r#"{"name":"Instances","type":"integer","jsonPath":".spec.instances"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyInstances"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#
@@ -142,6 +143,15 @@ mod tests {
         assert_eq!(spec.instances, 1);
         assert_eq!(spec.image_name, DEFAULT_IMAGE);
         assert!(spec.plugins[0].enabled);
+    }
+
+    #[test]
+    fn the_crd_describes_itself() {
+        let crd = Cluster::crd();
+        let schema = crd.spec.versions[0].schema.as_ref().unwrap();
+        let description = schema.open_api_v3_schema.as_ref().unwrap().description.clone().unwrap();
+        assert!(!description.contains("Auto-generated"), "{description}");
+        assert!(description.contains("spec.plugins"), "{description}");
     }
 
     #[test]

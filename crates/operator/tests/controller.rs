@@ -320,3 +320,82 @@ async fn removed_plugins_are_deregistered_once_and_empty_status_answers_keep_the
         .unwrap();
     assert_eq!(calls.0.load(std::sync::atomic::Ordering::SeqCst), 1, "sent once");
 }
+
+#[tokio::test]
+async fn an_api_failure_is_surfaced_on_the_cluster_and_retried_with_backoff() {
+    let plugins = plugins().await;
+    let api = FakeApiServer::new();
+    // No Pod collection: listing the Cluster's Pods answers 404.
+    let cluster = cluster_json(1, json!([{"name": HELLO}]));
+    api.seed(CLUSTERS, cluster.clone());
+    let url = api.clone().start().await;
+    let ctx = Arc::new(Context::new(
+        FakeApiServer::client(&url, "default"),
+        plugins.router.clone(),
+        "cnpgi-operator",
+    ));
+    let parsed: Arc<Cluster> = Arc::new(serde_json::from_value(cluster).unwrap());
+    let err = controller::reconcile(parsed.clone(), ctx.clone()).await.unwrap_err();
+    assert!(matches!(err, ReconcileError::Kube { .. }), "{err}");
+    assert_eq!(err.reason(), "ListPodsFailed");
+    assert!(
+        err.to_string()
+            .starts_with("cannot list the Pods of Cluster cluster-example: not found (NotFound, HTTP 404)"),
+        "{err}"
+    );
+
+    let patches = api.recorded("PATCH", &format!("{CLUSTERS}/cluster-example/status"));
+    let last = patches.last().unwrap();
+    assert!(last.query.contains("fieldManager=cnpgi-operator"), "{}", last.query);
+    let status = &last.body["status"];
+    assert_eq!(status["phase"], "Reconcile error");
+    assert_eq!(status["phaseReason"], err.to_string());
+    let ready = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("ListPodsFailed"))
+    );
+    let events = api.recorded("POST", "/apis/events.k8s.io/");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.body["reason"] == "ListPodsFailed" && e.body["type"] == "Warning"),
+        "{events:?}"
+    );
+
+    // Exponential backoff per Cluster: 1 s, 2 s, 4 s, ...
+    let delays: Vec<_> = (0..4)
+        .map(|_| controller::error_policy(parsed.clone(), &err, ctx.clone()))
+        .collect();
+    let secs = |n| kube::runtime::controller::Action::requeue(Duration::from_secs(n));
+    assert_eq!(delays, [secs(1), secs(2), secs(4), secs(8)]);
+    let capped = (0..20)
+        .map(|_| controller::error_policy(parsed.clone(), &err, ctx.clone()))
+        .last()
+        .unwrap();
+    assert_eq!(
+        capped,
+        kube::runtime::controller::Action::requeue(controller::API_ERROR_BACKOFF_MAX)
+    );
+
+    // A successful reconcile starts the backoff over.
+    api.collection(PODS);
+    controller::reconcile(parsed.clone(), ctx.clone()).await.unwrap();
+    assert_eq!(
+        controller::error_policy(parsed, &err, ctx),
+        kube::runtime::controller::Action::requeue(Duration::from_secs(1))
+    );
+    let pod = &api.stored(PODS)[0];
+    assert_eq!(pod["metadata"]["name"], "cluster-example-1");
+    let creates = api.recorded("POST", PODS);
+    assert!(
+        creates[0].query.contains("fieldManager=cnpgi-operator"),
+        "{}",
+        creates[0].query
+    );
+}
