@@ -1,7 +1,7 @@
 //! `cnpgi-operator run`: discovery, webhooks, reconciler, health and metrics.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     net::SocketAddr,
     path::PathBuf,
     sync::{
@@ -74,6 +74,19 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "KUBERNETES_PLUGINS", default_value_t = true, action = ArgAction::Set, value_name = "BOOL")]
     pub(crate) kubernetes_plugins: bool,
 
+    /// Dial HOST:PORT instead of NAME, the `<service>.<namespace>.svc:<port>`
+    /// address of a plugin Service (repeatable; the environment variable takes
+    /// a comma-separated list). For an operator running outside the cluster,
+    /// e.g. through `kubectl port-forward`; the server name verified in the
+    /// plugin's certificate does not change.
+    #[arg(
+        long = "dial-override",
+        env = "DIAL_OVERRIDES",
+        value_name = "NAME=HOST:PORT",
+        value_delimiter = ','
+    )]
+    pub(crate) dial_overrides: Vec<String>,
+
     #[command(flatten)]
     pub(crate) plugins: PluginFlags,
 
@@ -135,9 +148,37 @@ async fn metrics_text(State(health): State<Health>) -> (StatusCode, [(&'static s
     }
 }
 
+/// Parses `--dial-override` values: `NAME=HOST:PORT`, NAME being the
+/// `<service>.<namespace>.svc:<port>` address discovery would dial.
+fn parse_dial_overrides(values: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut overrides = BTreeMap::new();
+    for value in values {
+        let (name, address) = value
+            .split_once('=')
+            .with_context(|| format!("--dial-override {value:?}: expected NAME=HOST:PORT"))?;
+        let valid_port = |a: &str| {
+            a.rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0))
+        };
+        anyhow::ensure!(
+            valid_port(name),
+            "--dial-override {value:?}: NAME must be the address discovery dials, <service>.<namespace>.svc:<port>"
+        );
+        anyhow::ensure!(
+            valid_port(address),
+            "--dial-override {value:?}: the address to dial must be HOST:PORT"
+        );
+        if let Some(previous) = overrides.insert(name.to_owned(), address.to_owned()) {
+            anyhow::bail!("--dial-override: {name} is given twice ({previous} and {address})");
+        }
+    }
+    Ok(overrides)
+}
+
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     logging::init(args.log_format, &args.log_level);
     let static_plugins = args.plugins.static_plugins()?;
+    let dial_overrides = parse_dial_overrides(&args.dial_overrides)?;
 
     let metrics = Metrics::default();
     let mut prometheus = prometheus_client::registry::Registry::default();
@@ -172,12 +213,17 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Discovery sources.
     let mut sources: Vec<Box<dyn DiscoverySource>> = Vec::new();
     if let (true, Some(client)) = (args.kubernetes_plugins, &client) {
-        sources.push(Box::new(KubernetesServices::new(
+        for (name, address) in &dial_overrides {
+            tracing::info!(service = %name, %address, "dialing a plugin Service at an overridden address");
+        }
+        let mut services = KubernetesServices::new(
             client.clone(),
             &args.namespace,
             "cnpgi-operator",
             client_options.clone(),
-        )));
+        );
+        services.dial_overrides = dial_overrides.clone();
+        sources.push(Box::new(services));
     }
     for dir in &args.plugins.plugin_dirs {
         sources.push(Box::new(SocketDirectory {
@@ -286,4 +332,31 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     tracing::info!("cnpgi-operator stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dial_overrides_are_service_addresses_mapped_to_host_ports() {
+        let parsed = parse_dial_overrides(&[
+            "hello.cnpgi-system.svc:9090=127.0.0.1:40001".to_owned(),
+            "other.cnpgi-system.svc:9443=localhost:9443".to_owned(),
+        ])
+        .unwrap();
+        assert_eq!(parsed["hello.cnpgi-system.svc:9090"], "127.0.0.1:40001");
+        assert_eq!(parsed["other.cnpgi-system.svc:9443"], "localhost:9443");
+        for (bad, says) in [
+            ("hello.cnpgi-system.svc:9090", "expected NAME=HOST:PORT"),
+            ("hello=127.0.0.1:1", "NAME must be the address"),
+            ("hello.ns.svc:9090=127.0.0.1", "HOST:PORT"),
+            ("hello.ns.svc:9090=127.0.0.1:0", "HOST:PORT"),
+        ] {
+            let error = parse_dial_overrides(&[bad.to_owned()]).unwrap_err().to_string();
+            assert!(error.contains(says) && error.contains(bad), "{bad}: {error}");
+        }
+        let twice = parse_dial_overrides(&["a.b.svc:1=h:1".to_owned(), "a.b.svc:1=h:2".to_owned()]);
+        assert!(twice.unwrap_err().to_string().contains("given twice"));
+    }
 }
