@@ -28,7 +28,9 @@ for tool in openssl curl python3; do
   command -v "$tool" >/dev/null 2>&1 || { echo "e2e: $tool is required" >&2; exit 1; }
 done
 if ! python3 -c 'import yaml' 2>/dev/null; then
-  python3 -m pip install -q --disable-pip-version-check -r tests/e2e/requirements.txt
+  python3 -m pip install -q --disable-pip-version-check -r tests/e2e/requirements.txt ||
+    python3 -m pip install -q --disable-pip-version-check --user --break-system-packages -r tests/e2e/requirements.txt ||
+    { echo "e2e: cannot install PyYAML (tests/e2e/requirements.txt)" >&2; exit 1; }
 fi
 
 started=$(date +%s)
