@@ -1,0 +1,429 @@
+#!/usr/bin/env bash
+# The real CloudNativePG operator (v1.29.0, built from the Go module proxy by
+# tests/e2e/cnpg/build.sh) hosting plugins built with cnpgi-rs (the Rust
+# hello-world) and with upstream's Go machinery (tests/interop/goplugin), on a
+# real etcd + kube-apiserver + kube-controller-manager on loopback
+# (tests/e2e/lib/control-plane.sh):
+#
+#   A. plugins as sidecars: Unix sockets in PLUGIN_SOCKET_DIR;
+#   B. plugins as remote services: Services in the operator's namespace
+#      labelled cnpg.io/pluginName, with two kubernetes.io/tls Secrets
+#      (cert-manager selfSigned style: two self-signed leaves), over mTLS.
+#
+# For each: the instance Pod CloudNativePG creates carries the plugin's
+# patches; status.pluginStatus holds the plugin's metadata, capabilities and
+# its SetStatusInCluster answer; a stopped plugin shows in the Cluster's phase
+# and the Cluster recovers when it is back; over mTLS, a client certificate
+# the plugin does not trust is refused by the plugin and reported by
+# CloudNativePG.
+#
+# There is no scheduler and no kubelet: tests/e2e/cnpg/standin.py plays them
+# (bootstrap Jobs complete, instance Pods Running and Ready on a loopback IP)
+# and the instance manager's status endpoint (HTTPS under the Cluster's CA).
+# CloudNativePG dials a remote plugin as <service name>:<port>; the operator
+# runs in its own mount namespace with a private /etc/hosts that resolves the
+# plugin Services' names to 127.0.0.1 (the machine's /etc/hosts is untouched).
+#
+# Usage: tests/e2e/cloudnative-pg.sh   (root for the mount namespace; Go >= 1.25,
+#        cargo, openssl, python3, curl). KEEP_E2E_WORKDIR=1 keeps the logs.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+cnpg_dir="$here/cnpg"
+
+# This test plays the kubelet itself, so it needs its own control plane.
+unset E2E_KUBECONFIG
+# shellcheck source=lib/control-plane.sh
+source "$here/lib/control-plane.sh"
+
+work="$(mktemp -d)"
+passed=0
+failed=0
+ok() {
+  passed=$((passed + 1))
+  echo "ok   $*"
+}
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL $*"
+}
+die() {
+  echo "cloudnative-pg e2e: $*" >&2
+  exit 1
+}
+
+on_exit() {
+  local code=$?
+  cp_stop
+  if [ "$code" != 0 ] || [ "$failed" != 0 ]; then
+    for f in "$work"/logs/*.log; do
+      [ -s "$f" ] || continue
+      echo "---- last lines of $(basename "$f")" >&2
+      tail -n 25 "$f" >&2
+    done
+  fi
+  if [ -n "${KEEP_E2E_WORKDIR:-}" ]; then
+    echo "cloudnative-pg e2e: work directory kept: $work" >&2
+  else
+    rm -rf "$work"
+  fi
+}
+CP_ON_EXIT=on_exit
+mkdir -p "$work/logs"
+
+kube() { python3 "$cnpg_dir/kube.py" "$@"; }
+
+# --- build (cached) -----------------------------------------------------------
+t0=$SECONDS
+echo "== building"
+(cd "$root" && cargo build --quiet -p cnpg-i-hello-world) || die "cargo build -p cnpg-i-hello-world failed"
+hello="$root/target/debug/cnpg-i-hello-world"
+(cd "$root/tests/interop" && GOTOOLCHAIN=local GONOSUMDB=github.com/cloudnative-pg GOFLAGS="-mod=mod -buildvcs=false" \
+  go build -o "$work/goplugin" ./goplugin) || die "go build tests/interop/goplugin failed"
+goplugin="$work/goplugin"
+cnpg_cache="$(bash "$cnpg_dir/build.sh")" || die "cannot build CloudNativePG (tests/e2e/cnpg/build.sh)"
+manager="$cnpg_cache/manager"
+echo "   built in $((SECONDS - t0)) s"
+
+HELLO=cnpg-i-hello-world.cloudnative-pg.io
+HELLO_VERSION="$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$root/examples/hello-world/Cargo.toml" | head -n1)"
+if [ -z "$HELLO_VERSION" ]; then
+  HELLO_VERSION="$(cd "$root" && cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"]=="cnpg-i-hello-world"))')"
+fi
+GOPLUGIN=cnpgi-go-plugin.example.com
+OPERATOR_NS=cnpg-system
+
+# --- the control plane ----------------------------------------------------------
+echo "== control plane"
+cp_start "$work/cp" || die "the control plane did not start"
+export E2E_SERVER="$CP_SERVER" E2E_CA="$CP_CA" E2E_CERT="$CP_ADMIN_CERT" E2E_KEY="$CP_ADMIN_KEY"
+
+crds=("$cnpg_cache"/crds/*.json)
+kube apply "${crds[@]}" 2>"$work/logs/apply-crds.log" || die "cannot create CloudNativePG's CRDs: $(cat "$work/logs/apply-crds.log")"
+kube wait-crds clusters.postgresql.cnpg.io backups.postgresql.cnpg.io poolers.postgresql.cnpg.io \
+  scheduledbackups.postgresql.cnpg.io || die "CloudNativePG's CRDs were not established"
+cat >"$work/namespaces.json" <<JSON
+[{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "$OPERATOR_NS"}},
+ {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "e2e-socket"}},
+ {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "e2e-mtls"}}]
+JSON
+kube apply "$work/namespaces.json" 2>/dev/null || die "cannot create the namespaces"
+
+# --- certificates -------------------------------------------------------------------
+echo "== certificates"
+mkdir -p "$work/pki" "$work/webhook"
+# leaf NAME SUBJECT-ALT-NAME USAGE: a self-signed leaf, as cert-manager's selfSigned issuer makes.
+leaf() {
+  local name=$1 san=$2 usage=$3
+  printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=%s\n%s' \
+    "$usage" "${san:+subjectAltName=$san}" >"$work/pki/$name.ext"
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/pki/$name.key" \
+    -subj "/CN=$name" -out "$work/pki/$name.csr" 2>/dev/null &&
+    openssl x509 -req -in "$work/pki/$name.csr" -signkey "$work/pki/$name.key" -days 2 \
+      -extfile "$work/pki/$name.ext" -out "$work/pki/$name.crt" 2>/dev/null ||
+    die "openssl: cannot make the certificate $name"
+}
+leaf hello-server "DNS:cnpg-i-hello-world" serverAuth
+leaf hello-client "" clientAuth
+leaf go-server "DNS:cnpgi-go-plugin" serverAuth
+leaf go-client "" clientAuth
+leaf intruder-client "" clientAuth
+# CloudNativePG's webhook server needs a certificate to start; with
+# WEBHOOK_CERT_DIR set it uses it as is instead of managing its own PKI. No
+# webhook is registered: CloudNativePG v1.29 calls no plugin from its webhooks.
+leaf webhook "IP:127.0.0.1" serverAuth
+cp "$work/pki/webhook.crt" "$work/webhook/apiserver.crt"
+cp "$work/pki/webhook.key" "$work/webhook/apiserver.key"
+
+# --- helpers ---------------------------------------------------------------------------
+wait_socket() { # PATH PID WHAT: until PATH accepts connections
+  local i
+  for ((i = 0; i < 200; i++)); do
+    python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' "$1" 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || die "$3 exited before listening on $1"
+    sleep 0.05
+  done
+  die "$3 did not listen on $1 within 10 s"
+}
+wait_port() { # PORT PID WHAT
+  local i
+  for ((i = 0; i < 200; i++)); do
+    (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || die "$3 exited before listening on 127.0.0.1:$1"
+    sleep 0.05
+  done
+  die "$3 did not listen on 127.0.0.1:$1 within 10 s"
+}
+
+# The operator's private /etc/hosts: the machine's, plus the plugin Services.
+{
+  cat /etc/hosts
+  echo "127.0.0.1 cnpg-i-hello-world cnpgi-go-plugin"
+} >"$work/hosts"
+if unshare -m -- sh -c "mount --bind '$work/hosts' /etc/hosts" 2>"$work/logs/unshare.log"; then
+  :
+else
+  die "cannot run the operator in a private mount namespace (unshare -m; needs root): $(cat "$work/logs/unshare.log")"
+fi
+
+# CloudNativePG finds the instance manager binaries it can hand to instance Pods
+# as operator/manager_<arch> under its working directory (/ in its image); it
+# refuses to reconcile a Cluster whose architecture has none. The instance
+# manager reports the SHA-256 of its binary, which the operator compares.
+mkdir -p "$work/operator-root/operator"
+ln -s "$manager" "$work/operator-root/operator/manager_amd64"
+STANDIN_EXECUTABLE_HASH="$(sha256sum "$manager" | cut -d' ' -f1)"
+export STANDIN_EXECUTABLE_HASH
+
+operator_pid=""
+# start_operator NAME SOCKET_DIR: the real CloudNativePG, as `manager controller`,
+# with the admin kubeconfig (system:masters), leader election off, metrics on
+# loopback, and the private /etc/hosts.
+start_operator() {
+  local name=$1 socket_dir=$2 metrics webhook_port
+  metrics="$(cp_free_port)"
+  webhook_port="$(cp_free_port)"
+  cp_spawn "$name" "$work/logs/$name.log" env --chdir="$work/operator-root" \
+    OPERATOR_NAMESPACE="$OPERATOR_NS" PLUGIN_SOCKET_DIR="$socket_dir" WEBHOOK_CERT_DIR="$work/webhook" \
+    KUBECONFIG="$KUBECONFIG" \
+    unshare -m -- sh -c 'mount --bind "$1" /etc/hosts && shift && exec "$@"' sh "$work/hosts" \
+    "$manager" controller --leader-elect=false --metrics-bind-address="127.0.0.1:$metrics" \
+    --webhook-port="$webhook_port" --max-concurrent-reconciles=4
+  operator_pid=$CP_LAST_PID
+  local i
+  for ((i = 0; i < 300; i++)); do
+    kill -0 "$operator_pid" 2>/dev/null || die "CloudNativePG ($name) exited during start-up; see $name.log: $(tail -n 5 "$work/logs/$name.log")"
+    curl -sf --max-time 1 "http://127.0.0.1:$metrics/metrics" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  die "CloudNativePG ($name) did not serve its metrics on 127.0.0.1:$metrics within 30 s"
+}
+
+# cluster_json NAMESPACE NAME PLUGIN PARAMETERS-JSON
+cluster_json() {
+  cat >"$work/$1-$2.json" <<JSON
+{"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster",
+ "metadata": {"name": "$2", "namespace": "$1"},
+ "spec": {"instances": 1, "storage": {"size": "1Gi"},
+          "plugins": [{"name": "$3", "parameters": $4}]}}
+JSON
+  echo "$work/$1-$2.json"
+}
+
+poke_n=0
+# poke NAMESPACE CLUSTER: changes an annotation so that CloudNativePG reconciles now.
+poke() {
+  poke_n=$((poke_n + 1))
+  python3 - "$1" "$2" "$poke_n" <<'PY'
+import sys, os
+sys.path.insert(0, os.environ["CNPG_DIR"])
+from kube import Client
+ns, name, n = sys.argv[1:]
+Client().request("PATCH", f"/apis/postgresql.cnpg.io/v1/namespaces/{ns}/clusters/{name}",
+                 {"metadata": {"annotations": {"e2e.cnpgi.io/poke": n}}}, "application/merge-patch+json")
+PY
+}
+export CNPG_DIR="$cnpg_dir"
+
+# check WHAT -- kube wait ARGS...: one ok/FAIL line (with what --show printed).
+check() {
+  local what=$1 shown
+  shift 2
+  if shown="$(kube wait "$@" 2>"$work/check.err")"; then
+    ok "$what${shown:+ ($shown)}"
+  else
+    fail "$what"
+    sed 's/^/     /' "$work/check.err"
+  fi
+}
+
+HEALTHY="Cluster in healthy state"
+PHASE_IS='o.get("status", {}).get("phase") == '
+plugin_status() { # NAME: a Python expression for the pluginStatus entry of plugin NAME
+  echo "next(p for p in o['status']['pluginStatus'] if p['name'] == '$1')"
+}
+
+# --- the stand-in for the kubelet and the instance manager ------------------------------
+cp_spawn standin "$work/logs/standin.log" python3 -u "$cnpg_dir/standin.py" "$work/standin" e2e-socket e2e-mtls
+standin_pid=$CP_LAST_PID
+
+# The checks common to both transports. run_checks LABEL NAMESPACE
+run_checks() {
+  local label=$1 ns=$2 hs gs
+  hs="$(plugin_status "$HELLO")"
+  gs="$(plugin_status "$GOPLUGIN")"
+
+  check "$label: hello-world: instance Pod hello-1 has the plugin's labels, annotations and pauser sidecar (native, in initContainers)" -- \
+    pod "$ns" hello-1 \
+    "o['metadata']['labels'].get('first-label') == 'first-label-value' and o['metadata']['labels'].get('second-label') == 'second-label-value' and o['metadata']['annotations'].get('first-annotation') == 'first-annotation-value' and [c['name'] for c in o['spec']['containers']] == ['postgres'] and any(c['name'] == 'pauser' and c['image'] == 'registry.k8s.io/pause:3.10' and c.get('restartPolicy') == 'Always' for c in o['spec']['initContainers'])" \
+    --timeout 90
+  check "$label: hello-world: status.pluginStatus has its name, version $HELLO_VERSION and capabilities" -- \
+    cluster "$ns" hello \
+    "($hs)['version'] == '$HELLO_VERSION' and set(($hs)['capabilities']) == {'TYPE_OPERATOR_SERVICE', 'TYPE_LIFECYCLE_SERVICE'} and set(($hs)['operatorCapabilities']) == {'TYPE_VALIDATE_CLUSTER_CREATE', 'TYPE_VALIDATE_CLUSTER_CHANGE', 'TYPE_MUTATE_CLUSTER', 'TYPE_SET_STATUS_IN_CLUSTER'}" \
+    --timeout 30
+  check "$label: hello-world: Cluster healthy with the plugin's SetStatusInCluster answer in status.pluginStatus" -- \
+    cluster "$ns" hello \
+    "${PHASE_IS}'$HEALTHY' and json.loads(($hs)['status']) == {'enabled': True}" --timeout 90
+
+  check "$label: Go plugin: instance Pod go-1 is labelled go-plugin: red" -- \
+    pod "$ns" go-1 "o['metadata']['labels'].get('go-plugin') == 'red'" --timeout 90
+  check "$label: Go plugin: status.pluginStatus has its name, version and capabilities" -- \
+    cluster "$ns" go \
+    "($gs)['version'] == '1.0.0' and set(($gs)['capabilities']) == {'TYPE_OPERATOR_SERVICE', 'TYPE_LIFECYCLE_SERVICE'}" \
+    --timeout 30
+  check "$label: Go plugin: Cluster healthy" -- cluster "$ns" go "${PHASE_IS}'$HEALTHY'" --timeout 90
+}
+
+PLUGIN_FAILURE="Cluster cannot proceed to reconciliation due to an error while interacting with plugins"
+# failed_with PATTERN: a Python expression: the Cluster's phase is the plugin
+# failure and its phaseReason matches the regular expression PATTERN.
+failed_with() {
+  echo "o['status'].get('phase') == '$PLUGIN_FAILURE' and re.search(r'$1', o['status'].get('phaseReason', ''))"
+}
+REASON="o['status']['phaseReason']"
+
+# stop_restart LABEL NAMESPACE CLUSTER PID-VARIABLE RESTART-FUNCTION REASON-PATTERN
+stop_restart() {
+  local label=$1 ns=$2 cluster=$3 pidvar=$4 restart=$5 pattern=$6
+  cp_kill "${!pidvar}"
+  poke "$ns" "$cluster"
+  check "$label: plugin stopped: the Cluster's phase reports the plugin failure" -- \
+    cluster "$ns" "$cluster" "$(failed_with "$pattern")" --timeout 60 --show "$REASON"
+  "$restart"
+  poke "$ns" "$cluster"
+  check "$label: plugin restarted: the Cluster is healthy again" -- \
+    cluster "$ns" "$cluster" "${PHASE_IS}'$HEALTHY'" --timeout 60
+}
+
+# ===== A. Unix sockets (PLUGIN_SOCKET_DIR) ==================================================
+echo "== A. plugins on Unix sockets in PLUGIN_SOCKET_DIR"
+sockets="$work/sockets"
+mkdir -p "$sockets"
+hello_pid="" go_pid=""
+start_hello_socket() {
+  cp_spawn hello-socket "$work/logs/hello-socket.log" "$hello" plugin --plugin-path="$sockets"
+  hello_pid=$CP_LAST_PID
+  wait_socket "$sockets/$HELLO" "$hello_pid" "hello-world"
+}
+start_go_socket() {
+  cp_spawn go-socket "$work/logs/go-socket.log" "$goplugin" plugin --plugin-path="$sockets"
+  go_pid=$CP_LAST_PID
+  wait_socket "$sockets/$GOPLUGIN" "$go_pid" "the Go plugin"
+}
+start_hello_socket
+start_go_socket
+start_operator cnpg-socket "$sockets"
+
+kube apply "$(cluster_json e2e-socket hello "$HELLO" '{"labels": "{\"first-label\": \"first-label-value\", \"second-label\": \"second-label-value\"}", "annotations": "{\"first-annotation\": \"first-annotation-value\"}"}')" 2>/dev/null ||
+  die "cannot create Cluster e2e-socket/hello"
+kube apply "$(cluster_json e2e-socket go "$GOPLUGIN" '{"color": "red"}')" 2>/dev/null || die "cannot create Cluster e2e-socket/go"
+
+run_checks "unix socket" e2e-socket
+stop_restart "unix socket: hello-world" e2e-socket hello hello_pid start_hello_socket "dial unix .*/$HELLO"
+stop_restart "unix socket: Go plugin" e2e-socket go go_pid start_go_socket "dial unix .*/$GOPLUGIN"
+
+cp_kill "$operator_pid"
+cp_kill "$hello_pid"
+cp_kill "$go_pid"
+
+# ===== B. Services with mTLS ==============================================================
+echo "== B. plugins behind labelled Services, mTLS"
+hello_port="$(cp_free_port)"
+go_port="$(cp_free_port)"
+start_hello_tls() {
+  cp_spawn hello-tls "$work/logs/hello-tls.log" "$hello" plugin --server-address="127.0.0.1:$hello_port" \
+    --server-cert="$work/pki/hello-server.crt" --server-key="$work/pki/hello-server.key" \
+    --client-cert="$work/pki/hello-client.crt"
+  hello_pid=$CP_LAST_PID
+  wait_port "$hello_port" "$hello_pid" "hello-world"
+}
+start_go_tls() {
+  cp_spawn go-tls "$work/logs/go-tls.log" env GRPC_GO_LOG_SEVERITY_LEVEL=info GRPC_GO_LOG_VERBOSITY_LEVEL=2 \
+    "$goplugin" plugin --server-address="127.0.0.1:$go_port" \
+    --server-cert="$work/pki/go-server.crt" --server-key="$work/pki/go-server.key" \
+    --client-cert="$work/pki/go-client.crt"
+  go_pid=$CP_LAST_PID
+  wait_port "$go_port" "$go_pid" "the Go plugin"
+}
+start_hello_tls
+start_go_tls
+
+# tls_secret NAME CERT-BASENAME: a kubernetes.io/tls Secret in the operator's namespace.
+tls_secret() {
+  python3 - "$OPERATOR_NS" "$1" "$work/pki/$2.crt" "$work/pki/$2.key" >"$work/secret-$1.json" <<'PY'
+import base64, json, sys
+ns, name, crt, key = sys.argv[1:]
+b64 = lambda p: base64.b64encode(open(p, "rb").read()).decode()
+print(json.dumps({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                  "metadata": {"name": name, "namespace": ns},
+                  "data": {"tls.crt": b64(crt), "tls.key": b64(key), "ca.crt": b64(crt)}}))
+PY
+  kube apply "$work/secret-$1.json" 2>/dev/null || die "cannot create Secret $OPERATOR_NS/$1"
+}
+# plugin_service NAME PLUGIN PORT SERVER-SECRET CLIENT-SECRET
+plugin_service() {
+  cat >"$work/service-$1.json" <<JSON
+{"apiVersion": "v1", "kind": "Service",
+ "metadata": {"name": "$1", "namespace": "$OPERATOR_NS",
+              "labels": {"cnpg.io/pluginName": "$2"},
+              "annotations": {"cnpg.io/pluginPort": "$3", "cnpg.io/pluginServerSecret": "$4",
+                              "cnpg.io/pluginClientSecret": "$5"}},
+ "spec": {"selector": {"app": "$1"}, "ports": [{"port": $3, "targetPort": $3, "protocol": "TCP"}]}}
+JSON
+  kube apply "$work/service-$1.json" 2>/dev/null || die "cannot create Service $OPERATOR_NS/$1"
+}
+tls_secret hello-server-tls hello-server
+tls_secret hello-client-tls hello-client
+tls_secret go-server-tls go-server
+tls_secret go-client-tls go-client
+plugin_service cnpg-i-hello-world "$HELLO" "$hello_port" hello-server-tls hello-client-tls
+plugin_service cnpgi-go-plugin "$GOPLUGIN" "$go_port" go-server-tls go-client-tls
+
+# No sockets this time: every plugin comes from a Service.
+mkdir -p "$work/no-sockets"
+start_operator cnpg-mtls "$work/no-sockets"
+
+kube apply "$(cluster_json e2e-mtls hello "$HELLO" '{"labels": "{\"first-label\": \"first-label-value\", \"second-label\": \"second-label-value\"}", "annotations": "{\"first-annotation\": \"first-annotation-value\"}"}')" 2>/dev/null ||
+  die "cannot create Cluster e2e-mtls/hello"
+kube apply "$(cluster_json e2e-mtls go "$GOPLUGIN" '{"color": "red"}')" 2>/dev/null || die "cannot create Cluster e2e-mtls/go"
+
+run_checks "mTLS" e2e-mtls
+stop_restart "mTLS: hello-world" e2e-mtls hello hello_pid start_hello_tls "127\.0\.0\.1:$hello_port.*connection refused"
+stop_restart "mTLS: Go plugin" e2e-mtls go go_pid start_go_tls "127\.0\.0\.1:$go_port.*connection refused"
+
+# A client certificate the plugin does not trust: the operator's client Secret
+# is replaced; CloudNativePG re-registers the plugin with it (it watches the
+# Secrets), the plugin refuses the handshake, the Cluster reports the error.
+# wrong_client LABEL NAMESPACE CLUSTER SECRET GOOD-CERT LOG REFUSAL-PATTERN
+wrong_client() {
+  local label=$1 ns=$2 cluster=$3 secret=$4 good=$5 log=$6 pattern=$7 from
+  # Only what the plugin logs from now on counts.
+  from=$(($(wc -l <"$work/logs/$log.log") + 1))
+  tls_secret "$secret" intruder-client
+  sleep 1
+  poke "$ns" "$cluster"
+  check "$label: client certificate not trusted by the plugin: the Cluster's phase reports the plugin failure" -- \
+    cluster "$ns" "$cluster" "$(failed_with "tls|certificate")" --timeout 60 --show "$REASON"
+  if tail -n "+$from" "$work/logs/$log.log" | grep -Eq "$pattern"; then
+    ok "$label: the plugin refused the handshake (its log: $(tail -n "+$from" "$work/logs/$log.log" | grep -Eo "$pattern" | head -n1))"
+  else
+    fail "$label: the plugin's log shows no refused handshake (/$pattern/ in $log.log from line $from)"
+  fi
+  tls_secret "$secret" "$good"
+  sleep 1
+  poke "$ns" "$cluster"
+  check "$label: trusted client certificate back: the Cluster is healthy again" -- \
+    cluster "$ns" "$cluster" "${PHASE_IS}'$HEALTHY'" --timeout 60
+}
+# The Rust plugin receives the untrusted certificate and rejects it. Go's
+# crypto/tls server names the CAs it accepts in its certificate request, so
+# CloudNativePG's Go client, holding no matching certificate, sends none.
+wrong_client "mTLS: hello-world" e2e-mtls hello hello-client-tls hello-client hello-tls \
+  "TLS handshake refused.*invalid peer certificate: UnknownIssuer"
+wrong_client "mTLS: Go plugin" e2e-mtls go go-client-tls go-client go-tls \
+  "ServerHandshake.*failed: tls: client didn't provide a certificate"
+
+echo "   total $((SECONDS - t0)) s"
+echo "cloudnative-pg e2e: $passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""A small Kubernetes API client for tests/e2e/cloudnative-pg.sh (standard
+library only: no kubectl, no PyYAML).
+
+The API server and the admin credentials come from the environment:
+E2E_SERVER (https://127.0.0.1:PORT), E2E_CA, E2E_CERT, E2E_KEY.
+
+Commands:
+  apply FILE...                     create or replace every object of each JSON
+                                    file (an object, a List or a JSON array)
+  get PATH                          print one object (PATH as for the API, or
+                                    KIND NAMESPACE NAME)
+  delete KIND NAMESPACE NAME        delete one object (absent is fine)
+  wait KIND NAMESPACE NAME EXPR [--timeout S] [--what TEXT] [--show EXPR2]
+                                    poll until the Python expression EXPR over
+                                    `o` (the object as a dict; modules json and
+                                    re at hand) is true, then print EXPR2 if
+                                    given; on timeout print what was last seen
+                                    and exit 1
+  wait-crds NAME...                 wait until each CRD is Established
+  patch-status KIND NAMESPACE NAME JSON
+                                    merge-patch the status subresource
+  events NAMESPACE                  print the namespace's events, one a line
+"""
+
+import json
+import os
+import re
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+
+# kind -> (API prefix, plural, namespaced)
+KINDS = {
+    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
+    "Namespace": ("/api/v1", "namespaces", False),
+    "Secret": ("/api/v1", "secrets", True),
+    "Service": ("/api/v1", "services", True),
+    "Pod": ("/api/v1", "pods", True),
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
+    "Event": ("/api/v1", "events", True),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "Job": ("/apis/batch/v1", "jobs", True),
+    "Cluster": ("/apis/postgresql.cnpg.io/v1", "clusters", True),
+}
+ALIASES = {
+    "crd": "CustomResourceDefinition",
+    "ns": "Namespace",
+    "secret": "Secret",
+    "service": "Service",
+    "svc": "Service",
+    "pod": "Pod",
+    "pvc": "PersistentVolumeClaim",
+    "event": "Event",
+    "job": "Job",
+    "cluster": "Cluster",
+}
+
+
+class ApiError(Exception):
+    def __init__(self, method, path, code, body):
+        super().__init__(f"{method} {path}: HTTP {code}: {body}")
+        self.code = code
+        self.body = body
+
+
+class Client:
+    def __init__(self):
+        try:
+            self.server = os.environ["E2E_SERVER"].rstrip("/")
+            ctx = ssl.create_default_context(cafile=os.environ["E2E_CA"])
+            ctx.load_cert_chain(os.environ["E2E_CERT"], os.environ["E2E_KEY"])
+        except KeyError as e:
+            sys.exit(f"kube.py: environment variable {e} is not set")
+        self.ctx = ctx
+
+    def request(self, method, path, body=None, content_type="application/json"):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            raise ApiError(method, path, e.code, e.read().decode(errors="replace").strip()) from None
+        return json.loads(raw) if raw else None
+
+    def get(self, path):
+        return self.request("GET", path)
+
+    def try_get(self, path):
+        try:
+            return self.get(path)
+        except ApiError as e:
+            if e.code == 404:
+                return None
+            raise
+
+
+def kind_of(name):
+    kind = ALIASES.get(name.lower(), name)
+    if kind not in KINDS:
+        sys.exit(f"kube.py: unknown kind {name!r}")
+    return kind
+
+
+def collection_path(kind, namespace=None):
+    prefix, plural, namespaced = KINDS[kind]
+    if namespaced:
+        if not namespace:
+            raise SystemExit(f"kube.py: a {kind} needs a namespace")
+        return f"{prefix}/namespaces/{namespace}/{plural}"
+    return f"{prefix}/{plural}"
+
+
+def object_path(kind, namespace, name):
+    return f"{collection_path(kind, namespace)}/{name}"
+
+
+def objects_of(doc):
+    if isinstance(doc, list):
+        for item in doc:
+            yield from objects_of(item)
+    elif doc.get("kind") == "List" or (doc.get("kind", "").endswith("List") and "items" in doc):
+        for item in doc["items"]:
+            yield from objects_of(item)
+    else:
+        yield doc
+
+
+def apply(client, obj):
+    kind = obj["kind"]
+    if kind not in KINDS:
+        raise SystemExit(f"kube.py: cannot apply a {kind}")
+    meta = obj["metadata"]
+    coll = collection_path(kind, meta.get("namespace"))
+    try:
+        client.request("POST", coll, obj)
+        return "created"
+    except ApiError as e:
+        if e.code != 409:
+            raise
+    path = f"{coll}/{meta['name']}"
+    current = client.get(path)
+    obj = dict(obj)
+    obj["metadata"] = dict(meta, resourceVersion=current["metadata"]["resourceVersion"])
+    client.request("PUT", path, obj)
+    return "replaced"
+
+
+def summary(o):
+    """What to print when a wait times out: the object without its noise."""
+    if not isinstance(o, dict):
+        return repr(o)
+    meta = o.get("metadata", {})
+    kind = o.get("kind")
+    if kind == "Pod":
+        o = {
+            "labels": meta.get("labels"),
+            "annotations": {k: v for k, v in (meta.get("annotations") or {}).items() if k != "cnpg.io/podSpec"},
+            "containers": [(c.get("name"), c.get("image")) for c in o.get("spec", {}).get("containers", [])],
+            "initContainers": [(c.get("name"), c.get("image"), c.get("restartPolicy"))
+                               for c in o.get("spec", {}).get("initContainers", [])],
+            "phase": o.get("status", {}).get("phase"),
+        }
+    elif kind == "Cluster":
+        o = {"annotations": meta.get("annotations"), "status": o.get("status")}
+    text = json.dumps(o, sort_keys=True)
+    return text if len(text) < 3000 else text[:3000] + "…"
+
+
+# What wait's expressions may use besides `o`.
+GLOBALS = {"json": json, "re": re}
+
+
+def cmd_wait(client, args):
+    timeout = 60.0
+    what = None
+    show = None
+    rest = []
+    it = iter(args)
+    for a in it:
+        if a == "--timeout":
+            timeout = float(next(it))
+        elif a == "--what":
+            what = next(it)
+        elif a == "--show":
+            show = compile(next(it), "<show>", "eval")
+        else:
+            rest.append(a)
+    if len(rest) != 4:
+        sys.exit("usage: kube.py wait KIND NAMESPACE NAME EXPR [--timeout S] [--what TEXT] [--show EXPR]")
+    kind, namespace, name, expr = rest
+    kind = kind_of(kind)
+    path = object_path(kind, namespace if KINDS[kind][2] else None, name)
+    code = compile(expr, "<expr>", "eval")
+    deadline = time.monotonic() + timeout
+    last, last_error = None, None
+    while True:
+        try:
+            last = client.try_get(path)
+            if last is not None and eval(code, GLOBALS, {"o": last}):
+                if show is not None:
+                    print(eval(show, GLOBALS, {"o": last}))
+                return 0
+            last_error = None
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
+            last_error = f"{type(e).__name__}: {e}"
+        except (ApiError, OSError) as e:
+            last_error = str(e)
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    label = what or expr
+    print(f"  timed out after {timeout:.0f}s waiting for {kind} {namespace}/{name}: {label}", file=sys.stderr)
+    if last_error:
+        print(f"  last error evaluating it: {last_error}", file=sys.stderr)
+    print(f"  last seen: {summary(last) if last is not None else 'absent (404)'}", file=sys.stderr)
+    return 1
+
+
+def main(argv):
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    client = Client()
+    cmd, args = argv[0], argv[1:]
+    try:
+        if cmd == "apply":
+            for f in args:
+                with open(f, encoding="utf-8") as fh:
+                    doc = json.load(fh)
+                for obj in objects_of(doc):
+                    how = apply(client, obj)
+                    ns = obj["metadata"].get("namespace")
+                    print(f"{obj['kind']} {ns + '/' if ns else ''}{obj['metadata']['name']} {how}", file=sys.stderr)
+            return 0
+        if cmd == "get":
+            if len(args) == 1:
+                path = args[0]
+            else:
+                kind = kind_of(args[0])
+                path = object_path(kind, args[1] if KINDS[kind][2] else None, args[-1])
+            print(json.dumps(client.get(path)))
+            return 0
+        if cmd == "delete":
+            kind = kind_of(args[0])
+            try:
+                client.request("DELETE", object_path(kind, args[1] if KINDS[kind][2] else None, args[2]))
+            except ApiError as e:
+                if e.code != 404:
+                    raise
+            return 0
+        if cmd == "wait":
+            return cmd_wait(client, args)
+        if cmd == "wait-crds":
+            for name in args:
+                rc = cmd_wait(
+                    client,
+                    [
+                        "crd",
+                        "-",
+                        name,
+                        "any(c['type'] == 'Established' and c['status'] == 'True' "
+                        "for c in o.get('status', {}).get('conditions', []))",
+                        "--what",
+                        "Established",
+                    ],
+                )
+                if rc:
+                    return rc
+            return 0
+        if cmd == "patch-status":
+            kind = kind_of(args[0])
+            path = object_path(kind, args[1], args[2]) + "/status"
+            client.request("PATCH", path, json.loads(args[3]), "application/merge-patch+json")
+            return 0
+        if cmd == "events":
+            for e in client.get(collection_path("Event", args[0]))["items"]:
+                involved = e.get("involvedObject", {})
+                print(f"{e.get('type')} {involved.get('kind')}/{involved.get('name')} {e.get('reason')}: {e.get('message')}")
+            return 0
+    except ApiError as e:
+        print(f"kube.py {cmd}: {e}", file=sys.stderr)
+        return 1
+    print(f"kube.py: unknown command {cmd!r}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
