@@ -126,8 +126,10 @@ func main() {
 
 	created, err := ops.ValidateClusterCreate(ctx, &operator.OperatorValidateClusterCreateRequest{Definition: mistake})
 	errs := created.GetValidationErrors()
-	check("Operator/ValidateClusterCreate", "the mistake is reported on [0 annotations]", err == nil && len(errs) == 1 &&
-		reflect.DeepEqual(errs[0].GetPathComponents(), []string{"0", "annotations"}), fmt.Sprint(created, err))
+	// cnpg-i-machinery's convention (validation.BuildErrorForParameter).
+	check("Operator/ValidateClusterCreate", "the mistake is reported on [spec plugins 0 annotations] with the raw value", err == nil && len(errs) == 1 &&
+		reflect.DeepEqual(errs[0].GetPathComponents(), []string{"spec", "plugins", "0", "annotations"}) &&
+		errs[0].GetValue() == "{ this is a mistake", fmt.Sprint(created, err))
 	created, err = ops.ValidateClusterCreate(ctx, &operator.OperatorValidateClusterCreateRequest{Definition: plain})
 	check("Operator/ValidateClusterCreate", "a plain Cluster is valid", err == nil && len(created.GetValidationErrors()) == 0, fmt.Sprint(created, err))
 
