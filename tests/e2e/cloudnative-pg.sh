@@ -52,10 +52,10 @@ die() {
   exit 1
 }
 
+finished=0
 on_exit() {
-  local code=$?
   cp_stop
-  if [ "$code" != 0 ] || [ "$failed" != 0 ]; then
+  if [ "$finished" != 1 ] || [ "$failed" != 0 ]; then
     for f in "$work"/logs/*.log; do
       [ -s "$f" ] || continue
       echo "---- last lines of $(basename "$f")" >&2
@@ -71,6 +71,8 @@ on_exit() {
 CP_ON_EXIT=on_exit
 mkdir -p "$work/logs"
 
+# No __pycache__ in the source tree (standin.py imports kube.py).
+export PYTHONDONTWRITEBYTECODE=1
 kube() { python3 "$cnpg_dir/kube.py" "$@"; }
 
 # --- build (cached) -----------------------------------------------------------
@@ -425,5 +427,6 @@ wrong_client "mTLS: Go plugin" e2e-mtls go go-client-tls go-client go-tls \
   "ServerHandshake.*failed: tls: client didn't provide a certificate"
 
 echo "   total $((SECONDS - t0)) s"
+finished=1
 echo "cloudnative-pg e2e: $passed passed, $failed failed"
 [ "$failed" = 0 ]
