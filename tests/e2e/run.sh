@@ -46,12 +46,17 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-e2e.XXXXXX")"
 results="$work/results"
 : >"$results"
 
+finished=0
 summary() {
   local passed failed
   passed=$(grep -c '^ok' "$results" || true)
   failed=$(grep -c '^FAIL' "$results" || true)
-  echo "e2e: $passed passed, $failed failed"
-  if [ "$failed" = 0 ] && [ "$passed" -gt 0 ]; then
+  if [ "$finished" = 1 ]; then
+    echo "e2e: $passed passed, $failed failed"
+  else
+    echo "e2e: interrupted after $passed passed, $failed failed"
+  fi
+  if [ "$finished" = 1 ] && [ "$failed" = 0 ] && [ "$passed" -gt 0 ]; then
     rm -rf "$work"
   else
     echo "e2e: logs kept in $work" >&2
@@ -85,6 +90,7 @@ fi
 run_suite strict --restricted -- --enable-admission-plugins=OwnerReferencesPermissionEnforcement
 echo "e2e: took $(($(date +%s) - started)) s"
 trap - EXIT INT TERM
+finished=1
 summary_line="$(summary)"
 echo "$summary_line"
 case "$summary_line" in
