@@ -5,8 +5,11 @@
 #    like the operator) -> the Rust hello-world plugin, over mTLS, with
 #    cert-manager-style self-signed certificates and with CA-issued ones.
 # 2. cnpgi-operator (render, check-plugin, and the webhook/lifecycle code
-#    paths in a Rust test) -> a Go plugin built with cnpg-i-machinery's
-#    CreateMainCmd, over a Unix socket and over mTLS (both certificate kinds).
+#    paths in a Rust test) -> a Go plugin written on cnpg-i-machinery's
+#    helpers, over a Unix socket and over mTLS (both certificate kinds).
+# 3. Every sample of examples/hello-world/clusters rendered through the Rust
+#    hello-world and through a Go hello-world on cnpg-i-machinery: same exit
+#    codes, errors on the same fields, same Pods and status.
 #
 # Usage: tests/interop/run.sh   (from anywhere; needs Go >= 1.25, openssl, cargo)
 set -euo pipefail
@@ -36,7 +39,7 @@ export GOFLAGS="-mod=mod"
 
 echo "== building"
 (cd "$root" && cargo build --quiet -p cnpgi-operator-cli -p cnpg-i-hello-world)
-(cd "$here" && go build -o "$work/goplugin" ./goplugin && go build -o "$work/goclient" ./goclient)
+(cd "$here" && go build -o "$work/goplugin" ./goplugin && go build -o "$work/gohello" ./gohello && go build -o "$work/goclient" ./goclient)
 operator="$root/target/debug/cnpgi-operator"
 hello="$root/target/debug/cnpg-i-hello-world"
 
@@ -162,7 +165,31 @@ for set in ss ca; do
     --server-ca "$work/$set-server.crt" --server-name cnpg-i-hello-world
 done
 
-echo "== 3. cnpgi-operator webhook and reconciler paths -> Go plugin"
+echo "== 3. hello-world's samples: the Rust hello-world and a Go one on cnpg-i-machinery, side by side"
+samples="$root/examples/hello-world/clusters"
+fields() { grep -o '^\* [^:]*' "$1" | sort; }
+for sample in cluster-example cluster-example-with-parameters cluster-example-with-mistake cluster-example-labels-changed; do
+  extra=()
+  [ "$sample" = cluster-example-labels-changed ] && extra=(--old "$samples/cluster-example-with-parameters.yaml")
+  rust_code=0 go_code=0
+  "$operator" render "$samples/$sample.yaml" "${extra[@]}" --plugin-exec "$hello" >"$work/rust.yaml" 2>"$work/rust.err" || rust_code=$?
+  "$operator" render "$samples/$sample.yaml" "${extra[@]}" --plugin-exec "$work/gohello" >"$work/go.yaml" 2>"$work/go.err" || go_code=$?
+  if [ "$rust_code" != "$go_code" ]; then
+    cat "$work/rust.err" "$work/go.err"; fail "$sample: render exits $rust_code with the Rust hello-world, $go_code with the Go one"
+  elif [ "$rust_code" = 0 ]; then
+    if python3 "$here/compare_render.py" "$work/rust.yaml" "$work/go.yaml"; then
+      ok "$sample: both exit 0 with the same spec, status, Pod labels, annotations and sidecar"
+    else
+      fail "$sample: the Rust and Go hello-worlds render different Clusters or Pods (above)"
+    fi
+  elif [ "$rust_code" = 1 ] && [ -n "$(fields "$work/rust.err")" ] && [ "$(fields "$work/rust.err")" = "$(fields "$work/go.err")" ]; then
+    ok "$sample: both exit 1 on $(fields "$work/rust.err" | tr '\n' ' ')"
+  else
+    cat "$work/rust.err" "$work/go.err"; fail "$sample: both exit $rust_code, errors on different fields"
+  fi
+done
+
+echo "== 4. cnpgi-operator webhook and reconciler paths -> Go plugin"
 if (cd "$root" && CNPGI_GO_PLUGIN="$work/goplugin" cargo test --quiet -p cnpgi-operator-cli --test go_plugin 2>&1 | tail -5); then
   ok "cnpgi-operator webhook + lifecycle -> Go plugin (crates/operator-cli/tests/go_plugin.rs)"
 else
