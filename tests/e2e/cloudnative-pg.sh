@@ -151,7 +151,7 @@ wait_socket() { # PATH PID WHAT: until PATH accepts connections
 wait_port() { # PORT PID WHAT
   local i
   for ((i = 0; i < 200; i++)); do
-    (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    (: >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
     kill -0 "$2" 2>/dev/null || die "$3 exited before listening on 127.0.0.1:$1"
     sleep 0.05
   done

@@ -6,7 +6,8 @@ that a control plane without nodes lacks, and nothing else:
   once such a Job exists, its status is set to one successful completion, as
   if its Pod had run;
 * the kubelet for the instance Pods: each one gets a loopback address
-  (127.0.0.N) as its Pod IP and is marked Running and Ready;
+  (127.A.B.N, A and B random per run so that two runs on one machine do not
+  collide) as its Pod IP and is marked Running and Ready;
 * the instance manager inside each instance Pod: an HTTPS server on
   <pod IP>:8000 answering GET /pg/status with a primary's status, under a
   certificate issued by the Cluster's own CA (the `<cluster>-ca` Secret that
@@ -21,6 +22,7 @@ Usage: standin.py WORKDIR NAMESPACE...    (environment as for kube.py)
 import http.server
 import json
 import os
+import random
 import signal
 import ssl
 import subprocess
@@ -70,6 +72,7 @@ class StandIn:
         self.workdir = workdir
         self.namespaces = namespaces
         self.next_ip = FIRST_IP
+        self.subnet = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}"
         self.ips = {}  # (namespace, pod) -> ip
         self.servers = {}  # ip -> HTTPServer
         self.done_jobs = set()
@@ -77,7 +80,7 @@ class StandIn:
     def pod_ip(self, namespace, pod):
         key = (namespace, pod)
         if key not in self.ips:
-            self.ips[key] = f"127.0.0.{self.next_ip}"
+            self.ips[key] = f"{self.subnet}.{self.next_ip}"
             self.next_ip += 1
         return self.ips[key]
 
