@@ -2,9 +2,9 @@
 //!
 //! CNPG-I trusts certificates the way Go's `crypto/tls` does with a pool of
 //! roots: the peer's certificate must either chain to one of the pinned
-//! certificates, or *be* one of them byte for byte (the "pinned leaf" model,
-//! which is what cert-manager's `selfSigned` issuer and hand-made
-//! certificates rely on). [`verify`] implements that for both sides on top of
+//! CA certificates, or *be* one of the pinned certificates byte for byte (the
+//! "pinned leaf" model, which is what cert-manager's `selfSigned` issuer and
+//! hand-made certificates rely on). A pinned leaf never acts as an issuer. [`verify`] implements that for both sides on top of
 //! rustls; [`server`] builds TLS 1.3-only server configurations that re-read
 //! their certificate files when they change, so rotation needs no restart;
 //! [`client`] builds the matching client configuration and a connector that

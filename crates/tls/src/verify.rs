@@ -10,6 +10,14 @@
 //!   issued by a CA that is not itself pinned, as Go's `crypto/tls` accepts), or
 //! * chains to a pinned certificate acting as a CA, per the Web PKI rules.
 //!
+//! Only a pinned certificate marked as a CA (`basicConstraints CA:TRUE`) can
+//! be an issuer: webpki checks neither the dates, nor the extended key usage,
+//! nor the CA flag of a trust anchor, so a pinned leaf placed among the anchors
+//! would let anyone holding its key sign new certificates, even when the leaf
+//! is expired or restricted to another purpose. Go's `x509.Verify` refuses
+//! such chains ("parent certificate cannot sign this kind of certificate"), and
+//! so does this module: pinned leaves are trusted as themselves only.
+//!
 //! Any other certificate is refused. The name a server presents is always
 //! checked against the name the client expects.
 
@@ -43,7 +51,8 @@ enum Purpose {
 #[derive(Debug)]
 pub struct PinnedServerVerifier {
     pinned: Vec<CertificateDer<'static>>,
-    chain: Arc<WebPkiServerVerifier>,
+    /// Chain verification to the pinned CAs; `None` when none is a CA.
+    chain: Option<Arc<WebPkiServerVerifier>>,
     provider: Arc<CryptoProvider>,
 }
 
@@ -58,9 +67,14 @@ impl PinnedServerVerifier {
     /// ```
     pub fn new(pinned: Vec<CertificateDer<'static>>) -> Result<Arc<Self>, TlsError> {
         let provider = crypto_provider();
-        let chain = WebPkiServerVerifier::builder_with_provider(Arc::new(root_store(&pinned)?), provider.clone())
-            .build()
-            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let chain = match root_store(&pinned)? {
+            Some(roots) => Some(
+                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    .build()
+                    .map_err(|e| TlsError::Verifier(e.to_string()))?,
+            ),
+            None => None,
+        };
         Ok(Arc::new(Self {
             pinned,
             chain,
@@ -84,8 +98,10 @@ impl ServerCertVerifier for PinnedServerVerifier {
             rustls::client::verify_server_name(&parsed, server_name)?;
             return Ok(ServerCertVerified::assertion());
         }
-        self.chain
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        match &self.chain {
+            Some(chain) => chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now),
+            None => Err(Error::InvalidCertificate(CertificateError::UnknownIssuer)),
+        }
     }
 
     fn verify_tls12_signature(
@@ -116,7 +132,8 @@ impl ServerCertVerifier for PinnedServerVerifier {
 #[derive(Debug)]
 pub struct PinnedClientVerifier {
     pinned: Vec<CertificateDer<'static>>,
-    chain: Arc<dyn ClientCertVerifier>,
+    /// Chain verification to the pinned CAs; `None` when none is a CA.
+    chain: Option<Arc<dyn ClientCertVerifier>>,
     provider: Arc<CryptoProvider>,
 }
 
@@ -124,9 +141,14 @@ impl PinnedClientVerifier {
     /// Trusts clients presenting one of `pinned`, or a chain to one of them.
     pub fn new(pinned: Vec<CertificateDer<'static>>) -> Result<Arc<Self>, TlsError> {
         let provider = crypto_provider();
-        let chain = WebPkiClientVerifier::builder_with_provider(Arc::new(root_store(&pinned)?), provider.clone())
-            .build()
-            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let chain = match root_store(&pinned)? {
+            Some(roots) => Some(
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    .build()
+                    .map_err(|e| TlsError::Verifier(e.to_string()))?,
+            ),
+            None => None,
+        };
         Ok(Arc::new(Self {
             pinned,
             chain,
@@ -153,7 +175,10 @@ impl ClientCertVerifier for PinnedClientVerifier {
             check_pinned_leaf(end_entity, now, Purpose::Client)?;
             return Ok(ClientCertVerified::assertion());
         }
-        self.chain.verify_client_cert(end_entity, intermediates, now)
+        match &self.chain {
+            Some(chain) => chain.verify_client_cert(end_entity, intermediates, now),
+            None => Err(Error::InvalidCertificate(CertificateError::UnknownIssuer)),
+        }
     }
 
     fn client_auth_mandatory(&self) -> bool {
@@ -183,17 +208,35 @@ impl ClientCertVerifier for PinnedClientVerifier {
     }
 }
 
-fn root_store(pinned: &[CertificateDer<'static>]) -> Result<RootCertStore, TlsError> {
+/// The trust anchors for chain verification: the pinned certificates marked
+/// as CAs, or `None` when there is none (every pinned certificate is a leaf,
+/// trusted only as itself).
+fn root_store(pinned: &[CertificateDer<'static>]) -> Result<Option<RootCertStore>, TlsError> {
     if pinned.is_empty() {
         return Err(TlsError::Verifier("no pinned certificate given".into()));
     }
     let mut roots = RootCertStore::empty();
-    for cert in pinned {
-        roots
-            .add(cert.clone())
-            .map_err(|e| TlsError::Verifier(format!("pinned certificate cannot be a trust anchor: {e}")))?;
+    for (index, cert) in pinned.iter().enumerate() {
+        if !is_ca(cert).map_err(|reason| {
+            TlsError::Verifier(format!("pinned certificate #{} cannot be parsed: {reason}", index + 1))
+        })? {
+            continue;
+        }
+        roots.add(cert.clone()).map_err(|e| {
+            TlsError::Verifier(format!(
+                "pinned CA certificate #{} cannot be a trust anchor: {e}",
+                index + 1
+            ))
+        })?;
     }
-    Ok(roots)
+    Ok((!roots.is_empty()).then_some(roots))
+}
+
+/// Whether a certificate may issue others: `basicConstraints` with `CA:TRUE`.
+fn is_ca(der: &CertificateDer<'_>) -> Result<bool, String> {
+    let (_, cert) = X509Certificate::from_der(der.as_ref()).map_err(|e| e.to_string())?;
+    let constraints = cert.basic_constraints().map_err(|e| e.to_string())?;
+    Ok(constraints.is_some_and(|c| c.value.ca))
 }
 
 fn is_pinned(pinned: &[CertificateDer<'static>], presented: &CertificateDer<'_>) -> bool {

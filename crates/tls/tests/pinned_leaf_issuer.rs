@@ -1,0 +1,241 @@
+//! A pinned leaf is trusted as itself, never as an issuer (issue 13, point 2).
+//!
+//! Go's `x509.Verify` refuses a chain whose parent is a certificate without
+//! `basicConstraints CA:TRUE` ("parent certificate cannot sign this kind of
+//! certificate"). These tests run real TLS 1.3 handshakes over loopback TCP
+//! on both sides: the plugin server verifying a client, the operator's
+//! client verifying a server.
+
+#![allow(clippy::unwrap_used)]
+
+use std::{fs, path::Path, sync::Arc};
+
+use cnpgi_tls::{
+    client::{client_config, server_name},
+    server::ServerTlsFiles,
+    verify::PinnedServerVerifier,
+};
+use rcgen::{
+    BasicConstraints, Certificate, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, date_time_ymd,
+};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+};
+use tokio_rustls::TlsConnector;
+
+/// A certificate with its key and the parameters it was made from (to sign others).
+struct Made {
+    cert: Certificate,
+    key: KeyPair,
+    params: CertificateParams,
+}
+
+impl Made {
+    fn der(&self) -> CertificateDer<'static> {
+        self.cert.der().clone()
+    }
+
+    fn key_der(&self) -> PrivateKeyDer<'static> {
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.serialize_der()))
+    }
+
+    fn write(&self, dir: &Path, prefix: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let cert = dir.join(format!("{prefix}.crt"));
+        let key = dir.join(format!("{prefix}.key"));
+        fs::write(&cert, self.cert.pem()).unwrap();
+        fs::write(&key, self.key.serialize_pem()).unwrap();
+        (cert, key)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Validity {
+    Current,
+    Expired,
+}
+
+fn params(name: &str, eku: &[ExtendedKeyUsagePurpose], validity: Validity, ca: bool) -> CertificateParams {
+    let mut params = CertificateParams::new(vec![name.into()]).unwrap();
+    params.extended_key_usages = eku.to_vec();
+    match validity {
+        Validity::Current => {
+            params.not_before = date_time_ymd(2020, 1, 1);
+            params.not_after = date_time_ymd(2100, 1, 1);
+        }
+        Validity::Expired => {
+            params.not_before = date_time_ymd(2020, 1, 1);
+            params.not_after = date_time_ymd(2021, 1, 1);
+        }
+    }
+    if ca {
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    }
+    params
+}
+
+fn self_signed(name: &str, eku: &[ExtendedKeyUsagePurpose], validity: Validity, ca: bool) -> Made {
+    let key = KeyPair::generate().unwrap();
+    let params = params(name, eku, validity, ca);
+    let cert = params.clone().self_signed(&key).unwrap();
+    Made { cert, key, params }
+}
+
+fn signed_by(name: &str, eku: &[ExtendedKeyUsagePurpose], issuer: &Made) -> Made {
+    let key = KeyPair::generate().unwrap();
+    let params = params(name, eku, Validity::Current, false);
+    let issuer = Issuer::from_params(&issuer.params, &issuer.key);
+    let cert = params.clone().signed_by(&key, &issuer).unwrap();
+    Made { cert, key, params }
+}
+
+const BOTH: &[ExtendedKeyUsagePurpose] = &[ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+const SERVER: &[ExtendedKeyUsagePurpose] = &[ExtendedKeyUsagePurpose::ServerAuth];
+const CLIENT: &[ExtendedKeyUsagePurpose] = &[ExtendedKeyUsagePurpose::ClientAuth];
+
+/// Runs one handshake plus a one-byte exchange: a plugin-like server trusting
+/// `pinned_client` (as its `--client-cert` file), a client presenting `client`
+/// (with `chain` as intermediates) and trusting `pinned_server`, the server
+/// presenting `server` (with `server_chain`). Returns (server side, client side).
+async fn handshake(
+    server: &Made,
+    server_chain: &[&Made],
+    pinned_client: &[&Made],
+    client: &Made,
+    client_chain: &[&Made],
+    pinned_server: &[&Made],
+) -> (Result<(), String>, Result<(), String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (server_cert, server_key) = server.write(dir.path(), "server");
+    let mut pem = fs::read_to_string(&server_cert).unwrap();
+    for c in server_chain {
+        pem.push_str(&c.cert.pem());
+    }
+    fs::write(&server_cert, pem).unwrap();
+    let client_ca = dir.path().join("client-ca.crt");
+    fs::write(
+        &client_ca,
+        pinned_client.iter().map(|c| c.cert.pem()).collect::<String>(),
+    )
+    .unwrap();
+    let config = ServerTlsFiles {
+        cert: server_cert,
+        key: server_key,
+        client_ca: Some(client_ca),
+    }
+    .load()
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let server_side = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.map_err(|e| e.to_string())?;
+        let mut tls = acceptor.accept(tcp).await.map_err(|e| e.to_string())?;
+        tls.write_all(b"k").await.map_err(|e| e.to_string())?;
+        tls.flush().await.map_err(|e| e.to_string())?;
+        Ok::<(), String>(())
+    });
+
+    let verifier = PinnedServerVerifier::new(pinned_server.iter().map(|c| c.der()).collect()).unwrap();
+    let mut presented = vec![client.der()];
+    presented.extend(client_chain.iter().map(|c| c.der()));
+    let config = client_config(presented, client.key_der(), verifier).unwrap();
+    let connector = TlsConnector::from(Arc::new(config));
+    let client_side = async {
+        let tcp = TcpStream::connect(address).await.map_err(|e| e.to_string())?;
+        let mut tls = connector
+            .connect(server_name("plugin").unwrap(), tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        // With TLS 1.3 the server judges the client's certificate after the
+        // client finished: read the server's byte to learn its verdict.
+        let mut byte = [0u8; 1];
+        tls.read_exact(&mut byte).await.map_err(|e| e.to_string())?;
+        Ok::<(), String>(())
+    }
+    .await;
+    let server_side = server_side.await.unwrap();
+    (server_side, client_side)
+}
+
+fn refused(result: &Result<(), String>, what: &str) {
+    let err = result.as_ref().expect_err(what);
+    assert!(
+        err.contains("UnknownIssuer") || err.contains("unknown issuer") || err.contains("certificate"),
+        "{what}: unexpected error {err}"
+    );
+}
+
+#[tokio::test]
+async fn the_pinned_leaf_itself_and_chains_to_a_pinned_ca_are_accepted() {
+    let server = self_signed("plugin", SERVER, Validity::Current, false);
+    let client = self_signed("operator", CLIENT, Validity::Current, false);
+    let (s, c) = handshake(&server, &[], &[&client], &client, &[], &[&server]).await;
+    s.unwrap();
+    c.unwrap();
+
+    let ca = self_signed("ca", &[], Validity::Current, true);
+    let server = signed_by("plugin", SERVER, &ca);
+    let client = signed_by("operator", CLIENT, &ca);
+    let (s, c) = handshake(&server, &[], &[&ca], &client, &[], &[&ca]).await;
+    s.unwrap();
+    c.unwrap();
+}
+
+#[tokio::test]
+async fn plugin_server_refuses_a_client_signed_by_a_pinned_leaf() {
+    let server = self_signed("plugin", SERVER, Validity::Current, false);
+    for (case, pinned) in [
+        (
+            "valid pinned leaf",
+            self_signed("operator", BOTH, Validity::Current, false),
+        ),
+        (
+            "expired pinned leaf",
+            self_signed("operator", BOTH, Validity::Expired, false),
+        ),
+        (
+            "serverAuth-only pinned leaf",
+            self_signed("operator", SERVER, Validity::Current, false),
+        ),
+    ] {
+        let forged = signed_by("operator", CLIENT, &pinned);
+        let (s, _) = handshake(&server, &[], &[&pinned], &forged, &[], &[&server]).await;
+        refused(
+            &s,
+            &format!("{case}: a client certificate signed by it must be refused"),
+        );
+        // Also when the forger sends the pinned leaf along as an intermediate.
+        let (s, _) = handshake(&server, &[], &[&pinned], &forged, &[&pinned], &[&server]).await;
+        refused(&s, &format!("{case} (sent as intermediate): must be refused"));
+    }
+}
+
+#[tokio::test]
+async fn operator_client_refuses_a_server_signed_by_a_pinned_leaf() {
+    let client = self_signed("operator", CLIENT, Validity::Current, false);
+    for (case, pinned) in [
+        (
+            "valid pinned leaf",
+            self_signed("plugin", BOTH, Validity::Current, false),
+        ),
+        (
+            "expired pinned leaf",
+            self_signed("plugin", BOTH, Validity::Expired, false),
+        ),
+        (
+            "clientAuth-only pinned leaf",
+            self_signed("plugin", CLIENT, Validity::Current, false),
+        ),
+    ] {
+        let forged = signed_by("plugin", SERVER, &pinned);
+        let (_, c) = handshake(&forged, &[], &[&client], &client, &[], &[&pinned]).await;
+        refused(
+            &c,
+            &format!("{case}: a server certificate signed by it must be refused"),
+        );
+        let (_, c) = handshake(&forged, &[&pinned], &[&client], &client, &[], &[&pinned]).await;
+        refused(&c, &format!("{case} (sent as intermediate): must be refused"));
+    }
+}
