@@ -112,6 +112,24 @@ cat >"$work/namespaces.json" <<JSON
 JSON
 kube apply "$work/namespaces.json" 2>/dev/null || die "cannot create the namespaces"
 
+# CloudNativePG runs as its ServiceAccount, bound to the ClusterRole of its
+# release (config/rbac), with a token from the TokenRequest API: every call it
+# makes goes through the RBAC it ships with.
+cat >"$work/serviceaccount.json" <<JSON
+{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "cnpg-manager", "namespace": "$OPERATOR_NS"}}
+JSON
+kube apply "$work/serviceaccount.json" "$cnpg_cache/rbac/role.json" "$cnpg_cache/rbac/role_binding.json" \
+  2>"$work/logs/apply-rbac.log" || die "cannot apply CloudNativePG's RBAC: $(cat "$work/logs/apply-rbac.log")"
+token="$(kube token "$OPERATOR_NS" cnpg-manager)" || die "cannot get a token for $OPERATOR_NS/cnpg-manager"
+cat >"$work/cnpg.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: "$CP_SERVER", certificate-authority: "$CP_CA"}}]
+users: [{name: cnpg-manager, user: {token: "$token"}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: cnpg-manager}}]
+current-context: e2e
+EOF
+
 # --- certificates -------------------------------------------------------------------
 echo "== certificates"
 mkdir -p "$work/pki" "$work/webhook"
@@ -180,15 +198,15 @@ export STANDIN_EXECUTABLE_HASH
 
 operator_pid=""
 # start_operator NAME SOCKET_DIR: the real CloudNativePG, as `manager controller`,
-# with the admin kubeconfig (system:masters), leader election off, metrics on
-# loopback, and the private /etc/hosts.
+# as its ServiceAccount, leader election off, metrics on loopback, and the
+# private /etc/hosts.
 start_operator() {
   local name=$1 socket_dir=$2 metrics webhook_port
   metrics="$(cp_free_port)"
   webhook_port="$(cp_free_port)"
   cp_spawn "$name" "$work/logs/$name.log" env --chdir="$work/operator-root" \
     OPERATOR_NAMESPACE="$OPERATOR_NS" PLUGIN_SOCKET_DIR="$socket_dir" WEBHOOK_CERT_DIR="$work/webhook" \
-    KUBECONFIG="$KUBECONFIG" \
+    KUBECONFIG="$work/cnpg.kubeconfig" \
     unshare -m -- sh -c 'mount --bind "$1" /etc/hosts && shift && exec "$@"' sh "$work/hosts" \
     "$manager" controller --leader-elect=false --metrics-bind-address="127.0.0.1:$metrics" \
     --webhook-port="$webhook_port" --max-concurrent-reconciles=4
@@ -425,6 +443,13 @@ wrong_client "mTLS: hello-world" e2e-mtls hello hello-client-tls hello-client he
   "TLS handshake refused.*invalid peer certificate: UnknownIssuer"
 wrong_client "mTLS: Go plugin" e2e-mtls go go-client-tls go-client go-tls \
   "ServerHandshake.*failed: tls: client didn't provide a certificate"
+
+cp_kill "$operator_pid"
+if grep -h "forbidden" "$work"/logs/cnpg-*.log >"$work/forbidden.txt"; then
+  fail "CloudNativePG's RBAC refused some of its calls: $(head -c 600 "$work/forbidden.txt")"
+else
+  ok "no call of CloudNativePG (as system:serviceaccount:$OPERATOR_NS:cnpg-manager) was refused by RBAC"
+fi
 
 echo "   total $((SECONDS - t0)) s"
 finished=1

@@ -3,6 +3,7 @@
 # and caches it with its CRDs, keyed by version:
 #   $CACHE/cnpg-<version>/manager          the operator binary
 #   $CACHE/cnpg-<version>/crds/*.json      config/crd/bases of that release, as JSON
+#   $CACHE/cnpg-<version>/rbac/*.json      its ClusterRole and ClusterRoleBinding (config/rbac)
 # where CACHE is $CNPGI_E2E_CACHE or $HOME/.cache/cnpgi-e2e. Builds only when
 # missing (cold: a few minutes on 2 cores). Prints the cache directory.
 #
@@ -10,7 +11,7 @@
 set -euo pipefail
 version="${CNPG_VERSION:-v1.29.0}"
 cache="${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}/cnpg-$version"
-if [ -x "$cache/manager" ] && [ -s "$cache/crds/postgresql.cnpg.io_clusters.json" ]; then
+if [ -x "$cache/manager" ] && [ -s "$cache/crds/postgresql.cnpg.io_clusters.json" ] && [ -s "$cache/rbac/role.json" ]; then
   echo "$cache"
   exit 0
 fi
@@ -45,7 +46,7 @@ package tools
 
 import _ "github.com/cloudnative-pg/cloudnative-pg/cmd/manager"
 GO
-# The CRDs are YAML; the tests read JSON (no YAML parser needed there).
+# The CRDs and RBAC are YAML; the tests read JSON (no YAML parser needed there).
 mkdir -p "$scratch/crd2json"
 cat >"$scratch/crd2json/main.go" <<'GO'
 // crd2json converts each YAML file named on the command line to DIR/<name>.json.
@@ -87,8 +88,9 @@ GO
     exit 1
   fi
   rm -rf "$cache.tmp"
-  mkdir -p "$cache.tmp/crds"
+  mkdir -p "$cache.tmp/crds" "$cache.tmp/rbac"
   go run ./crd2json "$cache.tmp/crds" "$src"/config/crd/bases/*.yaml
+  go run ./crd2json "$cache.tmp/rbac" "$src"/config/rbac/role.yaml "$src"/config/rbac/role_binding.yaml
   go build -trimpath -o "$cache.tmp/manager" \
     -ldflags "-s -w -X $module/pkg/versions.buildVersion=${version#v} -X $module/pkg/versions.buildCommit=go-module-proxy" \
     "$module/cmd/manager"

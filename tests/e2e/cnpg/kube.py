@@ -21,6 +21,8 @@ Commands:
   patch-status KIND NAMESPACE NAME JSON
                                     merge-patch the status subresource
   events NAMESPACE                  print the namespace's events, one a line
+  token NAMESPACE SERVICEACCOUNT    print a token for the ServiceAccount
+                                    (TokenRequest API, valid one hour)
 """
 
 import json
@@ -44,6 +46,8 @@ KINDS = {
     "ServiceAccount": ("/api/v1", "serviceaccounts", True),
     "Job": ("/apis/batch/v1", "jobs", True),
     "Cluster": ("/apis/postgresql.cnpg.io/v1", "clusters", True),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
 }
 ALIASES = {
     "crd": "CustomResourceDefinition",
@@ -278,6 +282,12 @@ def main(argv):
             kind = kind_of(args[0])
             path = object_path(kind, args[1], args[2]) + "/status"
             client.request("PATCH", path, json.loads(args[3]), "application/merge-patch+json")
+            return 0
+        if cmd == "token":
+            request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                       "spec": {"expirationSeconds": 3600}}
+            answer = client.request("POST", object_path("ServiceAccount", args[0], args[1]) + "/token", request)
+            print(answer["status"]["token"])
             return 0
         if cmd == "events":
             for e in client.get(collection_path("Event", args[0]))["items"]:
