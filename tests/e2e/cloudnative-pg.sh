@@ -69,11 +69,16 @@ on_exit() {
   fi
 }
 CP_ON_EXIT=on_exit
+cp_install_traps
 mkdir -p "$work/logs"
 
 # No __pycache__ in the source tree (standin.py imports kube.py).
 export PYTHONDONTWRITEBYTECODE=1
 kube() { python3 "$cnpg_dir/kube.py" "$@"; }
+# apply FILE...: creates or replaces the objects, or stops the test saying why.
+apply() {
+  kube apply "$@" 2>"$work/apply.err" || die "cannot apply $*: $(cat "$work/apply.err")"
+}
 
 # --- build (cached) -----------------------------------------------------------
 t0=$SECONDS
@@ -93,6 +98,9 @@ if [ -z "$HELLO_VERSION" ]; then
   HELLO_VERSION="$(cd "$root" && cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"]=="cnpg-i-hello-world"))')"
 fi
+# As examples/hello-world/clusters/cluster-example-with-parameters.yaml.
+HELLO_PARAMETERS='{"labels": "{\"first-label\": \"first-label-value\", \"second-label\": \"second-label-value\"}",
+                   "annotations": "{\"first-annotation\": \"first-annotation-value\"}"}'
 GOPLUGIN=cnpgi-go-plugin.example.com
 OPERATOR_NS=cnpg-system
 
@@ -110,7 +118,7 @@ cat >"$work/namespaces.json" <<JSON
  {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "e2e-socket"}},
  {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "e2e-mtls"}}]
 JSON
-kube apply "$work/namespaces.json" 2>/dev/null || die "cannot create the namespaces"
+apply "$work/namespaces.json"
 
 # CloudNativePG runs as its ServiceAccount, bound to the ClusterRole of its
 # release (config/rbac), with a token from the TokenRequest API: every call it
@@ -335,9 +343,8 @@ start_hello_socket
 start_go_socket
 start_operator cnpg-socket "$sockets"
 
-kube apply "$(cluster_json e2e-socket hello "$HELLO" '{"labels": "{\"first-label\": \"first-label-value\", \"second-label\": \"second-label-value\"}", "annotations": "{\"first-annotation\": \"first-annotation-value\"}"}')" 2>/dev/null ||
-  die "cannot create Cluster e2e-socket/hello"
-kube apply "$(cluster_json e2e-socket go "$GOPLUGIN" '{"color": "red"}')" 2>/dev/null || die "cannot create Cluster e2e-socket/go"
+apply "$(cluster_json e2e-socket hello "$HELLO" "$HELLO_PARAMETERS")"
+apply "$(cluster_json e2e-socket go "$GOPLUGIN" '{"color": "red"}')"
 
 run_checks "unix socket" e2e-socket
 stop_restart "unix socket: hello-world" e2e-socket hello hello_pid start_hello_socket "dial unix .*/$HELLO"
@@ -379,7 +386,7 @@ print(json.dumps({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/t
                   "metadata": {"name": name, "namespace": ns},
                   "data": {"tls.crt": b64(crt), "tls.key": b64(key), "ca.crt": b64(crt)}}))
 PY
-  kube apply "$work/secret-$1.json" 2>/dev/null || die "cannot create Secret $OPERATOR_NS/$1"
+  apply "$work/secret-$1.json"
 }
 # plugin_service NAME PLUGIN PORT SERVER-SECRET CLIENT-SECRET
 plugin_service() {
@@ -391,7 +398,7 @@ plugin_service() {
                               "cnpg.io/pluginClientSecret": "$5"}},
  "spec": {"selector": {"app": "$1"}, "ports": [{"port": $3, "targetPort": $3, "protocol": "TCP"}]}}
 JSON
-  kube apply "$work/service-$1.json" 2>/dev/null || die "cannot create Service $OPERATOR_NS/$1"
+  apply "$work/service-$1.json"
 }
 tls_secret hello-server-tls hello-server
 tls_secret hello-client-tls hello-client
@@ -404,9 +411,8 @@ plugin_service cnpgi-go-plugin "$GOPLUGIN" "$go_port" go-server-tls go-client-tl
 mkdir -p "$work/no-sockets"
 start_operator cnpg-mtls "$work/no-sockets"
 
-kube apply "$(cluster_json e2e-mtls hello "$HELLO" '{"labels": "{\"first-label\": \"first-label-value\", \"second-label\": \"second-label-value\"}", "annotations": "{\"first-annotation\": \"first-annotation-value\"}"}')" 2>/dev/null ||
-  die "cannot create Cluster e2e-mtls/hello"
-kube apply "$(cluster_json e2e-mtls go "$GOPLUGIN" '{"color": "red"}')" 2>/dev/null || die "cannot create Cluster e2e-mtls/go"
+apply "$(cluster_json e2e-mtls hello "$HELLO" "$HELLO_PARAMETERS")"
+apply "$(cluster_json e2e-mtls go "$GOPLUGIN" '{"color": "red"}')"
 
 run_checks "mTLS" e2e-mtls
 stop_restart "mTLS: hello-world" e2e-mtls hello hello_pid start_hello_tls "127\.0\.0\.1:$hello_port.*connection refused"
