@@ -2,6 +2,7 @@
 //! plugins for the local commands.
 
 use std::{
+    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::Arc,
@@ -81,7 +82,11 @@ pub(crate) struct LocalPluginFlags {
 #[error("{0}")]
 pub(crate) struct PluginStartError(pub(crate) String);
 
-/// A started plugin process, killed when dropped.
+/// A started plugin process, leader of its own process group. Dropping it
+/// kills the whole group (the plugin and anything it started), reaps the
+/// plugin and removes its temporary directory, so neither outlives the
+/// command, including when the command is stopped by SIGTERM or SIGINT
+/// (`main.rs` turns those into an orderly return through these drops).
 struct PluginProcess {
     child: Child,
     _dir: tempfile::TempDir,
@@ -89,7 +94,21 @@ struct PluginProcess {
 
 impl Drop for PluginProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // The group's ID is the plugin's PID (`process_group(0)`).
+            // `kill(1)` keeps this crate free of `unsafe` and of a libc binding.
+            let group = format!("-{}", self.child.id());
+            let killed = Command::new("kill")
+                .args(["-KILL", "--", &group])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|status| status.success());
+            if !killed {
+                let _ = self.child.kill();
+            }
+        }
         let _ = self.child.wait();
     }
 }
@@ -125,6 +144,9 @@ async fn start_process(path: &Path) -> Result<(PluginProcess, PathBuf, String), 
     let stderr = std::fs::File::create(&log).map_err(|e| PluginStartError(e.to_string()))?;
     eprintln!("starting plugin {} …", path.display());
     let child = Command::new(path)
+        // Its own process group: killed as a whole on drop, and a terminal's
+        // Ctrl-C reaches this command only, which then stops the plugin.
+        .process_group(0)
         .arg("plugin")
         .arg(format!("--plugin-path={}", sockets_dir.display()))
         .stdin(Stdio::null())
