@@ -276,6 +276,22 @@ plugin_status() { # NAME: a Python expression for the pluginStatus entry of plug
 cp_spawn standin "$work/logs/standin.log" python3 -u "$cnpg_dir/standin.py" "$work/standin" e2e-socket e2e-mtls
 standin_pid=$CP_LAST_PID
 
+# The calls hello-world logged as answered (its middleware logs every call).
+# called LABEL LOG METHOD...: one ok/FAIL line.
+called() {
+  local label=$1 log=$2 method n counts=() missing=()
+  shift 2
+  for method in "$@"; do
+    n="$(grep -c "method=/[A-Za-z0-9_.]*/$method}: .*call succeeded" "$log" || true)"
+    if [ "$n" -gt 0 ]; then counts+=("$method x$n"); else missing+=("$method"); fi
+  done
+  if [ "${#missing[@]}" = 0 ]; then
+    ok "$label: hello-world's log shows CloudNativePG's calls answered ($(IFS=,; echo "${counts[*]}" | sed 's/,/, /g'))"
+  else
+    fail "$label: hello-world's log ($(basename "$log")) shows no successful ${missing[*]}"
+  fi
+}
+
 # The checks common to both transports. run_checks LABEL NAMESPACE
 run_checks() {
   local label=$1 ns=$2 hs gs
@@ -293,6 +309,7 @@ run_checks() {
   check "$label: hello-world: Cluster healthy with the plugin's SetStatusInCluster answer in status.pluginStatus" -- \
     cluster "$ns" hello \
     "${PHASE_IS}'$HEALTHY' and json.loads(($hs)['status']) == {'enabled': True}" --timeout 90
+  called "$label" "$hello_log" GetPluginMetadata GetPluginCapabilities GetCapabilities LifecycleHook SetStatusInCluster
 
   check "$label: Go plugin: instance Pod go-1 is labelled go-plugin: red" -- \
     pod "$ns" go-1 "o['metadata']['labels'].get('go-plugin') == 'red'" --timeout 90
@@ -328,14 +345,24 @@ stop_restart() {
 echo "== A. plugins on Unix sockets in PLUGIN_SOCKET_DIR"
 sockets="$work/sockets"
 mkdir -p "$sockets"
-hello_pid="" go_pid=""
+hello_pid="" go_pid="" hello_log="" go_log="" starts=0
+# Each start of a plugin logs to a file of its own: next_log PREFIX sets
+# new_log to PREFIX-N.log (not in a command substitution: it counts).
+next_log() {
+  starts=$((starts + 1))
+  new_log="$work/logs/$1-$starts.log"
+}
 start_hello_socket() {
-  cp_spawn hello-socket "$work/logs/hello-socket.log" "$hello" plugin --plugin-path="$sockets"
+  next_log hello-socket
+  hello_log=$new_log
+  cp_spawn hello-socket "$hello_log" "$hello" plugin --plugin-path="$sockets"
   hello_pid=$CP_LAST_PID
   wait_socket "$sockets/$HELLO" "$hello_pid" "hello-world"
 }
 start_go_socket() {
-  cp_spawn go-socket "$work/logs/go-socket.log" "$goplugin" plugin --plugin-path="$sockets"
+  next_log go-socket
+  go_log=$new_log
+  cp_spawn go-socket "$go_log" "$goplugin" plugin --plugin-path="$sockets"
   go_pid=$CP_LAST_PID
   wait_socket "$sockets/$GOPLUGIN" "$go_pid" "the Go plugin"
 }
@@ -359,14 +386,18 @@ echo "== B. plugins behind labelled Services, mTLS"
 hello_port="$(cp_free_port)"
 go_port="$(cp_free_port)"
 start_hello_tls() {
-  cp_spawn hello-tls "$work/logs/hello-tls.log" "$hello" plugin --server-address="127.0.0.1:$hello_port" \
+  next_log hello-tls
+  hello_log=$new_log
+  cp_spawn hello-tls "$hello_log" "$hello" plugin --server-address="127.0.0.1:$hello_port" \
     --server-cert="$work/pki/hello-server.crt" --server-key="$work/pki/hello-server.key" \
     --client-cert="$work/pki/hello-client.crt"
   hello_pid=$CP_LAST_PID
   wait_port "$hello_port" "$hello_pid" "hello-world"
 }
 start_go_tls() {
-  cp_spawn go-tls "$work/logs/go-tls.log" env GRPC_GO_LOG_SEVERITY_LEVEL=info GRPC_GO_LOG_VERBOSITY_LEVEL=2 \
+  next_log go-tls
+  go_log=$new_log
+  cp_spawn go-tls "$go_log" env GRPC_GO_LOG_SEVERITY_LEVEL=info GRPC_GO_LOG_VERBOSITY_LEVEL=2 \
     "$goplugin" plugin --server-address="127.0.0.1:$go_port" \
     --server-cert="$work/pki/go-server.crt" --server-key="$work/pki/go-server.key" \
     --client-cert="$work/pki/go-client.crt"
@@ -421,20 +452,20 @@ stop_restart "mTLS: Go plugin" e2e-mtls go go_pid start_go_tls "127\.0\.0\.1:$go
 # A client certificate the plugin does not trust: the operator's client Secret
 # is replaced; CloudNativePG re-registers the plugin with it (it watches the
 # Secrets), the plugin refuses the handshake, the Cluster reports the error.
-# wrong_client LABEL NAMESPACE CLUSTER SECRET GOOD-CERT LOG REFUSAL-PATTERN
+# wrong_client LABEL NAMESPACE CLUSTER SECRET GOOD-CERT LOG-FILE REFUSAL-PATTERN
 wrong_client() {
   local label=$1 ns=$2 cluster=$3 secret=$4 good=$5 log=$6 pattern=$7 from
   # Only what the plugin logs from now on counts.
-  from=$(($(wc -l <"$work/logs/$log.log") + 1))
+  from=$(($(wc -l <"$log") + 1))
   tls_secret "$secret" intruder-client
   sleep 1
   poke "$ns" "$cluster"
   check "$label: client certificate not trusted by the plugin: the Cluster's phase reports the plugin failure" -- \
     cluster "$ns" "$cluster" "$(failed_with "tls|certificate")" --timeout 60 --show "$REASON"
-  if tail -n "+$from" "$work/logs/$log.log" | grep -Eq "$pattern"; then
-    ok "$label: the plugin refused the handshake (its log: $(tail -n "+$from" "$work/logs/$log.log" | grep -Eo "$pattern" | head -n1))"
+  if tail -n "+$from" "$log" | grep -Eq "$pattern"; then
+    ok "$label: the plugin refused the handshake (its log: $(tail -n "+$from" "$log" | grep -Eo "$pattern" | head -n1))"
   else
-    fail "$label: the plugin's log shows no refused handshake (/$pattern/ in $log.log from line $from)"
+    fail "$label: the plugin's log shows no refused handshake (/$pattern/ in $(basename "$log") from line $from)"
   fi
   tls_secret "$secret" "$good"
   sleep 1
@@ -445,9 +476,9 @@ wrong_client() {
 # The Rust plugin receives the untrusted certificate and rejects it. Go's
 # crypto/tls server names the CAs it accepts in its certificate request, so
 # CloudNativePG's Go client, holding no matching certificate, sends none.
-wrong_client "mTLS: hello-world" e2e-mtls hello hello-client-tls hello-client hello-tls \
+wrong_client "mTLS: hello-world" e2e-mtls hello hello-client-tls hello-client "$hello_log" \
   "TLS handshake refused.*invalid peer certificate: UnknownIssuer"
-wrong_client "mTLS: Go plugin" e2e-mtls go go-client-tls go-client go-tls \
+wrong_client "mTLS: Go plugin" e2e-mtls go go-client-tls go-client "$go_log" \
   "ServerHandshake.*failed: tls: client didn't provide a certificate"
 
 cp_kill "$operator_pid"
