@@ -160,6 +160,8 @@ leaf intruder-client "" clientAuth
 # CloudNativePG's webhook server needs a certificate to start; with
 # WEBHOOK_CERT_DIR set it uses it as is instead of managing its own PKI. No
 # webhook is registered: CloudNativePG v1.29 calls no plugin from its webhooks.
+# (That server listens on every interface, on a free port: CloudNativePG has no
+# flag for its address. Nothing connects to it.)
 leaf webhook "IP:127.0.0.1" serverAuth
 cp "$work/pki/webhook.crt" "$work/webhook/apiserver.crt"
 cp "$work/pki/webhook.key" "$work/webhook/apiserver.key"
@@ -199,10 +201,11 @@ fi
 # as operator/manager_<arch> under its working directory (/ in its image); it
 # refuses to reconcile a Cluster whose architecture has none. The instance
 # manager reports the SHA-256 of its binary, which the operator compares.
+STANDIN_ARCH="$(go env GOARCH)"
 mkdir -p "$work/operator-root/operator"
-ln -s "$manager" "$work/operator-root/operator/manager_amd64"
+ln -s "$manager" "$work/operator-root/operator/manager_$STANDIN_ARCH"
 STANDIN_EXECUTABLE_HASH="$(sha256sum "$manager" | cut -d' ' -f1)"
-export STANDIN_EXECUTABLE_HASH
+export STANDIN_ARCH STANDIN_EXECUTABLE_HASH
 
 operator_pid=""
 # start_operator NAME SOCKET_DIR: the real CloudNativePG, as `manager controller`,

@@ -11,7 +11,9 @@ that a control plane without nodes lacks, and nothing else:
 * the instance manager inside each instance Pod: an HTTPS server on
   <pod IP>:8000 answering GET /pg/status with a primary's status, under a
   certificate issued by the Cluster's own CA (the `<cluster>-ca` Secret that
-  CloudNativePG created), which is what the operator verifies; and, as the
+  CloudNativePG created), which is what the operator verifies, reporting the
+  operator's own binary hash and architecture (STANDIN_EXECUTABLE_HASH,
+  STANDIN_ARCH) so that no instance manager upgrade is due; and, as the
   instance manager does after promotion, status.currentPrimary on the Cluster.
 
 Everything is on loopback. Every action is logged on stdout.
@@ -139,7 +141,7 @@ class StandIn:
             "loadedConfigurationHash": "e2e-standin-configuration",
             "executableHash": os.environ.get("STANDIN_EXECUTABLE_HASH", "e2e-standin-executable"),
             "instanceManagerVersion": "1.29.0",
-            "instanceArch": "amd64",
+            "instanceArch": os.environ.get("STANDIN_ARCH", "amd64"),
             "isInstanceManagerUpgrading": False,
             "sessionID": f"standin-{pod}",
             "isPodReady": True,
