@@ -793,6 +793,24 @@ class Suite:
         if denied:
             raise Failure(f"the operator was refused by RBAC: {denied[0][:400]}")
 
+    def check_health_and_metrics(self):
+        status, _ = http_get(f"http://127.0.0.1:{self.metrics_port}/healthz")
+        if status != 200:
+            raise Failure(f"/healthz answered {status}")
+        _, text = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        for wanted in [f'cnpgi_plugin_ready{{plugin="{PLUGIN}"}} 1', "cnpgi_plugin_calls_total{"]:
+            if wanted not in text:
+                raise Failure(f"/metrics lacks {wanted!r}")
+
+    def check_operator_stops(self):
+        started = time.monotonic()
+        code = self.procs.stop("operator", signal.SIGTERM, timeout=20)
+        took = time.monotonic() - started
+        if code != 0:
+            raise Failure(f"cnpgi-operator exited {code} on SIGTERM: {self.procs.tail('operator', 5)}")
+        if took > 15:
+            raise Failure(f"cnpgi-operator took {took:.0f}s to stop on SIGTERM")
+
     # -- plugin behind a Service
 
     def make_plugin_certs(self, generation):
@@ -861,6 +879,7 @@ class Suite:
                 setup=True,
             )
             self.check("cnpgi-operator run (ServiceAccount token) and the hello-world plugin on a socket are ready", self.setup_processes, setup=True)
+            self.check("the operator's /healthz and /metrics (plugin ready, calls counted)", self.check_health_and_metrics)
             self.check("the mutating webhook defaults the plugin parameters of the samples", self.check_defaults, setup=True)
             self.check("the validating webhook denies cluster-example-with-mistake", self.check_mistake_denied)
             self.check("the validating webhook denies a labels change", self.check_labels_change_denied)
@@ -882,6 +901,7 @@ class Suite:
             self.check("rotated plugin Secrets are picked up", self.check_secret_rotation)
             self.check("deleting a Cluster garbage-collects its Pods", self.check_deletion_gc)
             self.check("no request of the operator was refused by RBAC or owner-reference rules", self.check_no_leaked_rbac_denials)
+            self.check("cnpgi-operator stops on SIGTERM and exits 0", self.check_operator_stops)
         except Abort as e:
             print(f"FAIL {self.label}: aborted: {e}", flush=True)
             self.results.write("FAIL\n")

@@ -1,8 +1,9 @@
 //! Every Kubernetes API permission `cnpgi-operator` needs, in one place.
 //!
 //! The RBAC manifests are checked against [`PERMISSIONS`] (exactly: nothing
-//! missing, nothing extra), and the end-to-end tests check that every request
-//! the operator makes is covered by it ([`permission_for_request`]).
+//! missing, nothing extra), and the end-to-end suite (`tests/e2e`) runs the
+//! operator under those manifests, with a ServiceAccount token, against a
+//! real API server: a missing permission fails it.
 
 /// Where a permission is granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,56 +78,3 @@ pub const PERMISSIONS: &[Permission] = &[
         scope: Scope::OperatorNamespace,
     },
 ];
-
-/// The `(verb, group, resource)` an HTTP request to the API server needs.
-///
-/// ```
-/// use cnpgi_operator::rbac::permission_for_request;
-///
-/// assert_eq!(
-///     permission_for_request("GET", "/api/v1/namespaces/default/pods", "labelSelector=x&watch=true"),
-///     Some(("watch", "".into(), "pods".into()))
-/// );
-/// assert_eq!(
-///     permission_for_request("PATCH", "/apis/cnpgi.io/v1/namespaces/db/clusters/pg/status", ""),
-///     Some(("patch", "cnpgi.io".into(), "clusters/status".into()))
-/// );
-/// ```
-pub fn permission_for_request(method: &str, path: &str, query: &str) -> Option<(&'static str, String, String)> {
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, rest) = match parts.as_slice() {
-        ["api", _version, rest @ ..] => ("", rest),
-        ["apis", group, _version, rest @ ..] => (*group, rest),
-        _ => return None,
-    };
-    let rest = match rest {
-        ["namespaces", _ns, rest @ ..] if !rest.is_empty() => rest,
-        other => other,
-    };
-    let (resource, has_name) = match rest {
-        [resource] => ((*resource).to_owned(), false),
-        [resource, _name] => ((*resource).to_owned(), true),
-        [resource, _name, sub] => (format!("{resource}/{sub}"), true),
-        _ => return None,
-    };
-    let watch = query.split('&').any(|p| p == "watch=true" || p == "watch=1");
-    let verb = match (method, has_name) {
-        ("GET", false) if watch => "watch",
-        ("GET", false) => "list",
-        ("GET", true) => "get",
-        ("POST", _) => "create",
-        ("PATCH", _) => "patch",
-        ("PUT", _) => "update",
-        ("DELETE", true) => "delete",
-        ("DELETE", false) => "deletecollection",
-        _ => return None,
-    };
-    Some((verb, group.to_owned(), resource))
-}
-
-/// Whether [`PERMISSIONS`] allows `verb` on `group`/`resource`.
-pub fn is_allowed(verb: &str, group: &str, resource: &str) -> bool {
-    PERMISSIONS
-        .iter()
-        .any(|p| p.group == group && p.resource == resource && p.verbs.contains(&verb))
-}
