@@ -207,7 +207,7 @@ ln -s "$manager" "$work/operator-root/operator/manager_$STANDIN_ARCH"
 STANDIN_EXECUTABLE_HASH="$(sha256sum "$manager" | cut -d' ' -f1)"
 export STANDIN_ARCH STANDIN_EXECUTABLE_HASH
 
-operator_pid=""
+operator_pid="" operator_log=""
 # start_operator NAME SOCKET_DIR: the real CloudNativePG, as `manager controller`,
 # as its ServiceAccount, leader election off, metrics on loopback, and the
 # private /etc/hosts.
@@ -222,6 +222,7 @@ start_operator() {
     "$manager" controller --leader-elect=false --metrics-bind-address="127.0.0.1:$metrics" \
     --webhook-port="$webhook_port" --max-concurrent-reconciles=4
   operator_pid=$CP_LAST_PID
+  operator_log="$work/logs/$name.log"
   local i
   for ((i = 0; i < 300; i++)); do
     kill -0 "$operator_pid" 2>/dev/null || die "CloudNativePG ($name) exited during start-up; see $name.log: $(tail -n 5 "$work/logs/$name.log")"
@@ -455,13 +456,32 @@ stop_restart "mTLS: Go plugin" e2e-mtls go go_pid start_go_tls "127\.0\.0\.1:$go
 # A client certificate the plugin does not trust: the operator's client Secret
 # is replaced; CloudNativePG re-registers the plugin with it (it watches the
 # Secrets), the plugin refuses the handshake, the Cluster reports the error.
-# wrong_client LABEL NAMESPACE CLUSTER SECRET GOOD-CERT LOG-FILE REFUSAL-PATTERN
+# How many times CloudNativePG's plugin controller registered plugin NAME.
+registrations() {
+  grep -c "\"msg\":\"Registered plugin\".*\"pluginName\":\"$1\"" "$operator_log" || true
+}
+# replace_client_secret LABEL PLUGIN SECRET CERT-BASENAME: rewrites the client
+# Secret and waits until CloudNativePG has registered the plugin again with it.
+replace_client_secret() {
+  local label=$1 plugin=$2 secret=$3 cert=$4 before i
+  before="$(registrations "$plugin")"
+  tls_secret "$secret" "$cert"
+  for ((i = 0; i < 150; i++)); do
+    if [ "$(registrations "$plugin")" -gt "$before" ]; then
+      ok "$label: Secret $secret now holds $cert.crt: CloudNativePG registered the plugin again"
+      return 0
+    fi
+    sleep 0.2
+  done
+  fail "$label: Secret $secret now holds $cert.crt: CloudNativePG did not register the plugin again within 30 s"
+}
+
+# wrong_client LABEL NAMESPACE CLUSTER PLUGIN SECRET GOOD-CERT LOG-FILE REFUSAL-PATTERN
 wrong_client() {
-  local label=$1 ns=$2 cluster=$3 secret=$4 good=$5 log=$6 pattern=$7 from
+  local label=$1 ns=$2 cluster=$3 plugin=$4 secret=$5 good=$6 log=$7 pattern=$8 from
   # Only what the plugin logs from now on counts.
   from=$(($(wc -l <"$log") + 1))
-  tls_secret "$secret" intruder-client
-  sleep 1
+  replace_client_secret "$label" "$plugin" "$secret" intruder-client
   poke "$ns" "$cluster"
   check "$label: client certificate not trusted by the plugin: the Cluster's phase reports the plugin failure" -- \
     cluster "$ns" "$cluster" "$(failed_with "tls|certificate")" --timeout 60 --show "$REASON"
@@ -470,8 +490,7 @@ wrong_client() {
   else
     fail "$label: the plugin's log shows no refused handshake (/$pattern/ in $(basename "$log") from line $from)"
   fi
-  tls_secret "$secret" "$good"
-  sleep 1
+  replace_client_secret "$label" "$plugin" "$secret" "$good"
   poke "$ns" "$cluster"
   check "$label: trusted client certificate back: the Cluster is healthy again" -- \
     cluster "$ns" "$cluster" "${PHASE_IS}'$HEALTHY'" --timeout 60
@@ -479,9 +498,9 @@ wrong_client() {
 # The Rust plugin receives the untrusted certificate and rejects it. Go's
 # crypto/tls server names the CAs it accepts in its certificate request, so
 # CloudNativePG's Go client, holding no matching certificate, sends none.
-wrong_client "mTLS: hello-world" e2e-mtls hello hello-client-tls hello-client "$hello_log" \
+wrong_client "mTLS: hello-world" e2e-mtls hello "$HELLO" hello-client-tls hello-client "$hello_log" \
   "TLS handshake refused.*invalid peer certificate: UnknownIssuer"
-wrong_client "mTLS: Go plugin" e2e-mtls go go-client-tls go-client "$go_log" \
+wrong_client "mTLS: Go plugin" e2e-mtls go "$GOPLUGIN" go-client-tls go-client "$go_log" \
   "ServerHandshake.*failed: tls: client didn't provide a certificate"
 
 cp_kill "$operator_pid"
