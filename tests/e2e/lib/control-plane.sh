@@ -21,6 +21,8 @@
 CP_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CP_PIDS=()
 CP_NAMES=()
+# Read by callers: 1 when E2E_KUBECONFIG named the cluster.
+# shellcheck disable=SC2034
 CP_EXTERNAL=0
 
 cp_log() { echo "control-plane: $*" >&2; }
@@ -138,6 +140,7 @@ cp_start() {
   shift
   cp_install_traps
   if [ -n "${E2E_KUBECONFIG:-}" ]; then
+    # shellcheck disable=SC2034
     CP_EXTERNAL=1
     export KUBECONFIG="$E2E_KUBECONFIG"
     cp_log "using the cluster of E2E_KUBECONFIG=$E2E_KUBECONFIG (no control plane started)"
@@ -170,8 +173,11 @@ keyUsage=critical,digitalSignature,keyEncipherment" || return 1
   _cp_cert "$pki/kcm" "/O=system:masters/CN=system:kube-controller-manager" \
     "extendedKeyUsage=clientAuth
 keyUsage=critical,digitalSignature,keyEncipherment" || return 1
-  openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null && openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null ||
-    { cp_log "openssl: cannot make the ServiceAccount signing key"; return 1; }
+  if ! openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null ||
+    ! openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null; then
+    cp_log "openssl: cannot make the ServiceAccount signing key"
+    return 1
+  fi
   CP_ADMIN_CERT="$pki/admin.crt"
   CP_ADMIN_KEY="$pki/admin.key"
 
