@@ -4,7 +4,6 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Args;
 use cnpgi_operator::conformance::{ConformanceOptions, check_plugin};
-use serde_json::Value;
 
 use crate::plugins::{LocalPluginFlags, LocalPlugins};
 
@@ -36,7 +35,7 @@ pub(crate) async fn check(args: CheckArgs) -> ExitCode {
         None => None,
         Some(path) => match std::fs::read_to_string(path)
             .map_err(|e| e.to_string())
-            .and_then(|text| serde_yaml_ng::from_str::<Value>(&text).map_err(|e| e.to_string()))
+            .and_then(|text| crate::render::parse_yaml(path, &text).map_err(|e| format!("{e:#}")))
         {
             Ok(cluster) => Some(cluster),
             Err(error) => {

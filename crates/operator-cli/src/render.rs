@@ -1,6 +1,10 @@
 //! `cnpgi-operator render`: the plugin pipeline on a Cluster file, locally.
 
-use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
+use std::{
+    io::IsTerminal,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
@@ -49,10 +53,131 @@ pub(crate) struct RenderArgs {
 
 fn read_object(path: &PathBuf) -> anyhow::Result<Value> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let value: Value =
-        serde_yaml_ng::from_str(&text).with_context(|| format!("{} is not valid YAML", path.display()))?;
+    let value = parse_yaml(path, &text)?;
     anyhow::ensure!(value.is_object(), "{} does not hold an object", path.display());
     Ok(value)
+}
+
+/// Deepest flow nesting (`[`, `{`) accepted in an input file. A Cluster
+/// nests a dozen levels; the YAML parser takes time quadratic in the depth
+/// (a 100,000-deep flow sequence: 20–60 s), so deeper files are refused
+/// before it sees them.
+pub(crate) const MAX_YAML_DEPTH: usize = 256;
+
+/// Parses a YAML (or JSON) file's text, refusing at once (naming the file,
+/// line and column) a flow nesting deeper than [`MAX_YAML_DEPTH`].
+pub(crate) fn parse_yaml(path: &Path, text: &str) -> anyhow::Result<Value> {
+    if let Some((line, column)) = too_deep(text, MAX_YAML_DEPTH) {
+        anyhow::bail!(
+            "{} is nested more than {MAX_YAML_DEPTH} levels deep (line {line}, column {column}); refusing to parse it",
+            path.display()
+        );
+    }
+    serde_yaml_ng::from_str(text).with_context(|| format!("{} is not valid YAML", path.display()))
+}
+
+/// Where flow collections in `text` first nest deeper than `limit`, as a
+/// 1-based (line, column in bytes), if they do. A linear scan that follows
+/// YAML's tokens closely enough for that purpose: brackets count in flow
+/// context, or where a token starts in block context; brackets inside quoted
+/// scalars, comments and block scalars (`|`, `>`) do not count.
+fn too_deep(text: &str, limit: usize) -> Option<(usize, usize)> {
+    let mut depth = 0usize;
+    let mut quote: Option<u8> = None;
+    // Indentation of the line that opened a block scalar: more indented
+    // lines (and blank ones) are its text.
+    let mut block_scalar: Option<usize> = None;
+    for (number, line) in text.lines().enumerate() {
+        let bytes = line.as_bytes();
+        let indent = bytes.iter().take_while(|b| **b == b' ').count();
+        if let Some(parent) = block_scalar {
+            if indent >= bytes.len() || indent > parent {
+                continue;
+            }
+            block_scalar = None;
+        }
+        // The last significant byte before the current one (b'\n' at the start of a line).
+        let mut previous = b'\n';
+        // Whether blanks separate the current byte from `previous`.
+        let mut spaced = true;
+        let mut code_end = bytes.len();
+        let mut i = 0;
+        while i < bytes.len() {
+            let byte = bytes[i];
+            match quote {
+                Some(b'"') => match byte {
+                    b'\\' => i += 1,
+                    b'"' => {
+                        quote = None;
+                        previous = byte;
+                        spaced = false;
+                    }
+                    _ => {}
+                },
+                Some(_) => {
+                    if byte == b'\'' {
+                        if bytes.get(i + 1) == Some(&b'\'') {
+                            i += 1;
+                        } else {
+                            quote = None;
+                            previous = byte;
+                            spaced = false;
+                        }
+                    }
+                }
+                None => {
+                    let token_start = matches!(previous, b'\n' | b'[' | b'{' | b',')
+                        || (spaced && matches!(previous, b':' | b'-' | b'?'));
+                    match byte {
+                        b' ' | b'\t' => {
+                            spaced = true;
+                            i += 1;
+                            continue;
+                        }
+                        b'#' if spaced => {
+                            code_end = i;
+                            break;
+                        }
+                        b'\'' | b'"' if token_start || (depth > 0 && previous == b':') => quote = Some(byte),
+                        b'[' | b'{' if depth > 0 || token_start => {
+                            depth += 1;
+                            if depth > limit {
+                                return Some((number + 1, i + 1));
+                            }
+                        }
+                        b']' | b'}' if depth > 0 => depth -= 1,
+                        _ => {}
+                    }
+                    // Indicators may start a token after them; anything else
+                    // (e.g. `[` or `,` inside a plain scalar) is scalar text.
+                    let indicator = match byte {
+                        b'[' | b'{' => depth > 0 && quote.is_none(),
+                        b',' => depth > 0,
+                        b':' | b'-' | b'?' => true,
+                        _ => false,
+                    };
+                    previous = if indicator { byte } else { b'.' };
+                    spaced = false;
+                }
+            }
+            i += 1;
+        }
+        if depth == 0 && quote.is_none() && is_block_scalar_header(&line[..code_end]) {
+            block_scalar = Some(indent);
+        }
+    }
+    None
+}
+
+/// Whether a line (without its comment) ends with a block scalar indicator
+/// (`key: |`, `- >-`, `|2+`, ...).
+fn is_block_scalar_header(code: &str) -> bool {
+    let code = code.trim_end();
+    let token = code.rsplit([' ', '\t']).next().unwrap_or_default();
+    let before = code[..code.len() - token.len()].trim_end();
+    (token.starts_with('|') || token.starts_with('>'))
+        && token[1..].bytes().all(|b| b == b'+' || b == b'-' || b.is_ascii_digit())
+        && (before.is_empty() || before.ends_with(':') || before.ends_with('-') || before.ends_with('?'))
 }
 
 fn yaml(value: &Value) -> String {
@@ -189,4 +314,45 @@ fn diff_report(rendered: &Rendered, colour: bool) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nest(depth: usize) -> String {
+        format!("a: {}1{}\n", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    #[test]
+    fn depth_up_to_the_limit_is_accepted_beyond_it_refused_where_it_happens() {
+        assert_eq!(too_deep(&nest(MAX_YAML_DEPTH), MAX_YAML_DEPTH), None);
+        assert_eq!(
+            too_deep(&nest(MAX_YAML_DEPTH + 1), MAX_YAML_DEPTH),
+            Some((1, 4 + MAX_YAML_DEPTH))
+        );
+        let mapping = format!("x:\n  y: {}1{}", "{a: ".repeat(300), "}".repeat(300));
+        assert_eq!(too_deep(&mapping, MAX_YAML_DEPTH), Some((2, 6 + 4 * MAX_YAML_DEPTH)));
+    }
+
+    #[test]
+    fn brackets_in_scalars_comments_and_block_scalars_do_not_count() {
+        let deep = "[".repeat(1000);
+        let text = format!(
+            "a: \"{deep}\"\nb: '{deep}'\nc: x{deep}\nd: 1 # {deep}\ne: |\n  {deep}\n\n  {deep}\nf: [\"]]]\", '}}', {{g: 1}}]\n"
+        );
+        assert_eq!(too_deep(&text, MAX_YAML_DEPTH), None);
+        // Closing brackets inside quotes do not hide real nesting.
+        let hidden = format!("a: {}", "[\"]\", ".repeat(300));
+        assert!(too_deep(&hidden, MAX_YAML_DEPTH).is_some());
+    }
+
+    #[test]
+    fn every_example_cluster_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello-world/clusters");
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            parse_yaml(&entry.path(), &text).unwrap();
+        }
+    }
 }

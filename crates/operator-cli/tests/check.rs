@@ -138,3 +138,19 @@ fn no_plugin_or_a_plugin_that_cannot_start_exits_2() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
 }
+
+/// `--cluster` nested 100,000 levels deep is refused at once, naming the file
+/// (issue 13, point 12).
+#[test]
+fn deeply_nested_cluster_file_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deep.yaml");
+    std::fs::write(&path, format!("spec: {}{}\n", "[".repeat(100_000), "]".repeat(100_000))).unwrap();
+    let output = check_with("cnpg-i-hello-world", None, &["--cluster", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(path.to_str().unwrap()) && stderr.contains("nested more than 256 levels deep"),
+        "{stderr}"
+    );
+}

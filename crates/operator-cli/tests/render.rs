@@ -226,3 +226,39 @@ fn plugins_from_a_socket_directory_a_unix_url_and_an_https_url() {
     assert_eq!(documents(&output.stdout).len(), 4);
     drop(remote);
 }
+
+/// A YAML file nested 100,000 levels deep: parsing it is quadratic in the
+/// depth (20–60 s); render refuses it at once, naming the file (issue 13, point 12).
+#[test]
+fn deeply_nested_yaml_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = 100_000;
+    for (name, open, close) in [("flow-sequence.yaml", "[", "]"), ("flow-mapping.yaml", "{a: ", "}")] {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!("kind: Cluster\nspec: {}1{}\n", open.repeat(deep), close.repeat(deep)),
+        )
+        .unwrap();
+        let output = render(&[path.to_str().unwrap(), &exec_flag()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(path.to_str().unwrap()) && stderr.contains("nested more than 256 levels deep"),
+            "{name}: {stderr}"
+        );
+        // The same for the old Cluster of a change.
+        let output = render(&[
+            example("cluster-example.yaml").to_str().unwrap(),
+            "--old",
+            path.to_str().unwrap(),
+            &exec_flag(),
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("nested more than 256 levels deep"),
+            "{name} as --old: {stderr}"
+        );
+    }
+}
