@@ -5,7 +5,17 @@ use std::{env, fs, path::PathBuf};
 
 use prost::Message;
 
-const PROTOS: &[&str] = &["identity.proto", "operator.proto", "operator_lifecycle.proto"];
+const PROTOS: &[&str] = &[
+    "identity.proto",
+    "postgres.proto",
+    "operator.proto",
+    "operator_lifecycle.proto",
+    "reconciler.proto",
+    "wal.proto",
+    "restore_job.proto",
+    "backup.proto",
+    "metrics.proto",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Interoperability with the Go reference implementation, both directions:
 #
+# 0. proto/ compared, definition by definition, with the descriptors compiled
+#    into upstream's Go stubs (every CNPG-I package): wire_compat.py.
 # 1. Go client as CloudNativePG (upstream cnpg-i stubs, crypto/tls configured
 #    like the operator) -> the Rust hello-world plugin, over mTLS, with
 #    cert-manager-style self-signed certificates and with CA-issued ones.
@@ -40,6 +42,14 @@ export GOFLAGS="-mod=mod"
 echo "== building"
 (cd "$root" && cargo build --quiet -p cnpgi-operator-cli -p cnpg-i-hello-world)
 (cd "$here" && go build -o "$work/goplugin" ./goplugin && go build -o "$work/gohello" ./gohello && go build -o "$work/goclient" ./goclient)
+
+echo "== 0. wire compatibility: proto/ against the descriptors compiled into upstream's Go stubs"
+(cd "$here" && go run ./godescriptors "$work/upstream.bin")
+if python3 "$here/wire_compat.py" "$work/upstream.bin" "$root/proto" >"$work/wire.txt"; then
+  ok "proto/ is wire-identical to cnpg-i $(sed -n 's/.*cnpg-i \(v[0-9.]*\).*/\1/p' "$here/go.mod" | head -1): $(tail -1 "$work/wire.txt")"
+else
+  grep -v '^ok' "$work/wire.txt"; fail "proto/ differs from upstream CNPG-I on the wire (above)"
+fi
 operator="$root/target/debug/cnpgi-operator"
 hello="$root/target/debug/cnpg-i-hello-world"
 

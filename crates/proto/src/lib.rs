@@ -25,7 +25,8 @@
 /// crate, for use with gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cnpgi_descriptor.bin"));
 
-/// `cnpgi.identity.*`: the service every plugin implements.
+/// `cnpgi.identity.*`: the service every plugin implements, and the
+/// `Postgres` service (PostgreSQL configuration), which shares its package.
 pub mod identity {
     /// `cnpgi.identity.v1`.
     pub mod v1 {
@@ -52,6 +53,43 @@ pub mod operator_lifecycle {
     }
 }
 
+/// `cnpgi.reconciler.*`: hooks before and after the operator reconciles an object.
+pub mod reconciler {
+    /// `cnpgi.reconciler.v1`.
+    pub mod v1 {
+        #![allow(missing_docs, unreachable_pub, clippy::all)]
+        tonic::include_proto!("cnpgi.reconciler.v1");
+    }
+}
+
+/// `cnpgi.wal.*`: WAL archiving and restoring (`WAL`), and restoring a backup
+/// in the recovery Job (`RestoreJobHooks`), which shares the package.
+pub mod wal {
+    /// `cnpgi.wal.v1`.
+    pub mod v1 {
+        #![allow(missing_docs, unreachable_pub, clippy::all)]
+        tonic::include_proto!("cnpgi.wal.v1");
+    }
+}
+
+/// `cnpgi.backup.*`: base backups.
+pub mod backup {
+    /// `cnpgi.backup.v1`.
+    pub mod v1 {
+        #![allow(missing_docs, unreachable_pub, clippy::all)]
+        tonic::include_proto!("cnpgi.backup.v1");
+    }
+}
+
+/// `cnpgi.metrics.*`: metrics added to the instance's Prometheus endpoint.
+pub mod metrics {
+    /// `cnpgi.metrics.v1`.
+    pub mod v1 {
+        #![allow(missing_docs, unreachable_pub, clippy::all)]
+        tonic::include_proto!("cnpgi.metrics.v1");
+    }
+}
+
 /// Fully qualified gRPC service names, as they appear on the wire and in the
 /// gRPC health service.
 pub mod service_names {
@@ -61,6 +99,18 @@ pub mod service_names {
     pub const OPERATOR: &str = "cnpgi.operator.v1.Operator";
     /// `cnpgi.operator_lifecycle.v1.OperatorLifecycle`.
     pub const OPERATOR_LIFECYCLE: &str = "cnpgi.operator_lifecycle.v1.OperatorLifecycle";
+    /// `cnpgi.identity.v1.Postgres`.
+    pub const POSTGRES: &str = "cnpgi.identity.v1.Postgres";
+    /// `cnpgi.reconciler.v1.ReconcilerHooks`.
+    pub const RECONCILER_HOOKS: &str = "cnpgi.reconciler.v1.ReconcilerHooks";
+    /// `cnpgi.wal.v1.WAL`.
+    pub const WAL: &str = "cnpgi.wal.v1.WAL";
+    /// `cnpgi.wal.v1.RestoreJobHooks`.
+    pub const RESTORE_JOB_HOOKS: &str = "cnpgi.wal.v1.RestoreJobHooks";
+    /// `cnpgi.backup.v1.Backup`.
+    pub const BACKUP: &str = "cnpgi.backup.v1.Backup";
+    /// `cnpgi.metrics.v1.Metrics`.
+    pub const METRICS: &str = "cnpgi.metrics.v1.Metrics";
 }
 
 /// Checks a plugin name against the CNPG-I rules: 1 to 63 characters, ASCII
@@ -199,6 +249,49 @@ mod tests {
 
     fn strings(components: &[&str]) -> Vec<String> {
         components.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn service_names_are_the_generated_ones() {
+        use super::service_names as names;
+        for (ours, generated) in [
+            (names::IDENTITY, super::identity::v1::identity_server::SERVICE_NAME),
+            (names::POSTGRES, super::identity::v1::postgres_server::SERVICE_NAME),
+            (names::OPERATOR, super::operator::v1::operator_server::SERVICE_NAME),
+            (
+                names::OPERATOR_LIFECYCLE,
+                super::operator_lifecycle::v1::operator_lifecycle_server::SERVICE_NAME,
+            ),
+            (
+                names::RECONCILER_HOOKS,
+                super::reconciler::v1::reconciler_hooks_server::SERVICE_NAME,
+            ),
+            (names::WAL, super::wal::v1::wal_server::SERVICE_NAME),
+            (
+                names::RESTORE_JOB_HOOKS,
+                super::wal::v1::restore_job_hooks_server::SERVICE_NAME,
+            ),
+            (names::BACKUP, super::backup::v1::backup_server::SERVICE_NAME),
+            (names::METRICS, super::metrics::v1::metrics_server::SERVICE_NAME),
+        ] {
+            assert_eq!(ours, generated);
+        }
+    }
+
+    #[test]
+    fn proto3_optional_fields_track_presence() {
+        // `check_empty_wal_archive` is proto3 `optional` upstream: unset must
+        // differ from false on the wire and in the generated type.
+        use prost::Message;
+        let unset = super::wal::v1::WalArchiveRequest::default();
+        let set_false = super::wal::v1::WalArchiveRequest {
+            check_empty_wal_archive: Some(false),
+            ..Default::default()
+        };
+        assert!(unset.encode_to_vec().is_empty());
+        assert_eq!(set_false.encode_to_vec(), [0x20, 0x00]);
+        let restore = super::wal::v1::RestoreRequest::decode(&[0x10, 0x01][..]).unwrap();
+        assert_eq!(restore.check_empty_wal_archive, Some(true));
     }
 
     #[test]
