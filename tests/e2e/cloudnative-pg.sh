@@ -68,6 +68,7 @@ on_exit() {
     rm -rf "$work"
   fi
 }
+# shellcheck disable=SC2034 # read by control-plane.sh's exit trap
 CP_ON_EXIT=on_exit
 cp_install_traps
 mkdir -p "$work/logs"
@@ -146,11 +147,14 @@ leaf() {
   local name=$1 san=$2 usage=$3
   printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=%s\n%s' \
     "$usage" "${san:+subjectAltName=$san}" >"$work/pki/$name.ext"
-  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/pki/$name.key" \
-    -subj "/CN=$name" -out "$work/pki/$name.csr" 2>/dev/null &&
-    openssl x509 -req -in "$work/pki/$name.csr" -signkey "$work/pki/$name.key" -days 2 \
-      -extfile "$work/pki/$name.ext" -out "$work/pki/$name.crt" 2>/dev/null ||
-    die "openssl: cannot make the certificate $name"
+  if ! openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/pki/$name.key" \
+    -subj "/CN=$name" -out "$work/pki/$name.csr" 2>/dev/null; then
+    die "openssl: cannot make the key and request for $name"
+  fi
+  if ! openssl x509 -req -in "$work/pki/$name.csr" -signkey "$work/pki/$name.key" -days 2 \
+    -extfile "$work/pki/$name.ext" -out "$work/pki/$name.crt" 2>/dev/null; then
+    die "openssl: cannot self-sign the certificate $name"
+  fi
 }
 leaf hello-server "DNS:cnpg-i-hello-world" serverAuth
 leaf hello-client "" clientAuth
@@ -215,6 +219,7 @@ start_operator() {
   local name=$1 socket_dir=$2 metrics webhook_port
   metrics="$(cp_free_port)"
   webhook_port="$(cp_free_port)"
+  # shellcheck disable=SC2016 # the sh -c script expands its own arguments
   cp_spawn "$name" "$work/logs/$name.log" env --chdir="$work/operator-root" \
     OPERATOR_NAMESPACE="$OPERATOR_NS" PLUGIN_SOCKET_DIR="$socket_dir" WEBHOOK_CERT_DIR="$work/webhook" \
     KUBECONFIG="$work/cnpg.kubeconfig" \
@@ -278,7 +283,6 @@ plugin_status() { # NAME: a Python expression for the pluginStatus entry of plug
 
 # --- the stand-in for the kubelet and the instance manager ------------------------------
 cp_spawn standin "$work/logs/standin.log" python3 -u "$cnpg_dir/standin.py" "$work/standin" e2e-socket e2e-mtls
-standin_pid=$CP_LAST_PID
 
 # The calls hello-world logged as answered (its middleware logs every call).
 # called LABEL LOG METHOD...: one ok/FAIL line.
@@ -290,7 +294,9 @@ called() {
     if [ "$n" -gt 0 ]; then counts+=("$method x$n"); else missing+=("$method"); fi
   done
   if [ "${#missing[@]}" = 0 ]; then
-    ok "$label: hello-world's log shows CloudNativePG's calls answered ($(IFS=,; echo "${counts[*]}" | sed 's/,/, /g'))"
+    local list
+    list="$(printf '%s, ' "${counts[@]}")"
+    ok "$label: hello-world's log shows CloudNativePG's calls answered (${list%, })"
   else
     fail "$label: hello-world's log ($(basename "$log")) shows no successful ${missing[*]}"
   fi
