@@ -15,6 +15,12 @@
 //! * [`patch`]: RFC 6902 JSON patches from before/after JSON;
 //! * [`sidecar`]: sidecar injection into instance Pods;
 //! * [`status`]: `SetStatusInCluster` answers;
+//! * the other CNPG-I services, whose servers come from [`proto`] and are
+//!   registered with `create_main_cmd` like any other: [`wal`] (WAL file
+//!   names, archive idempotence, restore misses), [`metrics`] (definitions
+//!   that collected values are checked against), [`reconciler`] (hook
+//!   answers) and [`postgres`] (`EnrichConfiguration` answering the complete
+//!   map);
 //! * [`testing`] (feature `testing`): in-process test servers and clients.
 //!
 //! See `examples/hello-world` in the repository for a complete plugin.
@@ -25,15 +31,19 @@ mod authority;
 pub mod cluster;
 pub mod cmd;
 pub mod logging;
+pub mod metrics;
 mod middleware;
 pub mod parameters;
 pub mod patch;
+pub mod postgres;
+pub mod reconciler;
 pub mod server;
 pub mod sidecar;
 pub mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod validation;
+pub mod wal;
 
 pub use cmd::{PluginArgs, PluginCommand, create_main_cmd};
 /// The generated CNPG-I protocol types, clients and servers.
