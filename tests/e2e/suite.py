@@ -702,7 +702,8 @@ class Suite:
         del c, event
         # Retries back off exponentially: the gaps between attempts grow.
         time.sleep(8)
-        delays = [float(d) for d in re.findall(r"squat.*?retry_in_seconds=(\d+(?:\.\d+)?)", self.procs.log("operator"))]
+        key = re.escape(f"cluster={self.ns}/squat ")
+        delays = [float(d) for d in re.findall(key + r".*?retry_in_seconds=(\d+)", self.procs.log("operator"))]
         if len(delays) < 3 or not all(b > a for a, b in zip(delays[:4], delays[1:4])):
             raise Failure(f"retry delays do not grow: {delays}")
         # Once the obstacle is gone, the Cluster recovers.
@@ -908,9 +909,22 @@ class Suite:
             self.failed += 1
         finally:
             self.procs.stop_all()
+            self.cleanup()
         if self.failed:
             print(f"{self.label}: logs of the operator and plugins in {self.work}", flush=True)
         return self.failed == 0
+
+    def cleanup(self):
+        """Deletes what this run created in shared places, so that another
+        run against the same cluster (E2E_KUBECONFIG) starts clean."""
+        paths = [resource_path("v1", "Service", OPERATOR_NS, PLUGIN_SERVICE)]
+        paths += [resource_path("v1", "Secret", OPERATOR_NS, f"{PLUGIN_SERVICE}-{w}-tls") for w in ("server", "client")]
+        paths += [resource_path("v1", "Namespace", name=ns) for ns in (self.ns, self.ns_examples)]
+        for path in paths:
+            try:
+                self.admin.delete(path)
+            except ApiError as e:
+                print(f"  cleanup: {e}", flush=True)
 
     def explain_missing_pods(self):
         c = self.admin.maybe_get(self.cluster_path("cluster-example")) or {}
