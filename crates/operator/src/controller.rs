@@ -245,7 +245,11 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
                 generation,
             );
             set_condition(&mut status, ok);
-            patch_status(&clusters, &name, &status).await?;
+            if let Err(error) = patch_status(&clusters, &name, &status).await {
+                // The status cannot say it: an Event can.
+                warn(&ctx, &cluster, error.reason(), &error.to_string()).await;
+                return Err(error);
+            }
             ctx.reset_backoff(&cluster_key(&cluster));
             Ok(action)
         }
@@ -261,7 +265,9 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
                 &mut status,
                 condition("Ready", false, "PluginFailed", &message, generation),
             );
-            patch_status(&clusters, &name, &status).await?;
+            if let Err(status_error) = patch_status(&clusters, &name, &status).await {
+                tracing::warn!(cluster = %name, error = %status_error, "cannot report the failure in the Cluster status");
+            }
             warn(&ctx, &cluster, "PluginFailed", &message).await;
             Err(ReconcileError::Plugin(error))
         }

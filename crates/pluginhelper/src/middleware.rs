@@ -79,7 +79,8 @@ where
                 };
                 let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
                 match outcome {
-                    Ok(Ok(response)) => {
+                    Ok(Ok(mut response)) => {
+                        oversized_is_resource_exhausted(&mut response);
                         log_response(&method, &response, elapsed_ms);
                         Ok(response)
                     }
@@ -99,6 +100,30 @@ where
             }
             .instrument(span),
         )
+    }
+}
+
+/// tonic refuses a request larger than the server decodes with
+/// `OUT_OF_RANGE`; gRPC's specification and grpc-go use `RESOURCE_EXHAUSTED`
+/// for that, which is what clients expect. Only that refusal is rewritten:
+/// an `OUT_OF_RANGE` a handler answers itself is left alone.
+fn oversized_is_resource_exhausted(response: &mut http::Response<Body>) {
+    let headers = response.headers_mut();
+    let out_of_range = headers
+        .get("grpc-status")
+        .is_some_and(|v| v.as_bytes() == (tonic::Code::OutOfRange as i32).to_string().as_bytes());
+    let oversized = || {
+        headers
+            .get("grpc-message")
+            .and_then(|v| v.to_str().ok())
+            .map(percent_decode)
+            .is_some_and(|m| m.starts_with("Error, decoded message length too large"))
+    };
+    if out_of_range && oversized() {
+        headers.insert(
+            "grpc-status",
+            http::HeaderValue::from(tonic::Code::ResourceExhausted as i32),
+        );
     }
 }
 

@@ -22,6 +22,7 @@ use cnpgi_proto::{
 use cnpgi_tls::server::{ReloadingServerConfig, ServerTlsFiles};
 use futures_util::{FutureExt, TryStreamExt};
 use tokio::{
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream, UnixListener},
     sync::{mpsc, watch},
 };
@@ -31,7 +32,7 @@ use tonic::{
     Request,
     server::NamedService,
     service::{Routes, RoutesBuilder},
-    transport::Server,
+    transport::{Server, server::Connected},
 };
 use tonic_health::{ServingStatus, server::HealthReporter};
 
@@ -83,6 +84,14 @@ pub struct ServeOptions {
     pub shutdown_grace: Duration,
     /// How long a client has to complete the TLS handshake. Default 10 s.
     pub handshake_timeout: Duration,
+    /// How long a client that completed the TLS handshake has to send the
+    /// HTTP/2 connection preface; a connection that stays silent is closed.
+    /// Default 10 s.
+    pub preface_timeout: Duration,
+    /// Concurrent calls (HTTP/2 streams) per connection, announced in
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`; streams beyond are refused.
+    /// Default 256.
+    pub max_concurrent_streams: u32,
 }
 
 impl Default for ServeOptions {
@@ -91,6 +100,8 @@ impl Default for ServeOptions {
             probe_interval: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(25),
             handshake_timeout: Duration::from_secs(10),
+            preface_timeout: Duration::from_secs(10),
+            max_concurrent_streams: 256,
         }
     }
 }
@@ -225,11 +236,17 @@ impl<I: identity_server::Identity> PluginServer<I> {
         let mut server = Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .max_concurrent_streams(Some(self.options.max_concurrent_streams))
             .layer(CallLayer);
 
         let result = match listener {
             PluginListener::Tcp { listener, tls, .. } => {
-                let incoming = tls_incoming(listener, tls, self.options.handshake_timeout);
+                let incoming = tls_incoming(
+                    listener,
+                    tls,
+                    self.options.handshake_timeout,
+                    self.options.preface_timeout,
+                );
                 tokio::select! {
                     result = server.add_routes(routes).serve_with_incoming_shutdown(incoming, signal) => result,
                     () = grace_elapsed => {
@@ -397,14 +414,19 @@ async fn resolve_address(address: &str) -> Result<SocketAddr, ServeError> {
         .ok_or_else(|| invalid(format!("{host} resolves to no address")))
 }
 
-/// Accepts TCP connections and runs each TLS handshake in its own task, so a
-/// slow or hostile client cannot hold up the others. Ends when the server
-/// drops the stream.
+/// The client connection preface every HTTP/2 connection starts with (RFC 9113, 3.4).
+const HTTP2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Accepts TCP connections and runs each TLS handshake, then the read of the
+/// HTTP/2 preface, in its own task, so a slow or hostile client cannot hold
+/// up the others, nor keep a connection it does not use. Ends when the
+/// server drops the stream.
 fn tls_incoming(
     listener: TcpListener,
     tls: Arc<ReloadingServerConfig>,
     handshake_timeout: Duration,
-) -> ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
+    preface_timeout: Duration,
+) -> ReceiverStream<Result<Prefaced<TlsStream<TcpStream>>, std::io::Error>> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
@@ -424,17 +446,110 @@ fn tls_incoming(
             let acceptor = tls.acceptor();
             let tx = tx.clone();
             tokio::spawn(async move {
-                match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => {
-                        let _ = tx.send(Ok(stream)).await;
+                let mut stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(error)) => return tracing::warn!(%peer, %error, "TLS handshake refused"),
+                    Err(_) => return tracing::warn!(%peer, ?handshake_timeout, "TLS handshake timed out"),
+                };
+                let mut preface = [0u8; HTTP2_PREFACE.len()];
+                match tokio::time::timeout(preface_timeout, stream.read_exact(&mut preface)).await {
+                    Ok(Ok(_)) if &preface == HTTP2_PREFACE => {
+                        let _ = tx.send(Ok(Prefaced::new(preface, stream))).await;
                     }
-                    Ok(Err(error)) => tracing::warn!(%peer, %error, "TLS handshake refused"),
-                    Err(_) => tracing::warn!(%peer, ?handshake_timeout, "TLS handshake timed out"),
+                    Ok(Ok(_)) => tracing::warn!(%peer, "not an HTTP/2 client (no connection preface); closing"),
+                    Ok(Err(error)) => tracing::warn!(%peer, %error, "connection lost before the HTTP/2 preface"),
+                    Err(_) => tracing::warn!(
+                        %peer,
+                        ?preface_timeout,
+                        "no HTTP/2 preface after the TLS handshake; closing the idle connection"
+                    ),
                 }
             });
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// A connection whose first bytes (the HTTP/2 preface) were already read:
+/// they are handed out again before the rest.
+#[derive(Debug)]
+pub(crate) struct Prefaced<S> {
+    preface: [u8; HTTP2_PREFACE.len()],
+    consumed: usize,
+    inner: S,
+}
+
+impl<S> Prefaced<S> {
+    fn new(preface: [u8; HTTP2_PREFACE.len()], inner: S) -> Self {
+        Self {
+            preface,
+            consumed: 0,
+            inner,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefaced<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.consumed < this.preface.len() {
+            let left = &this.preface[this.consumed..];
+            let n = left.len().min(buf.remaining());
+            buf.put_slice(&left[..n]);
+            this.consumed += n;
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefaced<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The peer's address and certificates, as for the TLS stream itself.
+impl<S: Connected> Connected for Prefaced<S> {
+    type ConnectInfo = S::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
 }
 
 /// Mirrors the plugin's `Probe` into the gRPC health service.

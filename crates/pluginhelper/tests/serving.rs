@@ -26,6 +26,7 @@ use cnpgi_pluginhelper::{
     testing::{TestCertificates, TestIdentity, TestPlugin, connect_tls},
 };
 use rcgen::ExtendedKeyUsagePurpose;
+use tokio::io::AsyncReadExt;
 use tonic::{Code, Request, Response, Status, transport::Endpoint};
 
 const NAME: &str = "test-plugin.example.com";
@@ -358,4 +359,133 @@ async fn shutdown_lets_in_flight_calls_finish() {
     plugin.stop().await.unwrap();
     let answer = call.await.unwrap().unwrap();
     assert_eq!(answer.into_inner().json_patch, b"[]");
+}
+
+/// A client-authenticated TLS connection to `plugin`, over which nothing is sent yet.
+async fn authenticated_tls(plugin: &TestPlugin) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let certs = plugin.certificates().unwrap();
+    let config = certs.client_config().unwrap();
+    let tcp = tokio::net::TcpStream::connect(plugin.tcp_address().unwrap())
+        .await
+        .unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(cnpgi_tls::client::server_name(&certs.server_name).unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
+/// Issue 13, point 7: a client that completes the TLS handshake with the
+/// pinned certificate and then sends nothing is disconnected after
+/// `preface_timeout`, instead of being held for minutes.
+#[tokio::test]
+async fn an_authenticated_connection_that_never_sends_the_http2_preface_is_closed() {
+    let (server, _) = server(true);
+    let server = server.with_options(ServeOptions {
+        preface_timeout: Duration::from_secs(1),
+        ..ServeOptions::default()
+    });
+    let plugin = TestPlugin::start_tls(server).await.unwrap();
+    let mut tls = authenticated_tls(&plugin).await;
+    let started = std::time::Instant::now();
+    let closed = tokio::time::timeout(Duration::from_secs(15), async {
+        let mut buffer = [0u8; 256];
+        loop {
+            match tls.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                // The server may send its own HTTP/2 settings meanwhile.
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "a silent authenticated connection is still open after 15 s"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "closed before the preface timeout: {:?}",
+        started.elapsed()
+    );
+    // The server still serves well-behaved clients.
+    assert_eq!(metadata_over(plugin.channel()).await.unwrap(), NAME);
+}
+
+/// Issue 13, point 7: the server announces a cap on concurrent streams per
+/// connection (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`) and enforces it.
+#[tokio::test]
+async fn concurrent_streams_per_connection_are_capped() {
+    let (server, _) = server(true);
+    let server = server.with_options(ServeOptions {
+        max_concurrent_streams: 8,
+        ..ServeOptions::default()
+    });
+    let plugin = TestPlugin::start_tls(server).await.unwrap();
+    let tls = authenticated_tls(&plugin).await;
+    let (send, mut connection) = h2::client::handshake(tls).await.unwrap();
+    let mut send = send.ready().await.unwrap();
+    let health_check = || {
+        http::Request::post(format!(
+            "https://{}/grpc.health.v1.Health/Check",
+            plugin.certificates().unwrap().server_name
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap()
+    };
+    let (response, mut stream) = send.send_request(health_check(), false).unwrap();
+    // An empty HealthCheckRequest: no compression, length 0.
+    stream
+        .send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .unwrap();
+    let response = tokio::select! {
+        response = response => response.unwrap(),
+        result = &mut connection => panic!("connection ended first: {result:?}"),
+    };
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        connection.max_concurrent_send_streams(),
+        8,
+        "the server's SETTINGS_MAX_CONCURRENT_STREAMS"
+    );
+
+    // Eight streams that stay open (requests never finished) fill the cap.
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut open = Vec::new();
+    for _ in 0..8 {
+        send = send.ready().await.unwrap();
+        open.push(send.send_request(health_check(), false).unwrap());
+    }
+    // A complete ninth call is not answered while they are open...
+    send = send.ready().await.unwrap();
+    let (mut ninth, mut stream) = send.send_request(health_check(), false).unwrap();
+    stream
+        .send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .unwrap();
+    let early = tokio::time::timeout(Duration::from_millis(500), &mut ninth).await;
+    assert!(early.is_err(), "a ninth concurrent stream was served: {early:?}");
+    // ...and is once one of them ends.
+    drop(open.pop());
+    let response = tokio::time::timeout(Duration::from_secs(5), ninth).await;
+    assert_eq!(response.unwrap().unwrap().status(), 200);
+    drop(open);
+}
+
+/// Issue 13, point 10: a request larger than the server accepts is refused
+/// with `RESOURCE_EXHAUSTED`, as gRPC and grpc-go do, not `OUT_OF_RANGE`.
+#[tokio::test]
+async fn an_oversized_request_is_refused_with_resource_exhausted() {
+    let plugin = TestPlugin::start_tls(server(true).0).await.unwrap();
+    let status = plugin
+        .operator()
+        .mutate_cluster(OperatorMutateClusterRequest {
+            definition: vec![b' '; 5 * 1024 * 1024],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("too large"), "{status:?}");
 }
