@@ -183,6 +183,7 @@ impl PluginClient {
                 inner: channel,
                 plugin: name.clone(),
                 metrics: options.metrics.clone(),
+                call_timeout: options.call_timeout,
             },
             name,
             address: address.into(),
@@ -228,6 +229,13 @@ impl PluginClient {
     pub fn lifecycle(&self) -> OperatorLifecycleClient<InstrumentedChannel> {
         OperatorLifecycleClient::new(self.channel.clone())
     }
+
+    /// A ReconcilerHooks client on the shared channel.
+    pub fn reconciler(
+        &self,
+    ) -> cnpgi_proto::reconciler::v1::reconciler_hooks_client::ReconcilerHooksClient<InstrumentedChannel> {
+        cnpgi_proto::reconciler::v1::reconciler_hooks_client::ReconcilerHooksClient::new(self.channel.clone())
+    }
 }
 
 /// The shared channel, with a tracing span (carrying the plugin name) and
@@ -237,6 +245,7 @@ pub struct InstrumentedChannel {
     inner: Channel,
     plugin: Arc<str>,
     metrics: Metrics,
+    call_timeout: Duration,
 }
 
 /// `/cnpgi.operator.v1.Operator/MutateCluster` → `Operator/MutateCluster`.
@@ -266,10 +275,11 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for InstrumentedCh
         let metrics = self.metrics.clone();
         let span = tracing::debug_span!("plugin_call", plugin = %plugin, method = %method);
         let call = tower_service::Service::call(&mut self.inner, request);
+        let call_timeout = self.call_timeout;
         Box::pin(
             async move {
                 let started = std::time::Instant::now();
-                let result = call.await;
+                let result = deadline_exceeded(call.await, &plugin, &method, call_timeout);
                 let code = match &result {
                     // Failed unary calls come back as trailers-only responses,
                     // with the status in the headers.
@@ -293,6 +303,53 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for InstrumentedCh
             .instrument(span),
         )
     }
+}
+
+/// A call that ran out of time is a missed deadline (`DEADLINE_EXCEEDED`,
+/// as grpc-go and the gRPC specification report it), where tonic says
+/// `CANCELLED` "Timeout expired": both for the deadline enforced here (an
+/// error of the channel) and for a tonic plugin that enforced the
+/// `grpc-timeout` it was sent (its answer).
+fn deadline_exceeded(
+    result: Result<http::Response<tonic::body::Body>, tonic::transport::Error>,
+    plugin: &str,
+    method: &str,
+    call_timeout: Duration,
+) -> Result<http::Response<tonic::body::Body>, tonic::transport::Error> {
+    let missed = || {
+        tonic::Status::deadline_exceeded(format!(
+            "plugin {plugin} did not answer {method} within the {call_timeout:?} deadline"
+        ))
+        .into_http()
+    };
+    match result {
+        Err(error) if is_timeout(&error) => Ok(missed()),
+        Ok(response)
+            if response
+                .headers()
+                .get("grpc-status")
+                .is_some_and(|v| v.as_bytes() == (tonic::Code::Cancelled as i32).to_string().as_bytes())
+                && response
+                    .headers()
+                    .get("grpc-message")
+                    .is_some_and(|v| v.as_bytes() == b"Timeout%20expired" || v.as_bytes() == b"Timeout expired") =>
+        {
+            Ok(missed())
+        }
+        other => other,
+    }
+}
+
+/// Whether tonic's `TimeoutExpired` is in the error's source chain.
+fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if error.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        current = error.source();
+    }
+    false
 }
 
 #[cfg(test)]

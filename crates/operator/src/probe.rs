@@ -2,7 +2,8 @@
 //!
 //! After connecting, the operator asks, in this order: `GetPluginMetadata`,
 //! `GetPluginCapabilities`, then `GetCapabilities` of each advertised service
-//! it knows (Operator, then OperatorLifecycle). The answers are kept as a
+//! it knows (Operator, then OperatorLifecycle, then ReconcilerHooks). The
+//! answers are kept as a
 //! [`PluginInfo`] and only refreshed when the connection is rebuilt.
 
 use cnpgi_proto::{
@@ -14,6 +15,7 @@ use cnpgi_proto::{
     operator_lifecycle::v1::{
         OperatorLifecycleCapabilities, OperatorLifecycleCapabilitiesRequest, operator_operation_type::Type as Operation,
     },
+    reconciler::v1::{ReconcilerHooksCapabilitiesRequest, reconciler_hooks_capability::Kind as HookKind},
 };
 
 use crate::client::PluginClient;
@@ -29,6 +31,9 @@ pub struct PluginInfo {
     pub operator_rpcs: Vec<RpcType>,
     /// The lifecycle hooks advertised (empty without the lifecycle service).
     pub lifecycle: Vec<OperatorLifecycleCapabilities>,
+    /// The kinds of object whose reconciliation the plugin hooks into
+    /// (empty without the ReconcilerHooks service).
+    pub reconciler_kinds: Vec<HookKind>,
 }
 
 impl PluginInfo {
@@ -178,11 +183,27 @@ pub async fn probe(client: &PluginClient) -> Result<PluginInfo, ProbeError> {
             .lifecycle_capabilities;
     }
 
+    let mut reconciler_kinds = Vec::new();
+    if services.contains(&ServiceType::ReconcilerHooks) {
+        reconciler_kinds = client
+            .reconciler()
+            .get_capabilities(client.request(ReconcilerHooksCapabilitiesRequest {}))
+            .await
+            .map_err(|s| ProbeError::rpc(client, "ReconcilerHooks/GetCapabilities", s))?
+            .into_inner()
+            .reconciler_capabilities
+            .into_iter()
+            .filter_map(|capability| HookKind::try_from(capability.kind).ok())
+            .filter(|kind| *kind != HookKind::Unspecified)
+            .collect();
+    }
+
     Ok(PluginInfo {
         metadata,
         services,
         operator_rpcs,
         lifecycle,
+        reconciler_kinds,
     })
 }
 

@@ -440,6 +440,90 @@ impl Router {
     }
 }
 
+/// Which `ReconcilerHooks` RPC: before or after the operator reconciles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookPhase {
+    /// `Pre`, before the reconciliation.
+    Pre,
+    /// `Post`, after it.
+    Post,
+}
+
+/// What the chain of reconciler hooks asks the operator to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookOutcome {
+    /// Every plugin answered `CONTINUE` (or nothing hooks this kind).
+    Continue,
+    /// A plugin asked to reconcile again after this long (zero: the
+    /// operator's own backoff).
+    Requeue {
+        /// The plugin that asked.
+        plugin: String,
+        /// How long to wait.
+        after: std::time::Duration,
+    },
+    /// A plugin stopped the chain (after `Pre`: end this reconciliation).
+    Terminate {
+        /// The plugin that asked.
+        plugin: String,
+    },
+}
+
+impl Router {
+    /// Runs `ReconcilerHooks` `Pre` or `Post` through every enabled plugin
+    /// that hooks objects of `kind`, in routing order, with CloudNativePG's
+    /// semantics: `CONTINUE` (or unspecified) goes on to the next plugin,
+    /// `REQUEUE` and `TERMINATE` stop the chain and are returned, an error
+    /// fails the operation (unless the plugin is fail-open).
+    pub async fn reconciler_hooks(
+        &self,
+        phase: HookPhase,
+        kind: cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind,
+        cluster: &Value,
+        resource: &Value,
+    ) -> Result<HookOutcome, RouteError> {
+        use cnpgi_proto::reconciler::v1::{ReconcilerHooksRequest, reconciler_hooks_result::Behavior};
+        let targets = self.targets(cluster, |r| r.info.reconciler_kinds.contains(&kind))?;
+        if targets.is_empty() {
+            return Ok(HookOutcome::Continue);
+        }
+        let cluster_definition = serde_json::to_vec(cluster)?;
+        let resource_definition = serde_json::to_vec(resource)?;
+        let rpc = match phase {
+            HookPhase::Pre => "ReconcilerHooks/Pre",
+            HookPhase::Post => "ReconcilerHooks/Post",
+        };
+        for (plugin, routable) in targets {
+            let request = routable.client.request(ReconcilerHooksRequest {
+                cluster_definition: cluster_definition.clone(),
+                resource_definition: resource_definition.clone(),
+            });
+            let mut client = routable.client.reconciler();
+            let answer = match phase {
+                HookPhase::Pre => client.pre(request).await,
+                HookPhase::Post => client.post(request).await,
+            }
+            .map(tonic::Response::into_inner)
+            .map_err(|s| call_error(&plugin.name, rpc, s));
+            let Some(answer) = self.tolerate(&plugin.name, answer)? else {
+                continue;
+            };
+            match Behavior::try_from(answer.behavior) {
+                Ok(Behavior::Requeue) => {
+                    let seconds = u64::try_from(answer.requeue_after).unwrap_or(0);
+                    return Ok(HookOutcome::Requeue {
+                        plugin: plugin.name,
+                        after: std::time::Duration::from_secs(seconds),
+                    });
+                }
+                Ok(Behavior::Terminate) => return Ok(HookOutcome::Terminate { plugin: plugin.name }),
+                Ok(Behavior::Continue | Behavior::Unspecified) | Err(_) => {}
+            }
+        }
+        Ok(HookOutcome::Continue)
+    }
+}
+
 fn call_error(plugin: &str, rpc: &'static str, status: tonic::Status) -> RouteError {
     RouteError::Call {
         plugin: plugin.to_owned(),
