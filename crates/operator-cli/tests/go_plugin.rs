@@ -16,7 +16,7 @@ use cnpgi_operator::{
     client::{ClientOptions, PluginClient, Transport},
     pods,
     registry::{Registry, RegistryOptions},
-    routing::{Router, RoutingPolicy},
+    routing::{HookOutcome, HookPhase, Router, RoutingPolicy},
     webhook::{self, MUTATE_PATH, VALIDATE_PATH},
 };
 use cnpgi_pluginhelper::testing::ChildGuard;
@@ -123,5 +123,32 @@ async fn webhook_and_lifecycle_paths_through_a_go_plugin() {
     assert_ne!(
         pods::wanted_hash(&router, &cluster(Some("blue")), 1).await.unwrap(),
         hash
+    );
+
+    // ReconcilerHooks, answered by upstream's Go stubs: continue, requeue
+    // after the plugin's delay, terminate.
+    let kind = cnpgi_pluginhelper::proto::reconciler::v1::reconciler_hooks_capability::Kind::Cluster;
+    let annotated = |annotation: &str| {
+        let mut cluster = cluster(Some("red"));
+        cluster["metadata"]["annotations"] = json!({ annotation: "yes" });
+        cluster
+    };
+    let hooks = |cluster: Value| {
+        let router = router.clone();
+        async move { router.reconciler_hooks(HookPhase::Pre, kind, &cluster, &cluster).await.unwrap() }
+    };
+    assert_eq!(hooks(red.clone()).await, HookOutcome::Continue);
+    assert_eq!(
+        hooks(annotated("go-plugin/requeue")).await,
+        HookOutcome::Requeue {
+            plugin: GO_PLUGIN.into(),
+            after: Duration::from_secs(7)
+        }
+    );
+    assert_eq!(
+        hooks(annotated("go-plugin/terminate")).await,
+        HookOutcome::Terminate {
+            plugin: GO_PLUGIN.into()
+        }
     );
 }

@@ -8,7 +8,10 @@
 // it on create, refuses to change it, writes the default back into the
 // Cluster, reports {"color": ...} as its status (requiring its status entry,
 // as upstream's hello-world does), and labels every instance Pod with
-// "go-plugin: <color>".
+// "go-plugin: <color>". Its ReconcilerHooks (on Clusters) ask for a requeue
+// after 7 seconds while the Cluster carries the annotation
+// "go-plugin/requeue", stop the chain with "go-plugin/terminate", and
+// otherwise continue.
 package main
 
 import (
@@ -28,6 +31,7 @@ import (
 	"github.com/cloudnative-pg/cnpg-i/pkg/identity"
 	"github.com/cloudnative-pg/cnpg-i/pkg/lifecycle"
 	"github.com/cloudnative-pg/cnpg-i/pkg/operator"
+	"github.com/cloudnative-pg/cnpg-i/pkg/reconciler"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 )
@@ -59,6 +63,7 @@ func (identityServer) GetPluginCapabilities(context.Context, *identity.GetPlugin
 	return &identity.GetPluginCapabilitiesResponse{Capabilities: []*identity.PluginCapability{
 		service(identity.PluginCapability_Service_TYPE_OPERATOR_SERVICE),
 		service(identity.PluginCapability_Service_TYPE_LIFECYCLE_SERVICE),
+		service(identity.PluginCapability_Service_TYPE_RECONCILER_HOOKS),
 	}}, nil
 }
 
@@ -222,10 +227,43 @@ func (lifecycleServer) LifecycleHook(_ context.Context, r *lifecycle.OperatorLif
 	return &lifecycle.OperatorLifecycleResponse{JsonPatch: patch}, nil
 }
 
+type reconcilerServer struct {
+	reconciler.UnimplementedReconcilerHooksServer
+}
+
+func (reconcilerServer) GetCapabilities(context.Context, *reconciler.ReconcilerHooksCapabilitiesRequest) (*reconciler.ReconcilerHooksCapabilitiesResult, error) {
+	return &reconciler.ReconcilerHooksCapabilitiesResult{ReconcilerCapabilities: []*reconciler.ReconcilerHooksCapability{
+		{Kind: reconciler.ReconcilerHooksCapability_KIND_CLUSTER},
+	}}, nil
+}
+
+func hook(r *reconciler.ReconcilerHooksRequest) (*reconciler.ReconcilerHooksResult, error) {
+	cluster, err := decoder.DecodeClusterLenient(r.GetClusterDefinition())
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := cluster.Annotations["go-plugin/terminate"]; ok {
+		return &reconciler.ReconcilerHooksResult{Behavior: reconciler.ReconcilerHooksResult_BEHAVIOR_TERMINATE}, nil
+	}
+	if _, ok := cluster.Annotations["go-plugin/requeue"]; ok {
+		return &reconciler.ReconcilerHooksResult{Behavior: reconciler.ReconcilerHooksResult_BEHAVIOR_REQUEUE, RequeueAfter: 7}, nil
+	}
+	return &reconciler.ReconcilerHooksResult{Behavior: reconciler.ReconcilerHooksResult_BEHAVIOR_CONTINUE}, nil
+}
+
+func (reconcilerServer) Pre(_ context.Context, r *reconciler.ReconcilerHooksRequest) (*reconciler.ReconcilerHooksResult, error) {
+	return hook(r)
+}
+
+func (reconcilerServer) Post(_ context.Context, r *reconciler.ReconcilerHooksRequest) (*reconciler.ReconcilerHooksResult, error) {
+	return hook(r)
+}
+
 func main() {
 	cmd := http.CreateMainCmd(identityServer{}, func(server *grpc.Server) error {
 		operator.RegisterOperatorServer(server, operatorServer{})
 		lifecycle.RegisterOperatorLifecycleServer(server, lifecycleServer{})
+		reconciler.RegisterReconcilerHooksServer(server, reconcilerServer{})
 		return nil
 	})
 	cmd.Use = "plugin"
