@@ -19,6 +19,13 @@
 //! ...), and a Warning Event; it is retried with exponential backoff (1 s
 //! doubling up to 5 min, reset by a successful reconcile). Every write uses
 //! the field manager [`FIELD_MANAGER`].
+//!
+//! Plugins advertising `ReconcilerHooks` on Clusters are called as
+//! CloudNativePG calls them: `Pre` before anything else (a `REQUEUE` answer
+//! defers the reconcile by its delay, `TERMINATE` ends it until the Cluster
+//! changes), `Post` after the Pods and before `SetStatusInCluster` (a
+//! `REQUEUE` answer shortens the next requeue, `TERMINATE` only stops the
+//! chain); a hook's error is a plugin failure like any other.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -44,10 +51,12 @@ use kube::{
 use serde_json::json;
 
 pub use crate::pods::{CLUSTER_LABEL, INSTANCE_LABEL, PLUGINS_HASH_ANNOTATION};
+use cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind as HookKind;
+
 use crate::{
     crd::{Cluster, ClusterStatus, PluginStatus},
     pods::{build_pod, wanted_hash},
-    routing::{RouteError, Router, enabled_plugins},
+    routing::{HookOutcome, HookPhase, RouteError, Router, enabled_plugins},
 };
 
 /// Field manager of every write the reconciler makes (Pod creates, status
@@ -309,6 +318,22 @@ async fn reconcile_pods(
     let cluster_json = serde_json::to_value(cluster)?;
     let wanted = cluster.spec.instances.max(0);
 
+    match ctx
+        .router
+        .reconciler_hooks(HookPhase::Pre, HookKind::Cluster, &cluster_json, &cluster_json)
+        .await?
+    {
+        HookOutcome::Continue => {}
+        HookOutcome::Requeue { plugin, after } => {
+            tracing::info!(cluster = %name, %plugin, ?after, "a ReconcilerHooks Pre hook asked for a requeue");
+            return Ok(Action::requeue(requeue_delay(after)));
+        }
+        HookOutcome::Terminate { plugin } => {
+            tracing::info!(cluster = %name, %plugin, "a ReconcilerHooks Pre hook ended this reconcile");
+            return Ok(Action::await_change());
+        }
+    }
+
     // Plugins removed from the Cluster are told once, then dropped from status.
     let enabled: BTreeSet<String> = enabled_plugins(&cluster_json).into_iter().map(|p| p.name).collect();
     for gone in status.plugin_status.iter().filter(|s| !enabled.contains(&s.name)) {
@@ -387,6 +412,11 @@ async fn reconcile_pods(
         ))?;
     }
 
+    let post = ctx
+        .router
+        .reconciler_hooks(HookPhase::Post, HookKind::Cluster, &cluster_json, &cluster_json)
+        .await?;
+
     // Plugin status: keep the previous status text when a plugin answers empty.
     let updates = ctx.router.set_status(&cluster_json).await?;
     let previous: BTreeMap<String, String> = status
@@ -423,11 +453,19 @@ async fn reconcile_pods(
             generation,
         ),
     );
-    Ok(if healthy {
-        Action::requeue(ctx.resync)
-    } else {
-        Action::requeue(Duration::from_secs(5))
+    Ok(match post {
+        HookOutcome::Requeue { plugin, after } => {
+            tracing::info!(cluster = %name, %plugin, ?after, "a ReconcilerHooks Post hook asked for a requeue");
+            Action::requeue(requeue_delay(after))
+        }
+        HookOutcome::Continue | HookOutcome::Terminate { .. } if healthy => Action::requeue(ctx.resync),
+        HookOutcome::Continue | HookOutcome::Terminate { .. } => Action::requeue(Duration::from_secs(5)),
     })
+}
+
+/// A hook's requeue delay; zero means "the operator's own", here 5 s.
+fn requeue_delay(after: Duration) -> Duration {
+    if after.is_zero() { Duration::from_secs(5) } else { after }
 }
 
 /// Retries a failed reconcile: plugin errors every 10 s (a plugin may be
