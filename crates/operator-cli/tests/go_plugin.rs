@@ -135,7 +135,12 @@ async fn webhook_and_lifecycle_paths_through_a_go_plugin() {
     };
     let hooks = |cluster: Value| {
         let router = router.clone();
-        async move { router.reconciler_hooks(HookPhase::Pre, kind, &cluster, &cluster).await.unwrap() }
+        async move {
+            router
+                .reconciler_hooks(HookPhase::Pre, kind, &cluster, &cluster)
+                .await
+                .unwrap()
+        }
     };
     assert_eq!(hooks(red.clone()).await, HookOutcome::Continue);
     assert_eq!(
