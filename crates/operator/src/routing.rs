@@ -16,6 +16,7 @@
 use std::{collections::BTreeSet, fmt, sync::Arc};
 
 use cnpgi_proto::{
+    echo::bounded_string,
     operator::v1::{
         DeregisterRequest, OperatorMutateClusterRequest, OperatorValidateClusterChangeRequest,
         OperatorValidateClusterCreateRequest, SetStatusInClusterRequest, ValidationError,
@@ -151,11 +152,12 @@ pub struct FieldError {
 
 impl FieldError {
     fn from_plugin(plugin: &EnabledPlugin, error: ValidationError) -> Self {
+        // A plugin's answer is quoted in webhook denials, errors and logs: bounded.
         Self {
             plugin: plugin.name.clone(),
-            field: cnpgi_proto::field_path(&error.path_components, Some(plugin.index)),
-            value: error.value,
-            message: error.message,
+            field: bounded_string(cnpgi_proto::field_path(&error.path_components, Some(plugin.index))),
+            value: bounded_string(error.value),
+            message: bounded_string(error.message),
         }
     }
 }
@@ -529,7 +531,7 @@ fn call_error(plugin: &str, rpc: &'static str, status: tonic::Status) -> RouteEr
         plugin: plugin.to_owned(),
         rpc,
         code: status.code(),
-        message: status.message().to_owned(),
+        message: bounded_string(status.message()),
     }
 }
 
@@ -543,7 +545,7 @@ fn apply(
     let bad = |reason: String| RouteError::BadAnswer {
         plugin: plugin.to_owned(),
         rpc,
-        reason,
+        reason: bounded_string(reason),
     };
     if patch.is_empty() {
         return Ok((object.clone(), json_patch::Patch(Vec::new())));
@@ -743,5 +745,28 @@ mod tests {
             Some(r#"{"a":1}"#)
         );
         assert!(status_object("p", b"[1]").is_err());
+    }
+
+    /// Issue 13, point 5: a plugin's huge answer is quoted bounded.
+    #[test]
+    fn huge_plugin_answers_are_quoted_bounded() {
+        let plugin = EnabledPlugin {
+            index: 0,
+            name: "p".into(),
+        };
+        let huge = "x".repeat(3 * 1024 * 1024);
+        let error = FieldError::from_plugin(
+            &plugin,
+            ValidationError {
+                path_components: vec!["spec".into(), huge.clone()],
+                value: huge.clone(),
+                message: huge.clone(),
+            },
+        );
+        assert!(error.to_string().len() < 4 * 1024, "{}", error.to_string().len());
+        let call = call_error("p", "Operator/MutateCluster", tonic::Status::internal(huge.clone()));
+        assert!(call.to_string().len() < 2 * 1024, "{}", call.to_string().len());
+        let bad = apply("p", "R", &json!({}), format!("[{{\"op\": \"{huge}\"}}]").as_bytes()).unwrap_err();
+        assert!(bad.to_string().len() < 2 * 1024, "{}", bad.to_string().len());
     }
 }

@@ -291,3 +291,47 @@ async fn a_hanging_plugin_hits_the_call_deadline() {
     assert_eq!(*code, tonic::Code::DeadlineExceeded, "{err}");
     assert!(message.contains("300ms"), "the message names the deadline: {err}");
 }
+
+/// Issue 13, point 5: a 3 MB bad parameter is not echoed whole in the
+/// plugin's `grpc-message` (grpcio refused such an answer with
+/// `RESOURCE_EXHAUSTED: Stream removed`), over a real socket.
+#[tokio::test]
+async fn a_huge_bad_parameter_is_echoed_bounded_in_the_status() {
+    use cnpgi_pluginhelper::proto::operator_lifecycle::v1::{OperatorLifecycleRequest, OperatorOperationType};
+    let plugin = TestPlugin::start_unix(cnpg_i_hello_world::server()).await.unwrap();
+    let path = plugin.address().trim_start_matches("unix://").into();
+    let client = PluginClient::connect(PLUGIN, Transport::Unix { path }, &options()).unwrap();
+    let cluster = serde_json::json!({
+        "apiVersion": "cnpgi.io/v1",
+        "kind": "Cluster",
+        "metadata": {"name": "c", "namespace": "default"},
+        "spec": {"instances": 1, "plugins": [{
+            "name": PLUGIN,
+            "parameters": {"labels": format!("{{\"{}", "x".repeat(3 * 1024 * 1024))}
+        }]}
+    });
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "c-1"}, "spec": {}});
+    let status = client
+        .lifecycle()
+        .lifecycle_hook(client.request(OperatorLifecycleRequest {
+            operation_type: Some(OperatorOperationType {
+                r#type: Operation::Create.into(),
+            }),
+            cluster_definition: serde_json::to_vec(&cluster).unwrap(),
+            object_definition: serde_json::to_vec(&pod).unwrap(),
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        status.code(),
+        tonic::Code::InvalidArgument,
+        "{}",
+        &status.message()[..200.min(status.message().len())]
+    );
+    assert!(status.message().len() < 8 * 1024, "{} bytes", status.message().len());
+    assert!(
+        status.message().contains("spec.plugins[0].parameters.labels"),
+        "{}",
+        status.message()
+    );
+}

@@ -392,9 +392,11 @@ impl DecodeError {
     }
 }
 
+/// `InvalidArgument`, with the error's text bounded to 1 KiB (it may quote
+/// the input).
 impl From<DecodeError> for tonic::Status {
     fn from(err: DecodeError) -> Self {
-        tonic::Status::invalid_argument(err.to_string())
+        tonic::Status::invalid_argument(cnpgi_proto::echo::bounded_string(err.to_string()))
     }
 }
 
@@ -763,5 +765,19 @@ mod tests {
         );
         let back: PluginConfiguration = serde_json::from_value(serde_json::to_value(&config).unwrap()).unwrap();
         assert_eq!(back, config);
+    }
+
+    /// Issue 13, point 5: a decode error does not quote a huge input whole.
+    #[test]
+    fn decode_errors_echo_huge_input_bounded() {
+        let huge = "x".repeat(3 * 1024 * 1024);
+        for document in [
+            format!(r#"{{"metadata": {{"generation": "{huge}"}}}}"#),
+            format!(r#"{{"metadata": {{"labels": {{"{huge}": 1}}}}}}"#),
+        ] {
+            let status = tonic::Status::from(decode_cluster(document.as_bytes()).unwrap_err());
+            assert_eq!(status.code(), tonic::Code::InvalidArgument);
+            assert!(status.message().len() <= 1024, "{}", status.message().len());
+        }
     }
 }

@@ -89,8 +89,8 @@ where
                         Err(error)
                     }
                     Err(panic) => {
-                        let message = panic_message(panic.as_ref());
-                        tracing::error!(elapsed_ms, panic = message, "handler panicked; answering INTERNAL");
+                        let message = cnpgi_proto::echo::bounded(panic_message(panic.as_ref()));
+                        tracing::error!(elapsed_ms, panic = %message, "handler panicked; answering INTERNAL");
                         Ok(
                             tonic::Status::internal(format!("plugin handler for {method} panicked: {message}"))
                                 .into_http(),
@@ -145,17 +145,23 @@ fn log_response(method: &str, response: &http::Response<Body>, elapsed_ms: f64) 
         }
         return;
     }
-    let message = headers
-        .get("grpc-message")
-        .and_then(|v| v.to_str().ok())
-        .map(percent_decode)
-        .unwrap_or_default();
+    let message = logged_message(headers);
     match code {
         tonic::Code::Internal | tonic::Code::Unknown | tonic::Code::DataLoss => {
             tracing::error!(elapsed_ms, code = ?code, message, "call failed")
         }
         _ => tracing::warn!(elapsed_ms, code = ?code, message, "call failed"),
     }
+}
+
+/// The status message of a response, as logged: at most 1 KiB of it.
+fn logged_message(headers: &http::HeaderMap) -> String {
+    headers
+        .get("grpc-message")
+        .and_then(|v| v.to_str().ok())
+        .map(percent_decode)
+        .map(cnpgi_proto::echo::bounded_string)
+        .unwrap_or_default()
 }
 
 /// `grpc-message` is percent-encoded on the wire (gRPC HTTP/2 spec).
@@ -198,5 +204,15 @@ mod tests {
         assert!(is_routine("/cnpgi.identity.v1.Identity/Probe"));
         assert!(is_routine("/grpc.health.v1.Health/Check"));
         assert!(!is_routine("/cnpgi.operator.v1.Operator/MutateCluster"));
+    }
+
+    /// Issue 13, point 5: the logged status message is bounded.
+    #[test]
+    fn logged_messages_are_bounded() {
+        let huge = "x".repeat(3 * 1024 * 1024);
+        let response = tonic::Status::invalid_argument(huge).into_http::<Body>();
+        let message = logged_message(response.headers());
+        assert!(message.len() <= 1024, "{}", message.len());
+        assert!(message.starts_with("xxx"));
     }
 }

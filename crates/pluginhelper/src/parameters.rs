@@ -531,7 +531,7 @@ pub enum ParameterError {
 
 impl From<ParameterError> for tonic::Status {
     fn from(err: ParameterError) -> Self {
-        tonic::Status::internal(err.to_string())
+        tonic::Status::internal(cnpgi_proto::echo::bounded_string(err.to_string()))
     }
 }
 
@@ -916,5 +916,31 @@ mod tests {
             schema.parse(0, &params(&[("x", "abc")])).unwrap().string("x").unwrap(),
             "abc"
         );
+    }
+
+    /// Issue 13, point 5: a 3 MB bad value or unknown name is not echoed whole.
+    #[test]
+    fn huge_bad_values_and_names_are_echoed_bounded() {
+        let huge_json = format!("{{\"{}", "x".repeat(3 * 1024 * 1024));
+        let huge_name = "n".repeat(3 * 1024 * 1024);
+        let huge_string = format!("\"{}\"", "s".repeat(3 * 1024 * 1024));
+        let errors = schema()
+            .parse(
+                0,
+                &params(&[("labels", &huge_json), ("mode", &huge_string), (&huge_name, "1")]),
+            )
+            .unwrap_err();
+        let paths: Vec<String> = errors
+            .iter()
+            .map(|e| e.path_components.join("/").chars().take(40).collect())
+            .collect();
+        assert!(errors.len() >= 2, "{paths:?}");
+        for e in &errors {
+            assert!(e.value.len() <= 1024, "value of {} bytes", e.value.len());
+            assert!(e.message.len() <= 1024, "message of {} bytes", e.message.len());
+            assert!(e.path_components.iter().all(|c| c.len() <= 1024));
+        }
+        let status = crate::validation::to_status(&errors);
+        assert!(status.message().len() < 16 * 1024, "{}", status.message().len());
     }
 }

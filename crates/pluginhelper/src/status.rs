@@ -64,7 +64,7 @@ pub enum StatusError {
 
 impl From<StatusError> for tonic::Status {
     fn from(err: StatusError) -> Self {
-        tonic::Status::internal(err.to_string())
+        tonic::Status::internal(cnpgi_proto::echo::bounded_string(err.to_string()))
     }
 }
 

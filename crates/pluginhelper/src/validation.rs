@@ -16,6 +16,10 @@
 //! `path_components`, including an empty one, must be accepted by the caller
 //! without crashing.
 //!
+//! The builders and [`describe`] keep at most 1 KiB of each value, message
+//! and path component ([`cnpgi_proto::echo::bounded`]), so that a huge bad
+//! parameter is not echoed whole into an answer, a `grpc-message` or a log.
+//!
 //! ```
 //! use cnpgi_pluginhelper::validation::{field_path, parameter_error};
 //!
@@ -24,6 +28,7 @@
 //! assert_eq!(field_path(&err.path_components, None), "spec.plugins[0].parameters.labels");
 //! ```
 
+use cnpgi_proto::echo::{bounded, bounded_string};
 pub use cnpgi_proto::operator::v1::ValidationError;
 
 /// A validation error about the parameter `parameter` of the plugin at
@@ -49,10 +54,10 @@ pub fn parameter_error(
             "spec".to_owned(),
             "plugins".to_owned(),
             plugin_index.to_string(),
-            parameter.to_owned(),
+            bounded(parameter).into_owned(),
         ],
-        value: value.into(),
-        message: message.into(),
+        value: bounded_string(value),
+        message: bounded_string(message),
     }
 }
 
@@ -70,9 +75,9 @@ where
     S: Into<String>,
 {
     ValidationError {
-        path_components: path_components.into_iter().map(Into::into).collect(),
-        value: value.into(),
-        message: message.into(),
+        path_components: path_components.into_iter().map(bounded_string).collect(),
+        value: bounded_string(value),
+        message: bounded_string(message),
     }
 }
 
@@ -98,10 +103,11 @@ pub fn describe(errors: &[ValidationError]) -> String {
         .iter()
         .map(|err| {
             let path = field_path(&err.path_components, None);
+            let (path, message) = (bounded(&path), bounded(&err.message));
             if err.value.is_empty() {
-                format!("{path}: {}", err.message)
+                format!("{path}: {message}")
             } else {
-                format!("{path}: {} (value {:?})", err.message, err.value)
+                format!("{path}: {message} (value {:?})", bounded(&err.value))
             }
         })
         .collect::<Vec<_>>()
@@ -171,5 +177,29 @@ mod tests {
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert_eq!(status.message(), format!("invalid plugin configuration:\n{text}"));
         assert_eq!(describe(&[]), "");
+    }
+
+    /// Issue 13, point 5: a huge value, name or message is echoed bounded.
+    #[test]
+    fn huge_values_names_and_messages_are_echoed_bounded() {
+        let huge = "x".repeat(3 * 1024 * 1024);
+        let err = parameter_error(0, &huge, huge.clone(), huge.clone());
+        assert!(
+            err.value.len() <= 1024 && err.message.len() <= 1024,
+            "{}",
+            err.value.len()
+        );
+        assert!(err.path_components.iter().all(|c| c.len() <= 1024));
+        let err = error([huge.clone()], huge.clone(), huge.clone());
+        assert!(err.value.len() <= 1024 && err.message.len() <= 1024 && err.path_components[0].len() <= 1024);
+        // Errors built by hand are bounded when described.
+        let by_hand = ValidationError {
+            path_components: vec![huge.clone()],
+            value: huge.clone(),
+            message: huge.clone(),
+        };
+        let status = to_status(&[err, by_hand]);
+        assert!(status.message().len() < 8 * 1024, "{}", status.message().len());
+        assert!(status.message().contains("bytes in all"));
     }
 }

@@ -21,6 +21,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod echo;
+
 /// The encoded `FileDescriptorSet` of every CNPG-I `.proto` file in this
 /// crate, for use with gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cnpgi_descriptor.bin"));
