@@ -3,13 +3,9 @@
 //! Shared by the reconciler and the local mode, on the Cluster as JSON (so
 //! that plugins see every field the user wrote).
 
-use std::{
-    collections::hash_map::DefaultHasher,
-    hash::{Hash, Hasher},
-};
-
 use cnpgi_proto::operator_lifecycle::v1::operator_operation_type::Type as Operation;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use crate::{
     crd::DEFAULT_IMAGE,
@@ -103,12 +99,56 @@ pub fn instance_pod(cluster: &Value, n: i32) -> Value {
 }
 
 /// Hash of the parts of a Pod plugins may change: labels, annotations, spec.
+///
+/// SHA-256 (lowercase hex) of the canonical JSON text of
+/// `{"annotations": …, "labels": …, "spec": …}` (a missing part is `null`):
+/// serde_json's compact form with every object's keys sorted by their UTF-8
+/// bytes, whatever the map type serde_json was built with. The value is
+/// stored on every Pod, so it must only change when the Pod's wanted content
+/// does: not with the Rust toolchain (std's `DefaultHasher` may change
+/// between releases) nor with key order.
 fn plugins_hash(pod: &Value) -> String {
-    let mut hasher = DefaultHasher::new();
-    for part in ["/metadata/labels", "/metadata/annotations", "/spec"] {
-        pod.pointer(part).map(Value::to_string).hash(&mut hasher);
+    let part = |pointer: &str| pod.pointer(pointer).cloned().unwrap_or(Value::Null);
+    let parts = json!({
+        "annotations": part("/metadata/annotations"),
+        "labels": part("/metadata/labels"),
+        "spec": part("/spec"),
+    });
+    let mut hasher = Sha256::new();
+    write_canonical(&parts, &mut hasher);
+    hasher.finalize().iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Feeds `value`'s canonical JSON text (compact, object keys sorted) to `hasher`.
+fn write_canonical(value: &Value, hasher: &mut Sha256) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            hasher.update(b"{");
+            for (i, (key, value)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    hasher.update(b",");
+                }
+                // A key is a JSON string: its text is that of a string value.
+                hasher.update(Value::from(key.as_str()).to_string().as_bytes());
+                hasher.update(b":");
+                write_canonical(value, hasher);
+            }
+            hasher.update(b"}");
+        }
+        Value::Array(items) => {
+            hasher.update(b"[");
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    hasher.update(b",");
+                }
+                write_canonical(item, hasher);
+            }
+            hasher.update(b"]");
+        }
+        scalar => hasher.update(scalar.to_string().as_bytes()),
     }
-    format!("{:016x}", hasher.finish())
 }
 
 /// What the plugins want for instance `n` now (the EVALUATE chain), as a hash.
@@ -177,5 +217,39 @@ mod tests {
         let bare = instance_pod(&json!({"metadata": {"name": "x"}}), 1);
         assert_eq!(bare["spec"]["containers"][0]["image"], DEFAULT_IMAGE);
         assert!(bare["metadata"].get("ownerReferences").is_none());
+    }
+
+    /// The drift hash is part of every Pod: it must not change with the
+    /// toolchain, the serde_json features or the order of object keys, or
+    /// an upgrade would roll every Pod. The literal values were computed
+    /// independently (Python: `hashlib.sha256(json.dumps({"annotations": …,
+    /// "labels": …, "spec": …}, sort_keys=True, separators=(",", ":"),
+    /// ensure_ascii=False).encode())`).
+    #[test]
+    fn plugins_hash_is_pinned_sha256_of_canonical_json() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "pg-1",
+                "labels": {"z": "1", "a": "2", "cnpgi.io/cluster": "pg"},
+                "annotations": {"note": "é ✓"},
+            },
+            "spec": {
+                "containers": [{"name": "postgres", "image": "postgres:16", "env": [{"value": "x", "name": "A"}]}],
+                "securityContext": {"runAsUser": 26, "runAsNonRoot": true},
+            }
+        });
+        assert_eq!(
+            plugins_hash(&pod),
+            "b329cc865c72e02e29ccc04492d9bb314ff34a83018aa8ddd20f988f37bcd96c"
+        );
+        // Fields outside labels, annotations and spec do not count.
+        let mut renamed = pod.clone();
+        renamed["metadata"]["name"] = json!("other");
+        assert_eq!(plugins_hash(&renamed), plugins_hash(&pod));
+        assert_eq!(
+            plugins_hash(&json!({})),
+            "e019688eeb1d3b2b1c6f87091008fbab67b25c6bf84549bb3c5f6ed29498bbc8"
+        );
     }
 }
