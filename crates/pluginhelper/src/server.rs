@@ -23,11 +23,11 @@ use cnpgi_tls::server::{ReloadingServerConfig, ServerTlsFiles};
 use futures_util::{FutureExt, TryStreamExt};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf},
-    net::{TcpListener, TcpStream, UnixListener},
+    net::{TcpListener, TcpStream, UnixListener, UnixStream},
     sync::{mpsc, watch},
 };
 use tokio_rustls::server::TlsStream;
-use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{
     Request,
     server::NamedService,
@@ -257,7 +257,7 @@ impl<I: identity_server::Identity> PluginServer<I> {
             }
             PluginListener::Unix { listener, socket } => {
                 // Every client, whatever `:authority` it sends over the socket.
-                let incoming = UnixListenerStream::new(listener).map_ok(AuthorityRewrite::new);
+                let incoming = unix_incoming(listener, self.options.preface_timeout).map_ok(AuthorityRewrite::new);
                 let result = tokio::select! {
                     result = server.add_routes(routes).serve_with_incoming_shutdown(incoming, signal) => result,
                     () = grace_elapsed => {
@@ -446,28 +446,71 @@ fn tls_incoming(
             let acceptor = tls.acceptor();
             let tx = tx.clone();
             tokio::spawn(async move {
-                let mut stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
+                let stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => stream,
                     Ok(Err(error)) => return tracing::warn!(%peer, %error, "TLS handshake refused"),
                     Err(_) => return tracing::warn!(%peer, ?handshake_timeout, "TLS handshake timed out"),
                 };
-                let mut preface = [0u8; HTTP2_PREFACE.len()];
-                match tokio::time::timeout(preface_timeout, stream.read_exact(&mut preface)).await {
-                    Ok(Ok(_)) if &preface == HTTP2_PREFACE => {
-                        let _ = tx.send(Ok(Prefaced::new(preface, stream))).await;
-                    }
-                    Ok(Ok(_)) => tracing::warn!(%peer, "not an HTTP/2 client (no connection preface); closing"),
-                    Ok(Err(error)) => tracing::warn!(%peer, %error, "connection lost before the HTTP/2 preface"),
-                    Err(_) => tracing::warn!(
-                        %peer,
-                        ?preface_timeout,
-                        "no HTTP/2 preface after the TLS handshake; closing the idle connection"
-                    ),
+                if let Some(stream) = read_preface(stream, preface_timeout, &peer).await {
+                    let _ = tx.send(Ok(stream)).await;
                 }
             });
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// Accepts Unix socket connections and reads each one's HTTP/2 preface in
+/// its own task, closing connections that stay silent for `preface_timeout`.
+/// Ends when the server drops the stream.
+fn unix_incoming(
+    listener: UnixListener,
+    preface_timeout: Duration,
+) -> ReceiverStream<Result<Prefaced<UnixStream>, std::io::Error>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let stream = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot accept a connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                () = tx.closed() => break,
+            };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                if let Some(stream) = read_preface(stream, preface_timeout, &"unix socket client").await {
+                    let _ = tx.send(Ok(stream)).await;
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+/// Reads the HTTP/2 connection preface within `timeout`. A connection that
+/// stays silent, breaks or sends something else is logged and closed (`None`).
+async fn read_preface<S: AsyncRead + Unpin>(
+    mut stream: S,
+    timeout: Duration,
+    peer: &(dyn std::fmt::Display + Sync),
+) -> Option<Prefaced<S>> {
+    let mut preface = [0u8; HTTP2_PREFACE.len()];
+    match tokio::time::timeout(timeout, stream.read_exact(&mut preface)).await {
+        Ok(Ok(_)) if &preface == HTTP2_PREFACE => return Some(Prefaced::new(preface, stream)),
+        Ok(Ok(_)) => tracing::warn!(%peer, "not an HTTP/2 client (no connection preface); closing"),
+        Ok(Err(error)) => tracing::warn!(%peer, %error, "connection lost before the HTTP/2 preface"),
+        Err(_) => tracing::warn!(
+            %peer,
+            preface_timeout = ?timeout,
+            "no HTTP/2 preface in time; closing the idle connection"
+        ),
+    }
+    None
 }
 
 /// A connection whose first bytes (the HTTP/2 preface) were already read:

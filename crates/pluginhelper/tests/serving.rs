@@ -489,3 +489,32 @@ async fn an_oversized_request_is_refused_with_resource_exhausted() {
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(status.message().contains("too large"), "{status:?}");
 }
+
+/// Issue 13, point 7: over a Unix socket too, a client that connects and
+/// sends nothing is disconnected after `preface_timeout`.
+#[tokio::test]
+async fn a_unix_socket_connection_that_never_sends_the_http2_preface_is_closed() {
+    let (server, _) = server(true);
+    let server = server.with_options(ServeOptions {
+        preface_timeout: Duration::from_secs(1),
+        ..ServeOptions::default()
+    });
+    let plugin = TestPlugin::start_unix(server).await.unwrap();
+    let path = plugin.address().trim_start_matches("unix://").to_owned();
+    let mut socket = tokio::net::UnixStream::connect(&path).await.unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(15), async {
+        let mut buffer = [0u8; 256];
+        loop {
+            match socket.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "a silent Unix socket connection is still open after 15 s"
+    );
+    assert_eq!(metadata_over(plugin.channel()).await.unwrap(), NAME);
+}
