@@ -312,11 +312,15 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let mut controller_task = controller_task;
     ready.store(true, Ordering::SeqCst);
     tracing::info!("cnpgi-operator started");
 
-    shutdown_signal().await;
-    tracing::info!("shutting down");
+    let outcome = wait_for_stop(shutdown_signal(), &mut controller_task).await;
+    match &outcome {
+        Ok(()) => tracing::info!("shutting down"),
+        Err(reason) => tracing::error!(%reason, "shutting down: the reconciler is gone"),
+    }
     ready.store(false, Ordering::SeqCst);
     let _ = stop_tx.send(true);
     webhook_handle.graceful_shutdown(Some(Duration::from_secs(10)));
@@ -330,13 +334,69 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     for task in discovery {
         task.abort();
     }
+    outcome.map_err(anyhow::Error::msg)?;
     tracing::info!("cnpgi-operator stopped");
     Ok(())
+}
+
+/// Waits for `signal` (SIGTERM/SIGINT). The reconciler must outlive it: if
+/// its task ends or panics first, the reason is returned, `controller` is
+/// emptied and the caller stops the process with an error, so that
+/// Kubernetes restarts it instead of keeping a live process that no longer
+/// reconciles.
+async fn wait_for_stop(
+    signal: impl std::future::Future<Output = ()>,
+    controller: &mut Option<tokio::task::JoinHandle<()>>,
+) -> Result<(), String> {
+    let Some(task) = controller.as_mut() else {
+        signal.await;
+        return Ok(());
+    };
+    let ended = tokio::select! {
+        () = signal => return Ok(()),
+        ended = task => ended,
+    };
+    *controller = None;
+    Err(match ended {
+        Ok(()) => "the reconciler ended on its own".to_owned(),
+        Err(error) if error.is_panic() => {
+            let panic = error.into_panic();
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".to_owned());
+            format!("the reconciler panicked: {message}")
+        }
+        Err(error) => format!("the reconciler was cancelled: {error}"),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_panicked_or_ended_reconciler_stops_the_process() {
+        let mut panicked = Some(tokio::spawn(async { panic!("boom in reconcile") }));
+        let never = std::future::pending::<()>();
+        let reason = wait_for_stop(never, &mut panicked).await.unwrap_err();
+        assert_eq!(reason, "the reconciler panicked: boom in reconcile");
+        assert!(panicked.is_none());
+
+        let mut ended = Some(tokio::spawn(async {}));
+        let reason = wait_for_stop(std::future::pending::<()>(), &mut ended)
+            .await
+            .unwrap_err();
+        assert!(reason.contains("ended on its own"), "{reason}");
+
+        // The signal first: a clean stop, the reconciler is left to finish.
+        let mut running = Some(tokio::spawn(std::future::pending::<()>()));
+        assert_eq!(wait_for_stop(async {}, &mut running).await, Ok(()));
+        assert!(running.is_some());
+        // No reconciler: only the signal counts.
+        assert_eq!(wait_for_stop(async {}, &mut None).await, Ok(()));
+    }
 
     #[test]
     fn dial_overrides_are_service_addresses_mapped_to_host_ports() {

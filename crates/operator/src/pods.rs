@@ -175,12 +175,74 @@ pub async fn build_pod_with_patches(
     let mut patched = router
         .lifecycle_hook(cluster, &instance_pod(cluster, n), Operation::Create)
         .await?;
-    let metadata = &mut patched.object["metadata"];
-    if !metadata["annotations"].is_object() {
-        metadata["annotations"] = json!({});
-    }
-    metadata["annotations"][PLUGINS_HASH_ANNOTATION] = Value::from(hash);
+    annotate_hash(&mut patched, hash)?;
     Ok(patched)
+}
+
+/// Sets [`PLUGINS_HASH_ANNOTATION`] on the patched Pod, creating
+/// `metadata` and `metadata.annotations` when missing or null.
+///
+/// A patch may have turned the Pod, its `metadata` or its `annotations`
+/// into something else than an object: that is the plugin's unusable
+/// answer, blamed on the last plugin whose patch wrote there.
+fn annotate_hash(patched: &mut crate::routing::Patched, hash: String) -> Result<(), RouteError> {
+    let not_an_object = |patched: &crate::routing::Patched, what: &str, value: &Value| {
+        let wrote = |patch: &json_patch::Patch| {
+            patch.0.iter().any(|op| {
+                let path = op.path().to_string();
+                path.is_empty() || path == "/metadata" || path == "/metadata/annotations"
+            })
+        };
+        let plugin = patched
+            .patches
+            .iter()
+            .rev()
+            .find(|p| wrote(&p.patch))
+            .or_else(|| patched.patches.iter().rev().find(|p| !p.patch.0.is_empty()))
+            .map_or_else(|| "(none)".to_owned(), |p| p.plugin.clone());
+        let kind = match value {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "an array",
+            Value::Object(_) => "an object",
+        };
+        RouteError::BadAnswer {
+            plugin,
+            rpc: "OperatorLifecycle/LifecycleHook",
+            reason: format!("the patched Pod's {what} must be a JSON object, got {kind}"),
+        }
+    };
+    let Some(pod) = patched.object.as_object_mut() else {
+        return Err(not_an_object(patched, "root", &patched.object));
+    };
+    let metadata = pod
+        .entry("metadata")
+        .and_modify(|m| {
+            if m.is_null() {
+                *m = json!({});
+            }
+        })
+        .or_insert_with(|| json!({}));
+    let Some(metadata) = metadata.as_object_mut() else {
+        let metadata = metadata.clone();
+        return Err(not_an_object(patched, "metadata", &metadata));
+    };
+    let annotations = metadata
+        .entry("annotations")
+        .and_modify(|a| {
+            if a.is_null() {
+                *a = json!({});
+            }
+        })
+        .or_insert_with(|| json!({}));
+    let Some(annotations) = annotations.as_object_mut() else {
+        let annotations = annotations.clone();
+        return Err(not_an_object(patched, "metadata.annotations", &annotations));
+    };
+    annotations.insert(PLUGINS_HASH_ANNOTATION.to_owned(), Value::from(hash));
+    Ok(())
 }
 
 #[cfg(test)]
@@ -251,5 +313,125 @@ mod tests {
             plugins_hash(&json!({})),
             "e019688eeb1d3b2b1c6f87091008fbab67b25c6bf84549bb3c5f6ed29498bbc8"
         );
+    }
+}
+
+/// Property test: whatever the plugins answer, building a Pod never panics;
+/// every failure is a typed error.
+#[cfg(test)]
+mod answers {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::routing::{Patched, PluginPatch, apply};
+
+    /// Any JSON value, nested a few levels, now and then a large string.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            4 => Just(Value::Null),
+            4 => any::<bool>().prop_map(Value::from),
+            4 => any::<i64>().prop_map(Value::from),
+            4 => any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            4 => ".{0,12}".prop_map(Value::from),
+            1 => (1usize..3).prop_map(|n| Value::from("x".repeat(n * 512 * 1024))),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+                prop::collection::btree_map("[a-z/~]{0,8}", inner, 0..6)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Paths a lifecycle patch may touch, the dangerous ones first.
+    fn any_path() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            Just("/metadata".to_owned()),
+            Just("/spec".to_owned()),
+            Just("/metadata/annotations".to_owned()),
+            Just("/metadata/labels".to_owned()),
+            Just("/metadata/annotations/cnpgi.io~1pluginsHash".to_owned()),
+            Just("/spec/containers/0".to_owned()),
+            Just("/spec/containers/-".to_owned()),
+            "(/[a-z0-9~-]{0,6}){0,4}",
+        ]
+    }
+
+    /// A plugin's answer: an RFC 6902 patch of any operations, or bytes.
+    fn any_answer() -> impl Strategy<Value = Vec<u8>> {
+        let op = (
+            prop::sample::select(vec!["add", "remove", "replace", "move", "copy", "test", "bogus"]),
+            any_path(),
+            any_path(),
+            any_json(),
+        )
+            .prop_map(|(op, path, from, value)| json!({"op": op, "path": path, "from": from, "value": value}));
+        prop_oneof![
+            4 => prop::collection::vec(op, 0..4).prop_map(|ops| Value::from(ops).to_string().into_bytes()),
+            1 => any_json().prop_map(|v| v.to_string().into_bytes()),
+            1 => prop::collection::vec(any::<u8>(), 0..64),
+        ]
+    }
+
+    /// What the reconciler does with the answers: the chain of patches on
+    /// the template, the hash, the annotation, and the typed Pod.
+    fn build(answers: &[Vec<u8>]) -> Result<Value, String> {
+        let cluster = json!({"metadata": {"name": "pg", "namespace": "db", "uid": "u"}});
+        let mut patched = Patched {
+            object: instance_pod(&cluster, 1),
+            patches: Vec::new(),
+        };
+        for (i, answer) in answers.iter().enumerate() {
+            let plugin = format!("plugin-{i}");
+            let (object, patch) = apply(&plugin, "OperatorLifecycle/LifecycleHook", &patched.object, answer)
+                .map_err(|e| e.to_string())?;
+            patched.object = object;
+            patched.patches.push(PluginPatch { plugin, patch });
+        }
+        let hash = plugins_hash(&patched.object);
+        annotate_hash(&mut patched, hash.clone()).map_err(|e| e.to_string())?;
+        assert_eq!(
+            patched.object.pointer("/metadata/annotations/cnpgi.io~1pluginsHash"),
+            Some(&Value::from(hash))
+        );
+        let _: Result<k8s_openapi::api::core::v1::Pod, _> = serde_json::from_value(patched.object.clone());
+        Ok(patched.object)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn no_plugin_answer_panics(answers in prop::collection::vec(any_answer(), 1..4)) {
+            match std::panic::catch_unwind(|| build(&answers)) {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => prop_assert!(error.starts_with("plugin plugin-"), "{error}"),
+                Err(_) => prop_assert!(false, "panicked on {:?}", answers.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>()),
+            }
+        }
+    }
+
+    #[test]
+    fn a_patch_replacing_the_metadata_or_the_pod_is_a_typed_error() {
+        for answer in [
+            json!([{"op": "replace", "path": "/metadata", "value": "text"}]),
+            json!([{"op": "replace", "path": "", "value": 7}]),
+            json!([{"op": "replace", "path": "", "value": []}]),
+            json!([{"op": "replace", "path": "/metadata/annotations", "value": 1}]),
+        ] {
+            let error = build(&[answer.to_string().into_bytes()]).expect_err("a broken Pod is refused");
+            assert!(error.contains("plugin-0"), "{answer}: {error}");
+        }
+        // A patch replacing the annotations with null, or the metadata with
+        // an empty object, leaves a usable Pod.
+        for answer in [
+            json!([{"op": "replace", "path": "/metadata/annotations", "value": null}]),
+            json!([{"op": "replace", "path": "/metadata", "value": {}}]),
+        ] {
+            build(&[answer.to_string().into_bytes()]).expect("a usable Pod");
+        }
     }
 }

@@ -536,7 +536,7 @@ fn call_error(plugin: &str, rpc: &'static str, status: tonic::Status) -> RouteEr
 }
 
 /// Decodes and applies a plugin's patch to a copy of `object`.
-fn apply(
+pub(crate) fn apply(
     plugin: &str,
     rpc: &'static str,
     object: &Value,
@@ -553,7 +553,11 @@ fn apply(
     let patch: json_patch::Patch =
         serde_json::from_slice(patch).map_err(|e| bad(format!("not an RFC 6902 JSON Patch: {e}")))?;
     let mut patched = object.clone();
-    json_patch::patch(&mut patched, &patch).map_err(|e| bad(format!("the patch does not apply: {e}")))?;
+    // `patch_unsafe`, not `patch`: on a failed operation `patch` undoes the
+    // applied ones and panics when an undo fails (json-patch 4.2, e.g. after
+    // a `move` into a path an earlier `add` created). The copy is dropped
+    // on error, so there is nothing to undo.
+    json_patch::patch_unsafe(&mut patched, &patch).map_err(|e| bad(format!("the patch does not apply: {e}")))?;
     Ok((patched, patch))
 }
 
