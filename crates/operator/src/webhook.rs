@@ -16,7 +16,12 @@
 use std::{future::Future, io, net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
 
 use axum::{
-    Router as HttpRouter, body::Bytes, extract::State, http::StatusCode, response::IntoResponse, routing::post,
+    Router as HttpRouter,
+    body::Bytes,
+    extract::{DefaultBodyLimit, State},
+    http::StatusCode,
+    response::IntoResponse,
+    routing::post,
 };
 use base64::Engine;
 use cnpgi_tls::server::ReloadingServerConfig;
@@ -40,12 +45,20 @@ struct WebhookState {
     deadline: Duration,
 }
 
+/// The largest request body accepted, 7 MiB as controller-runtime's webhook
+/// server: an UPDATE review carries the object and its old version, each up
+/// to the API server's 3 MiB. A larger body gets `413 Payload Too Large`.
+/// (axum's default, 2 MiB, would refuse legitimate updates.)
+pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+
 /// The webhook's HTTP routes, answering within `deadline` (keep it below
-/// the `timeoutSeconds` of the webhook configuration).
+/// the `timeoutSeconds` of the webhook configuration), accepting bodies of
+/// up to [`MAX_BODY_BYTES`].
 pub fn routes(router: Router, deadline: Duration) -> HttpRouter {
     HttpRouter::new()
         .route(MUTATE_PATH, post(mutate))
         .route(VALIDATE_PATH, post(validate))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(WebhookState { router, deadline })
 }
 

@@ -124,6 +124,11 @@ impl Webhook {
     /// POSTs `body` over HTTPS (HTTP/1.1, as a plain client), verifying the
     /// webhook's certificate; returns the status and the body.
     async fn post(&self, path: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
+        self.try_post(path, body).await.unwrap()
+    }
+
+    /// [`Self::post`], with the client's failure (reset connection…) as an error.
+    async fn try_post(&self, path: &str, body: Vec<u8>) -> Result<(u16, Vec<u8>), hyper::Error> {
         let verifier =
             PinnedServerVerifier::new(pem::read_certificates(&self.certs.server.cert_path, "server").unwrap()).unwrap();
         let mut config = rustls::ClientConfig::builder_with_provider(cnpgi_tls::crypto_provider())
@@ -150,12 +155,9 @@ impl Webhook {
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body)))
             .unwrap();
-        let response = sender.send_request(request).await.unwrap();
+        let response = sender.send_request(request).await?;
         let status = response.status().as_u16();
-        (
-            status,
-            response.into_body().collect().await.unwrap().to_bytes().to_vec(),
-        )
+        Ok((status, response.into_body().collect().await?.to_bytes().to_vec()))
     }
 
     async fn review(&self, path: &str, operation: &str, object: Value, old: Option<Value>) -> Value {
@@ -309,6 +311,61 @@ async fn malformed_bodies_get_400_with_a_reason() {
             assert_eq!(status, 400, "{path}: {text}");
             assert!(text.contains(reason), "{path}: {text}");
         }
+    }
+    // Still serving.
+    let response = webhook.review(MUTATE_PATH, "CREATE", cluster(json!([])), None).await;
+    assert_eq!(response["allowed"], true);
+    webhook.handle.shutdown();
+}
+
+/// An UPDATE carries the object and its old version: the API server allows
+/// objects of up to 3 MiB, so a review can be over 6 MiB. The webhook
+/// accepts up to 7 MiB, as controller-runtime's webhook server does, and
+/// refuses larger bodies with 413.
+#[tokio::test]
+async fn a_6_mib_update_review_is_served_and_a_10_mib_body_gets_413() {
+    let webhook = start().await;
+    let big = |size: usize| {
+        let mut object = cluster(json!([]));
+        object["metadata"]["annotations"] = json!({"example.com/blob": "x".repeat(size)});
+        object
+    };
+    let review = |size: usize| {
+        json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                "kind": {"group": "cnpgi.io", "version": "v1", "kind": "Cluster"},
+                "resource": {"group": "cnpgi.io", "version": "v1", "resource": "clusters"},
+                "name": "cluster-example",
+                "namespace": "default",
+                "operation": "UPDATE",
+                "userInfo": {"username": "admin"},
+                "object": big(size),
+                "oldObject": big(size),
+            }
+        })
+    };
+    let six = serde_json::to_vec(&review(3 * 1024 * 1024)).unwrap();
+    assert!(six.len() > 6 * 1024 * 1024, "{}", six.len());
+    for path in [VALIDATE_PATH, MUTATE_PATH] {
+        let (status, body) = webhook.post(path, six.clone()).await;
+        assert_eq!(
+            status,
+            200,
+            "{path}: {}",
+            String::from_utf8_lossy(&body[..body.len().min(300)])
+        );
+        let answer: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(answer["response"]["allowed"], true, "{path}");
+    }
+
+    let ten = serde_json::to_vec(&review(5 * 1024 * 1024)).unwrap();
+    assert!(ten.len() > 10 * 1024 * 1024, "{}", ten.len());
+    for path in [VALIDATE_PATH, MUTATE_PATH] {
+        let (status, body) = webhook.try_post(path, ten.clone()).await.unwrap();
+        assert_eq!(status, 413, "{path}: {}", String::from_utf8_lossy(&body));
     }
     // Still serving.
     let response = webhook.review(MUTATE_PATH, "CREATE", cluster(json!([])), None).await;
