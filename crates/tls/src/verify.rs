@@ -16,7 +16,9 @@
 //! would let anyone holding its key sign new certificates, even when the leaf
 //! is expired or restricted to another purpose. Go's `x509.Verify` refuses
 //! such chains ("parent certificate cannot sign this kind of certificate"), and
-//! so does this module: pinned leaves are trusted as themselves only.
+//! so does this module: pinned leaves are trusted as themselves only. For the
+//! same reason, a pinned CA outside its validity period issues nothing (Go
+//! checks every certificate's dates, the root's included).
 //!
 //! Any other certificate is refused. The name a server presents is always
 //! checked against the name the client expects.
@@ -51,8 +53,8 @@ enum Purpose {
 #[derive(Debug)]
 pub struct PinnedServerVerifier {
     pinned: Vec<CertificateDer<'static>>,
-    /// Chain verification to the pinned CAs; `None` when none is a CA.
-    chain: Option<Arc<WebPkiServerVerifier>>,
+    /// The pinned CAs and chain verification to them; `None` when none is a CA.
+    chain: Option<(Vec<PinnedCa>, Arc<WebPkiServerVerifier>)>,
     provider: Arc<CryptoProvider>,
 }
 
@@ -67,13 +69,12 @@ impl PinnedServerVerifier {
     /// ```
     pub fn new(pinned: Vec<CertificateDer<'static>>) -> Result<Arc<Self>, TlsError> {
         let provider = crypto_provider();
-        let chain = match root_store(&pinned)? {
-            Some(roots) => Some(
-                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                    .build()
-                    .map_err(|e| TlsError::Verifier(e.to_string()))?,
-            ),
-            None => None,
+        let cas = pinned_cas(&pinned)?;
+        let chain = if cas.is_empty() {
+            None
+        } else {
+            let verifier = server_chain_verifier(&cas, &provider)?;
+            Some((cas, verifier))
         };
         Ok(Arc::new(Self {
             pinned,
@@ -81,6 +82,43 @@ impl PinnedServerVerifier {
             provider,
         }))
     }
+}
+
+fn server_chain_verifier(
+    cas: &[PinnedCa],
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<WebPkiServerVerifier>, TlsError> {
+    WebPkiServerVerifier::builder_with_provider(Arc::new(roots(cas)?), provider.clone())
+        .build()
+        .map_err(|e| TlsError::Verifier(e.to_string()))
+}
+
+fn client_chain_verifier(
+    cas: &[PinnedCa],
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots(cas)?), provider.clone())
+        .build()
+        .map_err(|e| TlsError::Verifier(e.to_string()))
+}
+
+/// The verifier to use at `now`: the one built over every pinned CA when
+/// they are all within their validity period, else one built over those
+/// that are (webpki does not check a trust anchor's dates; Go does).
+fn current<V: ?Sized>(
+    (cas, all): &(Vec<PinnedCa>, Arc<V>),
+    now: UnixTime,
+    build: impl FnOnce(&[PinnedCa]) -> Result<Arc<V>, TlsError>,
+) -> Result<Arc<V>, Error> {
+    let now = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+    if cas.iter().all(|ca| ca.valid_at(now)) {
+        return Ok(all.clone());
+    }
+    let valid: Vec<PinnedCa> = cas.iter().filter(|ca| ca.valid_at(now)).cloned().collect();
+    if valid.is_empty() {
+        return Err(Error::InvalidCertificate(CertificateError::UnknownIssuer));
+    }
+    build(&valid).map_err(|e| Error::General(e.to_string()))
 }
 
 impl ServerCertVerifier for PinnedServerVerifier {
@@ -99,7 +137,13 @@ impl ServerCertVerifier for PinnedServerVerifier {
             return Ok(ServerCertVerified::assertion());
         }
         match &self.chain {
-            Some(chain) => chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now),
+            Some(chain) => current(chain, now, |cas| server_chain_verifier(cas, &self.provider))?.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp_response,
+                now,
+            ),
             None => Err(Error::InvalidCertificate(CertificateError::UnknownIssuer)),
         }
     }
@@ -132,8 +176,8 @@ impl ServerCertVerifier for PinnedServerVerifier {
 #[derive(Debug)]
 pub struct PinnedClientVerifier {
     pinned: Vec<CertificateDer<'static>>,
-    /// Chain verification to the pinned CAs; `None` when none is a CA.
-    chain: Option<Arc<dyn ClientCertVerifier>>,
+    /// The pinned CAs and chain verification to them; `None` when none is a CA.
+    chain: Option<(Vec<PinnedCa>, Arc<dyn ClientCertVerifier>)>,
     provider: Arc<CryptoProvider>,
 }
 
@@ -141,13 +185,12 @@ impl PinnedClientVerifier {
     /// Trusts clients presenting one of `pinned`, or a chain to one of them.
     pub fn new(pinned: Vec<CertificateDer<'static>>) -> Result<Arc<Self>, TlsError> {
         let provider = crypto_provider();
-        let chain = match root_store(&pinned)? {
-            Some(roots) => Some(
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                    .build()
-                    .map_err(|e| TlsError::Verifier(e.to_string()))?,
-            ),
-            None => None,
+        let cas = pinned_cas(&pinned)?;
+        let chain = if cas.is_empty() {
+            None
+        } else {
+            let verifier = client_chain_verifier(&cas, &provider)?;
+            Some((cas, verifier))
         };
         Ok(Arc::new(Self {
             pinned,
@@ -176,7 +219,11 @@ impl ClientCertVerifier for PinnedClientVerifier {
             return Ok(ClientCertVerified::assertion());
         }
         match &self.chain {
-            Some(chain) => chain.verify_client_cert(end_entity, intermediates, now),
+            Some(chain) => current(chain, now, |cas| client_chain_verifier(cas, &self.provider))?.verify_client_cert(
+                end_entity,
+                intermediates,
+                now,
+            ),
             None => Err(Error::InvalidCertificate(CertificateError::UnknownIssuer)),
         }
     }
@@ -208,35 +255,53 @@ impl ClientCertVerifier for PinnedClientVerifier {
     }
 }
 
-/// The trust anchors for chain verification: the pinned certificates marked
-/// as CAs, or `None` when there is none (every pinned certificate is a leaf,
-/// trusted only as itself).
-fn root_store(pinned: &[CertificateDer<'static>]) -> Result<Option<RootCertStore>, TlsError> {
+/// A pinned certificate marked as a CA, with its validity period (Unix seconds).
+#[derive(Debug, Clone)]
+struct PinnedCa {
+    der: CertificateDer<'static>,
+    not_before: i64,
+    not_after: i64,
+}
+
+impl PinnedCa {
+    fn valid_at(&self, now: i64) -> bool {
+        self.not_before <= now && now <= self.not_after
+    }
+}
+
+/// The pinned certificates that may issue others (`basicConstraints` with
+/// `CA:TRUE`): the trust anchors of chain verification. Empty when every
+/// pinned certificate is a leaf, trusted only as itself.
+fn pinned_cas(pinned: &[CertificateDer<'static>]) -> Result<Vec<PinnedCa>, TlsError> {
     if pinned.is_empty() {
         return Err(TlsError::Verifier("no pinned certificate given".into()));
     }
-    let mut roots = RootCertStore::empty();
-    for (index, cert) in pinned.iter().enumerate() {
-        if !is_ca(cert).map_err(|reason| {
+    let mut cas = Vec::new();
+    for (index, der) in pinned.iter().enumerate() {
+        let unparsable = |reason: String| {
             TlsError::Verifier(format!("pinned certificate #{} cannot be parsed: {reason}", index + 1))
-        })? {
-            continue;
+        };
+        let (_, cert) = X509Certificate::from_der(der.as_ref()).map_err(|e| unparsable(e.to_string()))?;
+        let constraints = cert.basic_constraints().map_err(|e| unparsable(e.to_string()))?;
+        if constraints.is_some_and(|c| c.value.ca) {
+            cas.push(PinnedCa {
+                der: der.clone(),
+                not_before: cert.validity().not_before.timestamp(),
+                not_after: cert.validity().not_after.timestamp(),
+            });
         }
-        roots.add(cert.clone()).map_err(|e| {
-            TlsError::Verifier(format!(
-                "pinned CA certificate #{} cannot be a trust anchor: {e}",
-                index + 1
-            ))
-        })?;
     }
-    Ok((!roots.is_empty()).then_some(roots))
+    Ok(cas)
 }
 
-/// Whether a certificate may issue others: `basicConstraints` with `CA:TRUE`.
-fn is_ca(der: &CertificateDer<'_>) -> Result<bool, String> {
-    let (_, cert) = X509Certificate::from_der(der.as_ref()).map_err(|e| e.to_string())?;
-    let constraints = cert.basic_constraints().map_err(|e| e.to_string())?;
-    Ok(constraints.is_some_and(|c| c.value.ca))
+fn roots(cas: &[PinnedCa]) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for ca in cas {
+        roots
+            .add(ca.der.clone())
+            .map_err(|e| TlsError::Verifier(format!("pinned CA certificate cannot be a trust anchor: {e}")))?;
+    }
+    Ok(roots)
 }
 
 fn is_pinned(pinned: &[CertificateDer<'static>], presented: &CertificateDer<'_>) -> bool {

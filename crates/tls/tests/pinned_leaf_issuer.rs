@@ -239,3 +239,25 @@ async fn operator_client_refuses_a_server_signed_by_a_pinned_leaf() {
         refused(&c, &format!("{case} (sent as intermediate): must be refused"));
     }
 }
+
+/// A pinned CA outside its validity period issues nothing (Go checks the
+/// dates of every certificate of a chain, the root included; webpki does not
+/// check a trust anchor's).
+#[tokio::test]
+async fn an_expired_pinned_ca_is_not_an_issuer() {
+    let expired_ca = self_signed("ca", &[], Validity::Expired, true);
+    let valid_ca = self_signed("ca", &[], Validity::Current, true);
+    let client = self_signed("operator", CLIENT, Validity::Current, false);
+    let server = signed_by("plugin", SERVER, &expired_ca);
+    let (_, c) = handshake(&server, &[], &[&client], &client, &[], &[&expired_ca]).await;
+    refused(&c, "a server issued by an expired pinned CA must be refused");
+    // Another, valid, pinned CA still works alongside the expired one.
+    let server = signed_by("plugin", SERVER, &valid_ca);
+    let (_, c) = handshake(&server, &[], &[&client], &client, &[], &[&expired_ca, &valid_ca]).await;
+    c.unwrap();
+
+    let plugin = self_signed("plugin", SERVER, Validity::Current, false);
+    let forged = signed_by("operator", CLIENT, &expired_ca);
+    let (s, _) = handshake(&plugin, &[], &[&expired_ca], &forged, &[], &[&plugin]).await;
+    refused(&s, "a client issued by an expired pinned CA must be refused");
+}
