@@ -279,7 +279,8 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for InstrumentedCh
         Box::pin(
             async move {
                 let started = std::time::Instant::now();
-                let result = deadline_exceeded(call.await, &plugin, &method, call_timeout);
+                let result = deadline_exceeded(call.await, &plugin, &method, call_timeout)
+                    .map(|response| response.map(|body| LimitedBody::wrap(body, &plugin, &method)));
                 let code = match &result {
                     // Failed unary calls come back as trailers-only responses,
                     // with the status in the headers.
@@ -337,6 +338,112 @@ fn deadline_exceeded(
             Ok(missed())
         }
         other => other,
+    }
+}
+
+/// The largest message a plugin may answer: tonic's default decoding limit
+/// for the generated clients (4 MiB).
+const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+/// A response body that ends with `RESOURCE_EXHAUSTED` (as grpc-go reports
+/// it) as soon as a gRPC message announces more than [`MAX_ANSWER_BYTES`];
+/// tonic's decoder would say `OUT_OF_RANGE`. It reads only the 5-byte
+/// message headers, so it neither buffers nor copies.
+struct LimitedBody {
+    inner: tonic::body::Body,
+    plugin: Arc<str>,
+    method: String,
+    header: [u8; 5],
+    header_len: usize,
+    /// Payload bytes of the current message still to come.
+    remaining: usize,
+    done: bool,
+}
+
+impl LimitedBody {
+    fn wrap(inner: tonic::body::Body, plugin: &Arc<str>, method: &str) -> tonic::body::Body {
+        tonic::body::Body::new(Self {
+            inner,
+            plugin: plugin.clone(),
+            method: method.to_owned(),
+            header: [0; 5],
+            header_len: 0,
+            remaining: 0,
+            done: false,
+        })
+    }
+
+    /// Follows the message framing through `data`; the size of the first
+    /// message over the limit, if any.
+    fn oversized(&mut self, data: &[u8]) -> Option<usize> {
+        let mut i = 0;
+        while i < data.len() {
+            if self.remaining > 0 {
+                let n = self.remaining.min(data.len() - i);
+                self.remaining -= n;
+                i += n;
+                continue;
+            }
+            self.header[self.header_len] = data[i];
+            self.header_len += 1;
+            i += 1;
+            if self.header_len == self.header.len() {
+                self.header_len = 0;
+                let len = u32::from_be_bytes([self.header[1], self.header[2], self.header[3], self.header[4]]);
+                let len = usize::try_from(len).unwrap_or(usize::MAX);
+                if len > MAX_ANSWER_BYTES {
+                    return Some(len);
+                }
+                self.remaining = len;
+            }
+        }
+        None
+    }
+}
+
+impl http_body::Body for LimitedBody {
+    type Data = tonic::codegen::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            other => return other,
+        };
+        let oversized = match frame.data_ref() {
+            Some(data) => {
+                let data = data.clone();
+                self.oversized(&data)
+            }
+            None => None,
+        };
+        let Some(len) = oversized else {
+            return Poll::Ready(Some(Ok(frame)));
+        };
+        self.done = true;
+        let status = tonic::Status::resource_exhausted(format!(
+            "plugin {} answered {} with a message of {len} bytes, more than the {MAX_ANSWER_BYTES} bytes accepted",
+            self.plugin, self.method
+        ));
+        let mut trailers = http::HeaderMap::new();
+        Poll::Ready(Some(match status.add_header(&mut trailers) {
+            Ok(()) => Ok(http_body::Frame::trailers(trailers)),
+            Err(status) => Err(status),
+        }))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -335,3 +335,59 @@ async fn a_huge_bad_parameter_is_echoed_bounded_in_the_status() {
         status.message()
     );
 }
+
+/// A plugin whose metadata is larger than a client accepts (5 MiB).
+struct Verbose;
+
+#[tonic::async_trait]
+impl cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity for Verbose {
+    async fn get_plugin_metadata(
+        &self,
+        _: tonic::Request<cnpgi_pluginhelper::proto::identity::v1::GetPluginMetadataRequest>,
+    ) -> Result<tonic::Response<cnpgi_pluginhelper::proto::identity::v1::GetPluginMetadataResponse>, tonic::Status>
+    {
+        Ok(tonic::Response::new(
+            cnpgi_pluginhelper::proto::identity::v1::GetPluginMetadataResponse {
+                name: "verbose.example.com".into(),
+                description: "v".repeat(5 * 1024 * 1024),
+                ..Default::default()
+            },
+        ))
+    }
+    async fn get_plugin_capabilities(
+        &self,
+        _: tonic::Request<cnpgi_pluginhelper::proto::identity::v1::GetPluginCapabilitiesRequest>,
+    ) -> Result<tonic::Response<cnpgi_pluginhelper::proto::identity::v1::GetPluginCapabilitiesResponse>, tonic::Status>
+    {
+        Ok(tonic::Response::new(Default::default()))
+    }
+    async fn probe(
+        &self,
+        _: tonic::Request<cnpgi_pluginhelper::proto::identity::v1::ProbeRequest>,
+    ) -> Result<tonic::Response<cnpgi_pluginhelper::proto::identity::v1::ProbeResponse>, tonic::Status> {
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+/// Issue 13, point 10: an answer larger than the operator accepts (4 MiB)
+/// is RESOURCE_EXHAUSTED, as grpc-go reports it, not OUT_OF_RANGE.
+#[tokio::test]
+async fn an_oversized_answer_is_resource_exhausted() {
+    let plugin = TestPlugin::start_unix(cnpgi_pluginhelper::server::PluginServer::new(Verbose))
+        .await
+        .unwrap();
+    let path = plugin.address().trim_start_matches("unix://").into();
+    let client = PluginClient::connect("verbose.example.com", Transport::Unix { path }, &options()).unwrap();
+    let status = client
+        .identity()
+        .get_plugin_metadata(client.request(cnpgi_pluginhelper::proto::identity::v1::GetPluginMetadataRequest {}))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("verbose.example.com"),
+        "names the plugin: {status:?}"
+    );
+    // The connection is still usable.
+    assert!(is_ready(&client).await.is_ok());
+}
