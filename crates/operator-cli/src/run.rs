@@ -23,6 +23,7 @@ use cnpgi_operator::{
     metrics::Metrics,
     registry::{Registry, RegistryOptions},
     routing::{Router, RoutingPolicy},
+    serving::{self, ServerLimits},
     webhook,
 };
 use cnpgi_pluginhelper::{
@@ -101,6 +102,27 @@ pub(crate) struct RunArgs {
     /// Deadline of each plugin call, in seconds.
     #[arg(long, env = "PLUGIN_TIMEOUT_SECONDS", default_value_t = 30)]
     pub(crate) plugin_timeout_seconds: u64,
+
+    /// Time an HTTP client has to send a request's headers (webhook and
+    /// metrics servers), in seconds.
+    #[arg(long, env = "HTTP_HEADER_READ_TIMEOUT_SECONDS", default_value_t = 32)]
+    pub(crate) http_header_read_timeout_seconds: u64,
+
+    /// An HTTP connection without traffic for this long is closed, in seconds.
+    #[arg(long, env = "HTTP_IDLE_TIMEOUT_SECONDS", default_value_t = 90)]
+    pub(crate) http_idle_timeout_seconds: u64,
+
+    /// Time an HTTP request has to complete, body included, in seconds.
+    #[arg(long, env = "HTTP_REQUEST_TIMEOUT_SECONDS", default_value_t = 60)]
+    pub(crate) http_request_timeout_seconds: u64,
+
+    /// Connections each HTTP server serves at once; more are closed.
+    #[arg(long, env = "HTTP_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub(crate) http_max_connections: usize,
+
+    /// After SIGTERM, time given to open HTTP connections to finish, in seconds.
+    #[arg(long, env = "SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
+    pub(crate) shutdown_grace_seconds: u64,
 
     /// Log line format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -264,15 +286,22 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .with_state(health);
-    let health_listener = tokio::net::TcpListener::bind(args.metrics_address)
-        .await
+    let limits = ServerLimits {
+        header_read_timeout: Duration::from_secs(args.http_header_read_timeout_seconds),
+        idle_timeout: Duration::from_secs(args.http_idle_timeout_seconds),
+        request_timeout: Duration::from_secs(args.http_request_timeout_seconds),
+        max_connections: args.http_max_connections,
+        ..ServerLimits::default()
+    };
+    let grace = Duration::from_secs(args.shutdown_grace_seconds);
+    let health_listener = std::net::TcpListener::bind(args.metrics_address)
         .with_context(|| format!("cannot listen on {}", args.metrics_address))?;
     tracing::info!(address = %args.metrics_address, "serving /healthz, /readyz and /metrics");
-    let health_server = tokio::spawn(
-        axum::serve(health_listener, health_app)
-            .with_graceful_shutdown(stopped())
-            .into_future(),
-    );
+    let health_handle = axum_server::Handle::new();
+    let health_server = {
+        let (handle, limits) = (health_handle.clone(), limits.clone());
+        tokio::spawn(async move { serving::serve_plain(health_listener, health_app, handle, &limits).await })
+    };
 
     // Admission webhooks.
     let webhook_handle = axum_server::Handle::new();
@@ -289,15 +318,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         )?;
         let listener = std::net::TcpListener::bind(args.webhook_address)
             .with_context(|| format!("cannot listen on {}", args.webhook_address))?;
-        listener.set_nonblocking(true)?;
         let routes = webhook::routes(router.clone(), Duration::from_secs(args.webhook_deadline_seconds));
         tracing::info!(address = %args.webhook_address, "serving admission webhooks");
-        Some(tokio::spawn(webhook::serve_https(
-            listener,
-            tls,
-            routes,
-            webhook_handle.clone(),
-        )))
+        let (handle, limits) = (webhook_handle.clone(), limits.clone());
+        Some(tokio::spawn(async move {
+            webhook::serve_https_with(listener, tls, routes, handle, &limits).await
+        }))
     };
 
     // Reconciler.
@@ -323,7 +349,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     ready.store(false, Ordering::SeqCst);
     let _ = stop_tx.send(true);
-    webhook_handle.graceful_shutdown(Some(Duration::from_secs(10)));
+    webhook_handle.graceful_shutdown(Some(grace));
+    health_handle.graceful_shutdown(Some(grace));
     if let Some(server) = webhook_server {
         server.await??;
     }

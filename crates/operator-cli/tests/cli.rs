@@ -83,3 +83,127 @@ fn a_bad_dial_override_is_a_clear_error() {
         "{stderr}"
     );
 }
+
+/// A free loopback port (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `run` with only its health and metrics server (no Kubernetes, no
+/// webhooks, no reconciler) on `port`, plus `extra` flags; waits until
+/// `/healthz` answers.
+async fn run_metrics_only(port: u16, extra: &[&str]) -> cnpgi_pluginhelper::testing::ChildGuard {
+    let address = format!("127.0.0.1:{port}");
+    let child = cnpgi_pluginhelper::testing::ChildGuard::spawn(
+        Command::new(BIN)
+            .args([
+                "run",
+                "--disable-webhooks",
+                "--disable-controller",
+                "--kubernetes-plugins=false",
+                "--metrics-address",
+                &address,
+            ])
+            .args(extra),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        if let Ok(answer) = get(port, "/healthz").await
+            && answer.starts_with("HTTP/1.1 200")
+        {
+            return child;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "run did not serve /healthz"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A plain HTTP/1.1 GET; the whole answer as text.
+async fn get(port: u16, path: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: operator\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut answer = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), stream.read_to_end(&mut answer)).await??;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// Opens a connection to `port` and sends the start of a request whose
+/// headers never end.
+async fn half_open(port: u16) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: operator\r\nX-Slow: ")
+        .await
+        .unwrap();
+    stream
+}
+
+/// Half-open connections to /metrics (headers that never end) must not keep
+/// the process alive after SIGTERM: the servers' grace is bounded (10 s by
+/// default; Kubernetes kills the container 30 s after SIGTERM).
+#[tokio::test]
+async fn half_open_metrics_connections_do_not_delay_exit_after_sigterm() {
+    let port = free_port();
+    let mut run = run_metrics_only(port, &[]).await;
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(half_open(port).await);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let status = run.terminate(std::time::Duration::from_secs(25)).await.unwrap();
+    assert!(status.success(), "{status:?}");
+    eprintln!("exited {:?} after SIGTERM", started.elapsed());
+    drop(held);
+}
+
+/// A slowloris client (headers sent a few bytes at a time, never ending) is
+/// cut off after the header read timeout (1 s here), while a legitimate
+/// request on another connection is served meanwhile.
+#[tokio::test]
+async fn a_slowloris_connection_is_closed_while_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let port = free_port();
+    let mut run = run_metrics_only(port, &["--http-header-read-timeout-seconds", "1"]).await;
+    let mut slow = half_open(port).await;
+    let started = std::time::Instant::now();
+    let closed_after = loop {
+        // One more header byte every 200 ms: a trickle that never ends the head.
+        if slow.write_all(b"a").await.is_err() {
+            break started.elapsed();
+        }
+        let mut buf = [0u8; 512];
+        // Data, EOF or an error: the server is done with this connection.
+        if tokio::time::timeout(std::time::Duration::from_millis(200), slow.read(&mut buf))
+            .await
+            .is_ok()
+        {
+            break started.elapsed();
+        }
+        let answer = get(port, "/healthz").await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "the slow client is still connected"
+        );
+    };
+    eprintln!("slowloris connection closed after {closed_after:?}");
+    assert!(
+        closed_after >= std::time::Duration::from_millis(900),
+        "{closed_after:?}"
+    );
+    let status = run.terminate(std::time::Duration::from_secs(20)).await.unwrap();
+    assert!(status.success(), "{status:?}");
+}

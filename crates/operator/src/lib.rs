@@ -50,6 +50,7 @@ pub mod probe;
 pub mod rbac;
 pub mod registry;
 pub mod routing;
+pub mod serving;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod webhook;

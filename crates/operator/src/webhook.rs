@@ -32,7 +32,10 @@ use kube::core::{
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::routing::{FieldError, Router};
+use crate::{
+    routing::{FieldError, Router},
+    serving::{self, LimitedAcceptor, ServerLimits},
+};
 
 /// Path of the mutating webhook.
 pub const MUTATE_PATH: &str = "/mutate-cluster";
@@ -219,16 +222,34 @@ where
     }
 }
 
-/// Serves `app` over HTTPS on `listener` until `handle` is told to shut down.
+/// Serves `app` over HTTPS on `listener` until `handle` is told to shut
+/// down, with the default [`ServerLimits`].
 pub async fn serve_https(
     listener: std::net::TcpListener,
     tls: Arc<ReloadingServerConfig>,
     app: HttpRouter,
     handle: axum_server::Handle<SocketAddr>,
 ) -> io::Result<()> {
-    axum_server::from_tcp(listener)?
-        .acceptor(ReloadingTlsAcceptor::new(tls))
+    serve_https_with(listener, tls, app, handle, &ServerLimits::default()).await
+}
+
+/// Serves `app` over HTTPS on `listener` with `limits` (header, idle,
+/// request and handshake timeouts, header size, connection cap) until
+/// `handle` is told to shut down.
+pub async fn serve_https_with(
+    listener: std::net::TcpListener,
+    tls: Arc<ReloadingServerConfig>,
+    app: HttpRouter,
+    handle: axum_server::Handle<SocketAddr>,
+    limits: &ServerLimits,
+) -> io::Result<()> {
+    let tls = ReloadingTlsAcceptor {
+        config: tls,
+        handshake_timeout: limits.handshake_timeout,
+    };
+    serving::server(listener, limits)?
+        .acceptor(LimitedAcceptor::new(tls, limits))
         .handle(handle)
-        .serve(app.into_make_service())
+        .serve(serving::with_request_timeout(app, limits.request_timeout).into_make_service())
         .await
 }

@@ -11,6 +11,7 @@ use cnpgi_operator::{
     client::{ClientOptions, PluginClient, Transport},
     registry::{Registry, RegistryOptions},
     routing::{Router, RoutingPolicy},
+    serving::ServerLimits,
     webhook::{self, MUTATE_PATH, VALIDATE_PATH},
 };
 use cnpgi_pluginhelper::{
@@ -67,6 +68,10 @@ struct Webhook {
 }
 
 async fn start() -> Webhook {
+    start_with(&ServerLimits::default()).await
+}
+
+async fn start_with(limits: &ServerLimits) -> Webhook {
     let dir = tempfile::tempdir().unwrap();
     let plugins = vec![
         TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
@@ -110,7 +115,9 @@ async fn start() -> Webhook {
     listener.set_nonblocking(true).unwrap();
     let address = listener.local_addr().unwrap();
     let handle = axum_server::Handle::new();
-    tokio::spawn(webhook::serve_https(listener, tls, routes, handle.clone()));
+    let limits = limits.clone();
+    let serving = handle.clone();
+    tokio::spawn(async move { webhook::serve_https_with(listener, tls, routes, serving, &limits).await });
     Webhook {
         address,
         certs,
@@ -129,6 +136,12 @@ impl Webhook {
 
     /// [`Self::post`], with the client's failure (reset connection…) as an error.
     async fn try_post(&self, path: &str, body: Vec<u8>) -> Result<(u16, Vec<u8>), hyper::Error> {
+        let tls = self.connect().await;
+        self.post_on(tls, path, body).await
+    }
+
+    /// A TLS connection to the webhook (ALPN http/1.1), its certificate verified.
+    async fn connect(&self) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
         let verifier =
             PinnedServerVerifier::new(pem::read_certificates(&self.certs.server.cert_path, "server").unwrap()).unwrap();
         let mut config = rustls::ClientConfig::builder_with_provider(cnpgi_tls::crypto_provider())
@@ -139,13 +152,21 @@ impl Webhook {
             .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let tcp = tokio::net::TcpStream::connect(self.address).await.unwrap();
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(
                 cnpgi_tls::client::server_name("cnpgi-webhook.cnpgi-system.svc").unwrap(),
                 tcp,
             )
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    async fn post_on(
+        &self,
+        tls: tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<(u16, Vec<u8>), hyper::Error> {
         let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
             .await
             .unwrap();
@@ -368,6 +389,79 @@ async fn a_6_mib_update_review_is_served_and_a_10_mib_body_gets_413() {
         assert_eq!(status, 413, "{path}: {}", String::from_utf8_lossy(&body));
     }
     // Still serving.
+    let response = webhook.review(MUTATE_PATH, "CREATE", cluster(json!([])), None).await;
+    assert_eq!(response["allowed"], true);
+    webhook.handle.shutdown();
+}
+
+/// A client sending its headers byte by byte and never finishing them is
+/// cut off after the header read timeout, while others are served; an idle
+/// TLS connection is closed after the idle timeout; connections beyond the
+/// cap are closed on accept.
+#[tokio::test]
+async fn slow_idle_and_excess_connections_are_closed_while_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let limits = ServerLimits {
+        header_read_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(2),
+        max_connections: 3,
+        ..ServerLimits::default()
+    };
+    let webhook = start_with(&limits).await;
+
+    let mut slow = webhook.connect().await;
+    slow.write_all(b"POST /validate-cluster HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let closed_after = loop {
+        if slow.write_all(b"a").await.is_err() {
+            break started.elapsed();
+        }
+        let mut buf = [0u8; 512];
+        // Data, EOF or an error: the server is done with this connection.
+        if tokio::time::timeout(Duration::from_millis(200), slow.read(&mut buf))
+            .await
+            .is_ok()
+        {
+            break started.elapsed();
+        }
+        let response = webhook.review(MUTATE_PATH, "CREATE", cluster(json!([])), None).await;
+        assert_eq!(response["allowed"], true);
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the slow client is still connected"
+        );
+    };
+    eprintln!("slowloris TLS connection closed after {closed_after:?}");
+    assert!(closed_after >= Duration::from_millis(900), "{closed_after:?}");
+    drop(slow);
+
+    // Idle after the handshake, no request at all: closed by the header
+    // timer or the idle timer, whichever first.
+    let mut idle = webhook.connect().await;
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(15), idle.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
+    eprintln!("idle TLS connection closed after {:?}", started.elapsed());
+    drop(idle);
+
+    // The cap: three connections held, the fourth is closed on accept.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(tokio::net::TcpStream::connect(webhook.address).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut excess = tokio::net::TcpStream::connect(webhook.address).await.unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(5), excess.read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0) | Err(_))),
+        "the fourth connection is closed: {read:?}"
+    );
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let response = webhook.review(MUTATE_PATH, "CREATE", cluster(json!([])), None).await;
     assert_eq!(response["allowed"], true);
     webhook.handle.shutdown();
