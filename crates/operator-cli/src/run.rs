@@ -137,17 +137,53 @@ pub(crate) struct RunArgs {
 struct Health {
     ready: Arc<AtomicBool>,
     registry: Arc<prometheus_client::registry::Registry>,
+    /// `None` while the Kubernetes API answers (or is not used), else why not.
+    api: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+/// How often the Kubernetes API is checked for `/readyz`, and the deadline of a check.
+const API_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+const API_CHECK_DEADLINE: Duration = Duration::from_secs(3);
+
+/// Asks the API server its version every [`API_CHECK_INTERVAL`] (a cheap
+/// call every ServiceAccount may make), recording in `api` whether it
+/// answered within [`API_CHECK_DEADLINE`].
+async fn check_api(client: kube::Client, api: Arc<std::sync::Mutex<Option<String>>>) {
+    let mut ticks = tokio::time::interval(API_CHECK_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let problem = match tokio::time::timeout(API_CHECK_DEADLINE, client.apiserver_version()).await {
+            Ok(Ok(_)) => None,
+            Ok(Err(error)) => Some(format!("Kubernetes API unreachable: {error}")),
+            Err(_) => Some(format!(
+                "Kubernetes API unreachable: no answer to GET /version within {} s",
+                API_CHECK_DEADLINE.as_secs()
+            )),
+        };
+        let mut current = api.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *current != problem {
+            match &problem {
+                Some(problem) => tracing::warn!(%problem, "not ready"),
+                None => tracing::info!("the Kubernetes API answers"),
+            }
+        }
+        *current = problem;
+    }
 }
 
 async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn readyz(State(health): State<Health>) -> (StatusCode, &'static str) {
-    if health.ready.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+async fn readyz(State(health): State<Health>) -> (StatusCode, String) {
+    if !health.ready.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "starting or stopping".to_owned());
+    }
+    let api = health.api.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match api.as_ref() {
+        None => (StatusCode::OK, "ok".to_owned()),
+        Some(problem) => (StatusCode::SERVICE_UNAVAILABLE, problem.clone()),
     }
 }
 
@@ -199,6 +235,9 @@ fn parse_dial_overrides(values: &[String]) -> anyhow::Result<BTreeMap<String, St
 
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     logging::init(args.log_format, &args.log_level);
+    // SIGTERM/SIGINT are listened for from the start: every wait below is
+    // raced against them.
+    let mut signal = tokio::spawn(shutdown_signal());
     let static_plugins = args.plugins.static_plugins()?;
     let dial_overrides = parse_dial_overrides(&args.dial_overrides)?;
 
@@ -223,11 +262,14 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let needs_kubernetes = args.kubernetes_plugins || !args.disable_controller;
     let client = if needs_kubernetes {
-        Some(
-            kube::Client::try_default()
-                .await
-                .context("cannot reach the Kubernetes API (in-cluster config or kubeconfig)")?,
-        )
+        let client = tokio::select! {
+            client = kube::Client::try_default() => client,
+            _ = &mut signal => {
+                tracing::info!("stopped while starting");
+                return Ok(());
+            }
+        };
+        Some(client.context("cannot reach the Kubernetes API (in-cluster config or kubeconfig)")?)
     } else {
         None
     };
@@ -277,9 +319,16 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // Health and metrics.
     let ready = Arc::new(AtomicBool::new(false));
+    let api = Arc::new(std::sync::Mutex::new(
+        client.as_ref().map(|_| "Kubernetes API not checked yet".to_owned()),
+    ));
+    let api_check = client
+        .clone()
+        .map(|client| tokio::spawn(check_api(client, api.clone())));
     let health = Health {
         ready: ready.clone(),
         registry: Arc::new(prometheus),
+        api,
     };
     let health_app = HttpRouter::new()
         .route("/healthz", get(healthz))
@@ -342,7 +391,13 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     ready.store(true, Ordering::SeqCst);
     tracing::info!("cnpgi-operator started");
 
-    let outcome = wait_for_stop(shutdown_signal(), &mut controller_task).await;
+    let outcome = wait_for_stop(
+        async {
+            let _ = signal.await;
+        },
+        &mut controller_task,
+    )
+    .await;
     match &outcome {
         Ok(()) => tracing::info!("shutting down"),
         Err(reason) => tracing::error!(%reason, "shutting down: the reconciler is gone"),
@@ -351,14 +406,28 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     webhook_handle.graceful_shutdown(Some(grace));
     health_handle.graceful_shutdown(Some(grace));
+    // Everything stops within the grace (and a second): the servers through
+    // their handles; the reconciler, which may be stuck retrying an
+    // unreachable API server, is abandoned past it.
+    let deadline = tokio::time::Instant::now() + grace + Duration::from_secs(1);
     if let Some(server) = webhook_server {
-        server.await??;
+        tokio::time::timeout_at(deadline, server)
+            .await
+            .context("the webhook server did not stop within the grace period")???;
     }
-    if let Some(controller) = controller_task {
-        controller.await?;
+    if let Some(mut controller) = controller_task {
+        match tokio::time::timeout_at(deadline, &mut controller).await {
+            Ok(result) => result?,
+            Err(_) => {
+                tracing::warn!("the reconciler did not stop within the grace period; abandoned");
+                controller.abort();
+            }
+        }
     }
-    health_server.await??;
-    for task in discovery {
+    tokio::time::timeout_at(deadline, health_server)
+        .await
+        .context("the health and metrics server did not stop within the grace period")???;
+    for task in discovery.into_iter().chain(api_check) {
         task.abort();
     }
     outcome.map_err(anyhow::Error::msg)?;

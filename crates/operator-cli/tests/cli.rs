@@ -207,3 +207,53 @@ async fn a_slowloris_connection_is_closed_while_others_are_served() {
     let status = run.terminate(std::time::Duration::from_secs(20)).await.unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// A kubeconfig for an API server at `127.0.0.1:port`, with a token.
+fn kubeconfig(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{port}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// With the Kubernetes API unreachable (a closed loopback port), `/readyz`
+/// says so, and SIGTERM still stops `run` within the grace period
+/// (Kubernetes kills the container 30 s after SIGTERM).
+#[tokio::test]
+async fn sigterm_stops_run_while_the_api_is_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path(), free_port());
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let mut run = cnpgi_pluginhelper::testing::ChildGuard::spawn(
+        Command::new(BIN)
+            .args(["run", "--disable-webhooks", "--metrics-address", &address])
+            .env("KUBECONFIG", &config),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let readyz = loop {
+        if let Ok(answer) = get(port, "/readyz").await {
+            break answer;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "run did not serve /readyz"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    // Give the watches time to fail against the closed port.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let readyz_later = get(port, "/readyz").await.unwrap();
+    let signalled = std::time::Instant::now();
+    let status = run.terminate(std::time::Duration::from_secs(20)).await.unwrap();
+    eprintln!("exited {:?} after SIGTERM: {status:?}", signalled.elapsed());
+    assert!(readyz.starts_with("HTTP/1.1 503"), "{readyz}");
+    assert!(readyz_later.starts_with("HTTP/1.1 503"), "{readyz_later}");
+    assert!(readyz_later.contains("Kubernetes API"), "{readyz_later}");
+}
