@@ -48,6 +48,7 @@ RESOURCES = {
     ),
     ("cnpgi.io/v1", "Cluster"): ("/apis/cnpgi.io/v1", "clusters", True),
     ("events.k8s.io/v1", "Event"): ("/apis/events.k8s.io/v1", "events", True),
+    ("coordination.k8s.io/v1", "Lease"): ("/apis/coordination.k8s.io/v1", "leases", True),
 }
 
 

@@ -88,7 +88,6 @@ if [ -n "${E2E_KUBECONFIG:-}" ]; then
   echo "note: E2E_KUBECONFIG is set: the strict run uses restricted namespaces only (no admission plugin can be added)"
 fi
 run_suite strict --restricted -- --enable-admission-plugins=OwnerReferencesPermissionEnforcement
-echo "skip: two operator replicas with leader election (cnpgi-operator has no leader election yet)"
 echo "e2e: took $(($(date +%s) - started)) s"
 trap - EXIT INT TERM
 finished=1

@@ -31,6 +31,8 @@ SA = "cnpgi-operator"
 CLUSTER_LABEL = "cnpgi.io/cluster"
 FIELD_MANAGER = "cnpgi-operator"
 PLUGIN_SERVICE = "cnpg-i-hello-world"
+LEASE = "cnpgi-operator-leader"
+LEASE_SECONDS = 4
 
 
 class Failure(Exception):
@@ -292,27 +294,34 @@ class Suite:
             raise Abort(f"{name} exited: {self.procs.tail(name)}")
         return False
 
-    def start_operator(self, extra=()):
+    def start_operator(self, extra=(), name="operator", webhook_port=None, metrics_port=None):
+        webhook_port = webhook_port or self.webhook_port
+        metrics_port = metrics_port or self.metrics_port
         args = [
             os.path.join(self.bin, "cnpgi-operator"), "run",
             f"--namespace={OPERATOR_NS}",
-            f"--webhook-address=127.0.0.1:{self.webhook_port}",
+            f"--webhook-address=127.0.0.1:{webhook_port}",
             f"--webhook-cert-dir={self.webhook_dir}",
-            f"--metrics-address=127.0.0.1:{self.metrics_port}",
+            f"--metrics-address=127.0.0.1:{metrics_port}",
             f"--plugin-dir={self.plugin_dir}",
             "--probe-interval-seconds=1",
+            # Short leader-election timings, so that a take-over is quick.
+            f"--leader-election-lease-seconds={LEASE_SECONDS}",
+            "--leader-election-renew-deadline-seconds=3",
+            "--leader-election-retry-seconds=1",
             *extra,
         ]  # fmt: skip
-        self.procs.start("operator", args, env={"KUBECONFIG": self.operator_kubeconfig, "RUST_LOG": "info"})
+        proc = self.procs.start(name, args, env={"KUBECONFIG": self.operator_kubeconfig, "RUST_LOG": "info"})
 
         def ready():
-            self.fail_if_dead("operator")
+            self.fail_if_dead(name)
             try:
-                return http_get(f"http://127.0.0.1:{self.metrics_port}/readyz")[0] == 200
+                return http_get(f"http://127.0.0.1:{metrics_port}/readyz")[0] == 200
             except OSError:
                 return False
 
-        wait_for("the operator answers /readyz", ready, 20)
+        wait_for(f"{name} answers /readyz", ready, 20)
+        return proc
 
     # ----------------------------------------------------------------------
     # Set-up, as a user would.
@@ -812,6 +821,62 @@ class Suite:
         if took > 15:
             raise Failure(f"cnpgi-operator took {took:.0f}s to stop on SIGTERM")
 
+    def check_leader_election(self):
+        """Two replicas against one API server: both serve, the holder of the
+        Lease alone reconciles, and the other takes over when it is killed."""
+        lease_path = resource_path("coordination.k8s.io/v1", "Lease", OPERATOR_NS, LEASE)
+        leading = "leading: reconciling Clusters"
+
+        def holder():
+            lease = self.admin.maybe_get(lease_path) or {}
+            return lease.get("spec", {}).get("holderIdentity") or ""
+
+        # The plugin is still served behind its Service (check_service_discovery).
+        dial = [f"--dial-override={PLUGIN_SERVICE}.{OPERATOR_NS}.svc:9090=127.0.0.1:{self.plugin_port}"]
+        a = self.start_operator(dial, name="operator-a")
+        wait_for("operator-a leads", lambda: leading in self.procs.log("operator-a"), 20)
+        wait_for("the plugin is ready in operator-a", lambda: self.plugin_ready_metric() == "1", 20)
+        b = self.start_operator(dial, name="operator-b", webhook_port=free_port(), metrics_port=free_port())
+        if not holder().endswith(f"_{a.pid}"):
+            raise Failure(f"the Lease is held by {holder()!r}, not operator-a (pid {a.pid})")
+        cluster = self.sample("manifests/samples/cluster-example.yaml", self.ns, "cluster-leader")
+        self.admin.create(cluster)
+        instances = cluster["spec"]["instances"]
+        wait_for("the leader creates the Pods", lambda: len(self.pod_names("cluster-leader")) == instances, 30)
+        time.sleep(LEASE_SECONDS / 2)
+        log_b = self.procs.log("operator-b")
+        if leading in log_b or "creating instance Pod" in log_b:
+            raise Failure("operator-b reconciles while operator-a leads")
+        if "waiting for leadership" not in log_b:
+            raise Failure(f"operator-b is not a candidate: {self.procs.tail('operator-b', 5)}")
+
+        self.procs.stop("operator-a", signal.SIGKILL)
+        killed = time.monotonic()
+        wait_for(
+            "operator-b takes over",
+            lambda: self.fail_if_dead("operator-b") or leading in self.procs.log("operator-b"),
+            LEASE_SECONDS + 10,
+        )
+        took = time.monotonic() - killed
+        print(f"  operator-b took over {took:.1f}s after operator-a was killed (lease {LEASE_SECONDS}s)", flush=True)
+        if not holder().endswith(f"_{b.pid}"):
+            raise Failure(f"the Lease is held by {holder()!r}, not operator-b (pid {b.pid})")
+        # The new leader reconciles: a deleted Pod comes back (a Pod delete
+        # does not go through the webhooks, which point at operator-a).
+        self.admin.delete(resource_path("v1", "Pod", self.ns, "cluster-leader-1"))
+        wait_for(
+            "operator-b re-creates the deleted Pod",
+            lambda: "creating instance Pod" in self.procs.log("operator-b")
+            and "cluster-leader-1" in self.pod_names("cluster-leader"),
+            30,
+        )
+        self.admin.delete(self.cluster_path("cluster-leader"))
+        code = self.procs.stop("operator-b", signal.SIGTERM, timeout=20)
+        if code != 0:
+            raise Failure(f"operator-b exited {code} on SIGTERM: {self.procs.tail('operator-b', 5)}")
+        if holder():
+            raise Failure(f"operator-b did not release the Lease on SIGTERM (held by {holder()!r})")
+
     # -- plugin behind a Service
 
     def make_plugin_certs(self, generation):
@@ -903,6 +968,10 @@ class Suite:
             self.check("deleting a Cluster garbage-collects its Pods", self.check_deletion_gc)
             self.check("no request of the operator was refused by RBAC or owner-reference rules", self.check_no_leaked_rbac_denials)
             self.check("cnpgi-operator stops on SIGTERM and exits 0", self.check_operator_stops)
+            self.check(
+                "two replicas: both serve, only the Lease holder reconciles, the other takes over when it is killed",
+                self.check_leader_election,
+            )
         except Abort as e:
             print(f"FAIL {self.label}: aborted: {e}", flush=True)
             self.results.write("FAIL\n")

@@ -20,6 +20,7 @@ use cnpgi_operator::{
     discovery::{
         DiscoverySource, kubernetes::KubernetesServices, socket_dir::SocketDirectory, static_list::StaticList,
     },
+    leader::{LeaderElector, LeaseOptions},
     metrics::Metrics,
     registry::{Registry, RegistryOptions},
     routing::{Router, RoutingPolicy},
@@ -124,6 +125,28 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
     pub(crate) shutdown_grace_seconds: u64,
 
+    /// Reconcile only while holding the leader Lease (webhooks are served
+    /// by every replica).
+    #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = ArgAction::Set, value_name = "BOOL")]
+    pub(crate) leader_elect: bool,
+
+    /// Name of the leader Lease, in the operator's namespace.
+    #[arg(long, env = "LEADER_ELECTION_ID", default_value = "cnpgi-operator-leader")]
+    pub(crate) leader_election_id: String,
+
+    /// A Lease not renewed for this long may be taken by another replica, in seconds.
+    #[arg(long, env = "LEADER_ELECTION_LEASE_SECONDS", default_value_t = 15)]
+    pub(crate) leader_election_lease_seconds: u64,
+
+    /// The leader stops reconciling (and exits) when it could not renew
+    /// the Lease for this long, in seconds.
+    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE_SECONDS", default_value_t = 10)]
+    pub(crate) leader_election_renew_deadline_seconds: u64,
+
+    /// Time between attempts to acquire or renew the Lease, in seconds.
+    #[arg(long, env = "LEADER_ELECTION_RETRY_SECONDS", default_value_t = 2)]
+    pub(crate) leader_election_retry_seconds: u64,
+
     /// Log line format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub(crate) log_format: LogFormat,
@@ -204,6 +227,21 @@ async fn metrics_text(State(health): State<Health>) -> (StatusCode, [(&'static s
             e.to_string(),
         ),
     }
+}
+
+/// This replica's name in the leader election: `POD_NAME` (set from the
+/// Pod's name by the Deployment), else the host name, with the process id.
+fn leader_identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .ok()
+        .filter(|name| !name.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .unwrap_or_else(|| "cnpgi-operator".to_owned());
+    format!("{host}_{}", std::process::id())
 }
 
 /// Parses `--dial-override` values: `NAME=HOST:PORT`, NAME being the
@@ -380,9 +418,28 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         (Some(client), false) => {
             let ctx = Arc::new(Context::new(client.clone(), router.clone(), "cnpgi-operator"));
             let namespace = args.watch_namespace.clone();
-            let stop = stopped();
+            let elector = args.leader_elect.then(|| {
+                let mut options = LeaseOptions::new(&args.namespace, &args.leader_election_id, leader_identity());
+                options.lease_duration = Duration::from_secs(args.leader_election_lease_seconds);
+                options.renew_deadline = Duration::from_secs(args.leader_election_renew_deadline_seconds);
+                options.retry_period = Duration::from_secs(args.leader_election_retry_seconds);
+                LeaderElector::new(client.clone(), options)
+            });
+            let stopped = stopped.clone();
             Some(tokio::spawn(async move {
-                controller::run(ctx, namespace.as_deref(), stop).await;
+                let Some(mut elector) = elector else {
+                    controller::run(ctx, namespace.as_deref(), stopped()).await;
+                    return;
+                };
+                tokio::select! {
+                    () = elector.acquire() => {}
+                    () = stopped() => return,
+                }
+                tracing::info!("leading: reconciling Clusters");
+                tokio::select! {
+                    () = controller::run(ctx, namespace.as_deref(), stopped()) => elector.release().await,
+                    reason = elector.hold() => tracing::error!(%reason, "leadership lost: stopping"),
+                }
             }))
         }
         _ => None,

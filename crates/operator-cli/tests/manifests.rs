@@ -88,6 +88,9 @@ fn every_manifest_parses_into_typed_objects() {
                 "Role" => serde_json::from_value::<Role>(value).map(drop),
                 "RoleBinding" => serde_json::from_value::<RoleBinding>(value).map(drop),
                 "Deployment" => serde_json::from_value::<Deployment>(value).map(drop),
+                "PodDisruptionBudget" => {
+                    serde_json::from_value::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(value).map(drop)
+                }
                 "Service" => serde_json::from_value::<Service>(value).map(drop),
                 "MutatingWebhookConfiguration" => {
                     serde_json::from_value::<MutatingWebhookConfiguration>(value).map(drop)

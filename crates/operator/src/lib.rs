@@ -43,6 +43,7 @@ pub mod conformance;
 pub mod controller;
 pub mod crd;
 pub mod discovery;
+pub mod leader;
 pub mod local;
 pub mod metrics;
 pub mod pods;

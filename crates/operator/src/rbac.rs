@@ -10,7 +10,7 @@
 pub enum Scope {
     /// Cluster-wide (ClusterRole): Clusters and their Pods in any namespace.
     Cluster,
-    /// The operator's namespace only (Role): plugin discovery.
+    /// The operator's namespace only (Role): plugin discovery, leader election.
     OperatorNamespace,
 }
 
@@ -29,8 +29,8 @@ pub struct Permission {
 
 /// What the code calls: the reconciler (Clusters, their status, Pods,
 /// Events; `update` on `clusters/finalizers` lets it set
-/// `blockOwnerDeletion` on the Pods it owns), and Kubernetes plugin discovery
-/// (Services, Secrets, Events).
+/// `blockOwnerDeletion` on the Pods it owns), Kubernetes plugin discovery
+/// (Services, Secrets, Events), and leader election (a Lease).
 pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "cnpgi.io",
@@ -75,6 +75,13 @@ pub const PERMISSIONS: &[Permission] = &[
         group: "",
         resource: "secrets",
         verbs: &["list", "watch"],
+        scope: Scope::OperatorNamespace,
+    },
+    // Leader election: the Lease of `crate::leader`, in the operator's namespace.
+    Permission {
+        group: "coordination.k8s.io",
+        resource: "leases",
+        verbs: &["get", "create", "update"],
         scope: Scope::OperatorNamespace,
     },
 ];
