@@ -521,3 +521,32 @@ fn samples_use_the_plugin() {
         );
     }
 }
+
+/// Leader election: two replicas, a PodDisruptionBudget over them that lets
+/// one go, and each replica named (POD_NAME) for the Lease.
+#[test]
+fn replicas_pdb_and_leader_identity() {
+    let objects = objects("operator");
+    let deployment = &of_kind::<Deployment>(&objects, "Deployment")[0];
+    let replicas = deployment.spec.replicas.unwrap_or(1);
+    assert!(
+        replicas >= 2,
+        "leader election wants at least 2 replicas, got {replicas}"
+    );
+    let pdbs: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget> = of_kind(&objects, "PodDisruptionBudget");
+    let pdb = pdbs[0].spec.as_ref().unwrap();
+    let selected = pdb.selector.as_ref().unwrap().match_labels.clone().unwrap();
+    let labels = pod_labels(deployment);
+    assert!(
+        selected.iter().all(|(k, v)| labels.get(k) == Some(v)),
+        "the PodDisruptionBudget selects {selected:?}, the Pods have {labels:?}"
+    );
+    match pdb.min_available.as_ref().unwrap() {
+        IntOrString::Int(n) => assert!(*n >= 1 && *n < replicas, "minAvailable {n} of {replicas}"),
+        other => panic!("minAvailable {other:?}"),
+    }
+    let env = container(deployment).env.clone().unwrap_or_default();
+    let pod_name = env.iter().find(|e| e.name == "POD_NAME").expect("POD_NAME is set");
+    let field = pod_name.value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
+    assert_eq!(field.field_path, "metadata.name");
+}
