@@ -272,7 +272,7 @@ fn steps(title: &str, start: &Value, patches: &[PluginPatch], colour: bool) -> S
     for step in patches {
         let mut next = current.clone();
         // These patches were applied successfully by the pipeline already.
-        let _ = json_patch::patch(&mut next, &step.patch);
+        let _ = cnpgi_core::patch::apply_patch(&mut next, &step.patch);
         out.push_str(&format!("# {title} by {}\n", step.plugin));
         if step.patch.0.is_empty() {
             out.push_str("# (no change)\n\n");

@@ -91,9 +91,8 @@ async fn webhook_and_lifecycle_paths_through_a_go_plugin() {
     let patch = base64::engine::general_purpose::STANDARD
         .decode(response["patch"].as_str().unwrap())
         .unwrap();
-    let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
     let mut mutated = original;
-    json_patch::patch(&mut mutated, &patch).unwrap();
+    cnpgi_core::patch::apply_patch_bytes(&mut mutated, &patch).unwrap();
     assert_eq!(mutated["spec"]["plugins"][0]["parameters"]["color"], "blue");
 
     // Validating webhook: the Go plugin's ValidationError lands on the field.

@@ -10,28 +10,26 @@ use std::{
     time::{Duration, Instant},
 };
 
+use cnpgi_core::{
+    capabilities::{self, CapabilityError, Operation, OperatorRpc as RpcType, ServiceType, operation_name},
+    patch::{parse_patch, patched},
+    pod::instance_pod,
+    status::{PluginStatusUpdate, parse_json_status, previous_statuses, write_plugin_status},
+};
 use cnpgi_proto::{
-    identity::v1::{
-        GetPluginCapabilitiesRequest, GetPluginMetadataRequest, ProbeRequest, plugin_capability,
-        plugin_capability::service::Type as ServiceType,
-    },
+    identity::v1::{GetPluginCapabilitiesRequest, GetPluginMetadataRequest, ProbeRequest},
     operator::v1::{
         OperatorCapabilitiesRequest, OperatorMutateClusterRequest, OperatorValidateClusterChangeRequest,
-        OperatorValidateClusterCreateRequest, SetStatusInClusterRequest, ValidationError, operator_capability,
-        operator_capability::rpc::Type as RpcType,
+        OperatorValidateClusterCreateRequest, SetStatusInClusterRequest, ValidationError,
     },
     operator_lifecycle::v1::{
         OperatorLifecycleCapabilities, OperatorLifecycleCapabilitiesRequest, OperatorLifecycleRequest,
-        OperatorOperationType, operator_operation_type::Type as Operation,
+        OperatorOperationType,
     },
 };
 use serde_json::{Value, json};
 
-use crate::{
-    client::PluginClient,
-    pods::instance_pod,
-    routing::{PluginStatusUpdate, previous_statuses, write_plugin_status},
-};
+use crate::client::PluginClient;
 
 /// One check and its outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,16 +187,9 @@ async fn timed<T>(
 
 /// Checks a patch: valid RFC 6902, applies to `object`; returns the result.
 fn check_patch(object: &Value, patch: &[u8]) -> Result<Value, String> {
-    if patch.is_empty() {
-        return Ok(object.clone());
-    }
-    let patch: json_patch::Patch =
-        serde_json::from_slice(patch).map_err(|e| format!("not an RFC 6902 JSON Patch: {e}"))?;
-    let mut patched = object.clone();
-    // Not `json_patch::patch`: its undo after a failed operation can panic
-    // (see `routing::apply`); the copy is dropped on error anyway.
-    json_patch::patch_unsafe(&mut patched, &patch).map_err(|e| format!("the patch does not apply: {e}"))?;
-    Ok(patched)
+    parse_patch(patch)
+        .and_then(|patch| patched(object, &patch))
+        .map_err(|e| e.to_string())
 }
 
 fn check_validation_errors(cluster: &Value, errors: &[ValidationError]) -> Result<String, String> {
@@ -263,7 +254,7 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
     );
     report.record(
         "metadata name is a valid plugin name",
-        cnpgi_proto::validate_plugin_name(&metadata.name).map(|()| metadata.name.clone()),
+        cnpgi_core::names::validate_plugin_name(&metadata.name).map(|()| metadata.name.clone()),
     );
     report.record(
         "metadata name equals the discovered name",
@@ -308,22 +299,18 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
         Ok(answer) => {
             let mut types = Vec::new();
             let mut problems = Vec::new();
-            for capability in answer.capabilities {
-                match capability.r#type {
-                    Some(plugin_capability::Type::Service(service)) => match ServiceType::try_from(service.r#type) {
-                        Ok(ServiceType::Unspecified) | Err(_) => {
-                            problems.push(format!("unknown service type {}", service.r#type))
-                        }
-                        Ok(t) if types.contains(&t) => problems.push(format!("{} listed twice", t.as_str_name())),
-                        Ok(t) => types.push(t),
-                    },
-                    None => problems.push("capability without a type".to_owned()),
+            for capability in &answer.capabilities {
+                match capabilities::service_type(capability) {
+                    Err(CapabilityError::Unknown(value)) => problems.push(format!("unknown service type {value}")),
+                    Err(missing @ CapabilityError::Missing) => problems.push(missing.to_string()),
+                    Ok(t) if types.contains(&t) => problems.push(format!("{} listed twice", t.as_str_name())),
+                    Ok(t) => types.push(t),
                 }
             }
             report.record(
                 "Identity/GetPluginCapabilities is consistent",
                 if problems.is_empty() {
-                    Ok(types.iter().map(|t| t.as_str_name()).collect::<Vec<_>>().join(", "))
+                    Ok(capabilities::service_names(&types).join(", "))
                 } else {
                     Err(problems.join("; "))
                 },
@@ -349,17 +336,10 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
     if services.contains(&ServiceType::OperatorService) {
         match operator_answer {
             Ok(answer) => {
-                rpcs = answer
-                    .capabilities
-                    .into_iter()
-                    .filter_map(|c| match c.r#type {
-                        Some(operator_capability::Type::Rpc(rpc)) => RpcType::try_from(rpc.r#type).ok(),
-                        None => None,
-                    })
-                    .collect();
+                rpcs = capabilities::operator_rpcs_of(&answer.capabilities);
                 report.record(
                     "advertised Operator service answers",
-                    Ok(rpcs.iter().map(|r| r.as_str_name()).collect::<Vec<_>>().join(", ")),
+                    Ok(capabilities::operator_rpc_names(&rpcs).join(", ")),
                 );
             }
             Err(reason) => report.record("advertised Operator service answers", Err(reason)),
@@ -377,8 +357,8 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
         &[PluginStatusUpdate {
             name: expected_name.to_owned(),
             version: metadata.version.clone(),
-            capabilities: services.iter().map(|t| t.as_str_name().to_owned()).collect(),
-            operator_capabilities: rpcs.iter().map(|r| r.as_str_name().to_owned()).collect(),
+            capabilities: capabilities::service_names(&services),
+            operator_capabilities: capabilities::operator_rpc_names(&rpcs),
             status: previous,
         }],
     );
@@ -468,13 +448,10 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
         .await;
         report.record(
             "SetStatusInCluster: answers empty or a JSON object",
-            answer.and_then(|a| match a.json_status.is_empty() {
-                true => Ok("empty (no change)".into()),
-                false => match serde_json::from_slice::<Value>(&a.json_status) {
-                    Ok(Value::Object(_)) => Ok("a JSON object".into()),
-                    Ok(other) => Err(format!("not a JSON object: {other}")),
-                    Err(e) => Err(format!("not JSON: {e}")),
-                },
+            answer.and_then(|a| match parse_json_status(&a.json_status) {
+                Ok(None) => Ok("empty (no change)".into()),
+                Ok(Some(_)) => Ok("a JSON object".into()),
+                Err(e) => Err(e.to_string()),
             }),
         );
     }
@@ -548,10 +525,7 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
                     .filter(|c| c.group.is_empty() && c.kind == "Pod")
                 {
                     for operation in capability.operation_types.iter().map(OperatorOperationType::r#type) {
-                        let name = format!(
-                            "LifecycleHook Pod {}",
-                            operation.as_str_name().trim_start_matches("TYPE_")
-                        );
+                        let name = format!("LifecycleHook Pod {}", operation_name(operation));
                         let pod = instance_pod(&cluster, 1);
                         let first = hook(client, deadline, &mut slowest, operation, &cluster_bytes, &pod)
                             .await
@@ -639,11 +613,7 @@ fn describe_lifecycle(capabilities: &[OperatorLifecycleCapabilities]) -> String 
     capabilities
         .iter()
         .map(|c| {
-            let ops: Vec<_> = c
-                .operation_types
-                .iter()
-                .map(|o| o.r#type().as_str_name().trim_start_matches("TYPE_").to_owned())
-                .collect();
+            let ops: Vec<_> = c.operation_types.iter().map(|o| operation_name(o.r#type())).collect();
             format!(
                 "{}/{} {}",
                 if c.group.is_empty() { "core" } else { &c.group },

@@ -56,7 +56,7 @@ use cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind as HookKind;
 use crate::{
     crd::{Cluster, ClusterStatus, PluginStatus},
     pods::{build_pod, wanted_hash},
-    routing::{HookOutcome, HookPhase, RouteError, Router, enabled_plugins},
+    routing::{HookOutcome, HookPhase, RouteError, Router},
 };
 
 /// Field manager of every write the reconciler makes (Pod creates, status
@@ -335,7 +335,10 @@ async fn reconcile_pods(
     }
 
     // Plugins removed from the Cluster are told once, then dropped from status.
-    let enabled: BTreeSet<String> = enabled_plugins(&cluster_json).into_iter().map(|p| p.name).collect();
+    let enabled: BTreeSet<String> = cnpgi_core::cluster::enabled_plugins(&cluster_json)
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
     for gone in status.plugin_status.iter().filter(|s| !enabled.contains(&s.name)) {
         match ctx.router.deregister(&gone.name, &cluster_json).await {
             Ok(()) => tracing::info!(cluster = %name, plugin = %gone.name, "plugin deregistered"),
@@ -434,6 +437,7 @@ async fn reconcile_pods(
             version: u.version,
             capabilities: u.capabilities,
             operator_capabilities: u.operator_capabilities,
+            other: Default::default(),
         })
         .collect();
 

@@ -1,18 +1,18 @@
 //! The `Cluster` custom resource served by `cnpgi-operator`.
 //!
 //! Its own API group (`cnpgi.io`), not CloudNativePG's, but `spec.plugins[]`
-//! has CloudNativePG's shape (`name`, `enabled`, `isWALArchiver`,
-//! `parameters`), so the same plugin serves both operators.
+//! and `status.pluginStatus[]` are CloudNativePG's: their entries are
+//! `cnpgi-core`'s [`PluginConfiguration`] and [`PluginStatus`], the types
+//! plugins decode, with the same `enabled` rule (absent means enabled).
 
-use std::collections::BTreeMap;
-
+pub use cnpgi_core::{
+    cluster::{PluginConfiguration, PluginStatus},
+    pod::DEFAULT_IMAGE,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-/// The PostgreSQL image used when `spec.imageName` is not set.
-pub const DEFAULT_IMAGE: &str = "ghcr.io/cloudnative-pg/postgresql:17";
 
 fn default_instances() -> i32 {
     1
@@ -20,10 +20,6 @@ fn default_instances() -> i32 {
 
 fn default_image() -> String {
     DEFAULT_IMAGE.to_owned()
-}
-
-fn default_true() -> bool {
-    true
 }
 
 /// A PostgreSQL cluster: instance Pods `<name>-<n>`, patched by its plugins.
@@ -54,23 +50,6 @@ pub struct ClusterSpec {
     pub plugins: Vec<PluginConfiguration>,
 }
 
-/// One plugin enabled on a Cluster (CloudNativePG's shape).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PluginConfiguration {
-    /// The plugin name, as in its metadata.
-    pub name: String,
-    /// Whether the plugin is used. Default true.
-    #[serde(default = "default_true")]
-    pub enabled: bool,
-    /// Whether the plugin archives WAL (kept for CloudNativePG compatibility).
-    #[serde(default, rename = "isWALArchiver", skip_serializing_if = "std::ops::Not::not")]
-    pub is_wal_archiver: bool,
-    /// Plugin parameters, read by the plugin from the Cluster.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub parameters: BTreeMap<String, String>,
-}
-
 /// What the operator observed.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -90,26 +69,6 @@ pub struct ClusterStatus {
     /// One entry per enabled plugin.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugin_status: Vec<PluginStatus>,
-}
-
-/// A plugin's entry in the Cluster status (CloudNativePG's shape).
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PluginStatus {
-    /// Plugin name.
-    pub name: String,
-    /// Plugin version.
-    #[serde(default)]
-    pub version: String,
-    /// Advertised services (`TYPE_LIFECYCLE_SERVICE`, ...).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub capabilities: Vec<String>,
-    /// Advertised Operator RPCs (`TYPE_MUTATE_CLUSTER`, ...).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub operator_capabilities: Vec<String>,
-    /// The JSON object the plugin returned from `SetStatusInCluster`, as text.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub status: String,
 }
 
 /// The CRD as YAML, as `cnpgi-operator crd` prints it.
@@ -142,7 +101,11 @@ mod tests {
         let spec: ClusterSpec = serde_json::from_value(serde_json::json!({"plugins": [{"name": "p"}]})).unwrap();
         assert_eq!(spec.instances, 1);
         assert_eq!(spec.image_name, DEFAULT_IMAGE);
-        assert!(spec.plugins[0].enabled);
+        assert!(spec.plugins[0].is_enabled());
+        assert_eq!(
+            spec.plugins[0].enabled, None,
+            "absent stays absent: one rule, in cnpgi-core"
+        );
     }
 
     #[test]

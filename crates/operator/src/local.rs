@@ -8,9 +8,11 @@
 
 use serde_json::Value;
 
+use cnpgi_core::status::{PluginStatusUpdate, write_plugin_status};
+
 use crate::{
-    pods::build_pod_with_patches,
-    routing::{FieldError, PluginPatch, PluginStatusUpdate, RouteError, Router},
+    pods::{build_pod_with_patches, instance_pod},
+    routing::{FieldError, PluginPatch, RouteError, Router},
 };
 
 /// Why the pipeline stopped.
@@ -70,13 +72,13 @@ pub async fn render(router: &Router, cluster: &Value, old: Option<&Value>) -> Re
     for n in 1..=instances {
         let patched = build_pod_with_patches(router, &cluster_json, n).await?;
         pods.push(RenderedPod {
-            template: crate::pods::instance_pod(&cluster_json, n),
+            template: instance_pod(&cluster_json, n),
             pod: patched.object,
             patches: patched.patches,
         });
     }
     let status = router.set_status(&cluster_json).await?;
-    crate::routing::write_plugin_status(&mut cluster_json, &status);
+    write_plugin_status(&mut cluster_json, &status);
     Ok(Rendered {
         original: cluster.clone(),
         cluster: cluster_json,

@@ -6,16 +6,14 @@
 //! answers are kept as a
 //! [`PluginInfo`] and only refreshed when the connection is rebuilt.
 
+use cnpgi_core::capabilities::{
+    self, Operation, OperatorRpc as RpcType, ReconcilerKind as HookKind, ServiceType, matches_lifecycle,
+};
 use cnpgi_proto::{
-    identity::v1::{
-        GetPluginCapabilitiesRequest, GetPluginMetadataRequest, GetPluginMetadataResponse, ProbeRequest,
-        plugin_capability::{self, service::Type as ServiceType},
-    },
-    operator::v1::{OperatorCapabilitiesRequest, operator_capability, operator_capability::rpc::Type as RpcType},
-    operator_lifecycle::v1::{
-        OperatorLifecycleCapabilities, OperatorLifecycleCapabilitiesRequest, operator_operation_type::Type as Operation,
-    },
-    reconciler::v1::{ReconcilerHooksCapabilitiesRequest, reconciler_hooks_capability::Kind as HookKind},
+    identity::v1::{GetPluginCapabilitiesRequest, GetPluginMetadataRequest, GetPluginMetadataResponse, ProbeRequest},
+    operator::v1::OperatorCapabilitiesRequest,
+    operator_lifecycle::v1::{OperatorLifecycleCapabilities, OperatorLifecycleCapabilitiesRequest},
+    reconciler::v1::ReconcilerHooksCapabilitiesRequest,
 };
 
 use crate::client::PluginClient;
@@ -50,22 +48,20 @@ impl PluginInfo {
     /// Whether a lifecycle hook of the plugin matches an object of
     /// `group`/`kind` (`""` is the core group) for `operation`.
     pub fn matches_lifecycle(&self, group: &str, kind: &str, operation: Operation) -> bool {
-        self.lifecycle.iter().any(|capability| {
-            capability.group == group
-                && capability.kind == kind
-                && capability.operation_types.iter().any(|t| t.r#type() == operation)
-        })
+        self.lifecycle
+            .iter()
+            .any(|capability| matches_lifecycle(capability, group, kind, operation))
     }
 
     /// The advertised services as the enum names CloudNativePG writes in
     /// `status.pluginStatus[].capabilities`, e.g. `TYPE_LIFECYCLE_SERVICE`.
     pub fn service_names(&self) -> Vec<String> {
-        self.services.iter().map(|s| s.as_str_name().to_owned()).collect()
+        capabilities::service_names(&self.services)
     }
 
     /// The advertised Operator RPCs as enum names, e.g. `TYPE_MUTATE_CLUSTER`.
     pub fn operator_rpc_names(&self) -> Vec<String> {
-        self.operator_rpcs.iter().map(|r| r.as_str_name().to_owned()).collect()
+        capabilities::operator_rpc_names(&self.operator_rpcs)
     }
 }
 
@@ -129,7 +125,7 @@ pub async fn probe(client: &PluginClient) -> Result<PluginInfo, ProbeError> {
         .await
         .map_err(|s| ProbeError::rpc(client, "Identity/GetPluginMetadata", s))?
         .into_inner();
-    cnpgi_proto::validate_plugin_name(&metadata.name).map_err(|reason| ProbeError::InvalidName {
+    cnpgi_core::names::validate_plugin_name(&metadata.name).map_err(|reason| ProbeError::InvalidName {
         address: client.address().to_owned(),
         reason,
     })?;
@@ -141,35 +137,27 @@ pub async fn probe(client: &PluginClient) -> Result<PluginInfo, ProbeError> {
         });
     }
 
-    let services: Vec<ServiceType> = client
-        .identity()
-        .get_plugin_capabilities(client.request(GetPluginCapabilitiesRequest {}))
-        .await
-        .map_err(|s| ProbeError::rpc(client, "Identity/GetPluginCapabilities", s))?
-        .into_inner()
-        .capabilities
-        .into_iter()
-        .filter_map(|capability| match capability.r#type {
-            Some(plugin_capability::Type::Service(service)) => ServiceType::try_from(service.r#type).ok(),
-            None => None,
-        })
-        .collect();
+    let services = capabilities::services_of(
+        &client
+            .identity()
+            .get_plugin_capabilities(client.request(GetPluginCapabilitiesRequest {}))
+            .await
+            .map_err(|s| ProbeError::rpc(client, "Identity/GetPluginCapabilities", s))?
+            .into_inner()
+            .capabilities,
+    );
 
     let mut operator_rpcs = Vec::new();
     if services.contains(&ServiceType::OperatorService) {
-        operator_rpcs = client
-            .operator()
-            .get_capabilities(client.request(OperatorCapabilitiesRequest {}))
-            .await
-            .map_err(|s| ProbeError::rpc(client, "Operator/GetCapabilities", s))?
-            .into_inner()
-            .capabilities
-            .into_iter()
-            .filter_map(|capability| match capability.r#type {
-                Some(operator_capability::Type::Rpc(rpc)) => RpcType::try_from(rpc.r#type).ok(),
-                None => None,
-            })
-            .collect();
+        operator_rpcs = capabilities::operator_rpcs_of(
+            &client
+                .operator()
+                .get_capabilities(client.request(OperatorCapabilitiesRequest {}))
+                .await
+                .map_err(|s| ProbeError::rpc(client, "Operator/GetCapabilities", s))?
+                .into_inner()
+                .capabilities,
+        );
     }
 
     let mut lifecycle = Vec::new();
@@ -185,17 +173,15 @@ pub async fn probe(client: &PluginClient) -> Result<PluginInfo, ProbeError> {
 
     let mut reconciler_kinds = Vec::new();
     if services.contains(&ServiceType::ReconcilerHooks) {
-        reconciler_kinds = client
-            .reconciler()
-            .get_capabilities(client.request(ReconcilerHooksCapabilitiesRequest {}))
-            .await
-            .map_err(|s| ProbeError::rpc(client, "ReconcilerHooks/GetCapabilities", s))?
-            .into_inner()
-            .reconciler_capabilities
-            .into_iter()
-            .filter_map(|capability| HookKind::try_from(capability.kind).ok())
-            .filter(|kind| *kind != HookKind::Unspecified)
-            .collect();
+        reconciler_kinds = capabilities::reconciler_kinds_of(
+            &client
+                .reconciler()
+                .get_capabilities(client.request(ReconcilerHooksCapabilitiesRequest {}))
+                .await
+                .map_err(|s| ProbeError::rpc(client, "ReconcilerHooks/GetCapabilities", s))?
+                .into_inner()
+                .reconciler_capabilities,
+        );
     }
 
     Ok(PluginInfo {

@@ -15,8 +15,14 @@
 
 use std::{collections::BTreeSet, fmt, sync::Arc};
 
-use cnpgi_proto::{
+use cnpgi_core::{
+    cluster::{EnabledPlugin, enabled_plugins},
     echo::bounded_string,
+    patch::{parse_patch, patched},
+    path::field_path,
+    status::{PluginStatusUpdate, parse_json_status, previous_statuses, write_plugin_status},
+};
+use cnpgi_proto::{
     operator::v1::{
         DeregisterRequest, OperatorMutateClusterRequest, OperatorValidateClusterChangeRequest,
         OperatorValidateClusterCreateRequest, SetStatusInClusterRequest, ValidationError,
@@ -29,43 +35,6 @@ use cnpgi_proto::{
 use serde_json::Value;
 
 use crate::registry::{Registry, Routable, RoutingError};
-
-/// A plugin a Cluster enables, and where it is in `spec.plugins`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnabledPlugin {
-    /// Its index in `spec.plugins` (first occurrence).
-    pub index: usize,
-    /// Its name.
-    pub name: String,
-}
-
-/// The plugins `cluster` enables: `spec.plugins[]` entries whose `enabled`
-/// is not `false`, de-duplicated by name and sorted by name.
-///
-/// ```
-/// let cluster = serde_json::json!({"spec": {"plugins": [
-///     {"name": "b.example.com"}, {"name": "a.example.com"},
-///     {"name": "c.example.com", "enabled": false}, {"name": "b.example.com"}]}});
-/// let names: Vec<_> = cnpgi_operator::routing::enabled_plugins(&cluster).into_iter().map(|p| p.name).collect();
-/// assert_eq!(names, ["a.example.com", "b.example.com"]);
-/// ```
-pub fn enabled_plugins(cluster: &Value) -> Vec<EnabledPlugin> {
-    let mut seen = BTreeSet::new();
-    let mut plugins: Vec<EnabledPlugin> = cluster
-        .pointer("/spec/plugins")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-        .filter(|(_, entry)| entry.get("enabled").and_then(Value::as_bool) != Some(false))
-        .filter_map(|(index, entry)| {
-            let name = entry.get("name")?.as_str()?.to_owned();
-            seen.insert(name.clone()).then_some(EnabledPlugin { index, name })
-        })
-        .collect();
-    plugins.sort_by(|a, b| a.name.cmp(&b.name));
-    plugins
-}
 
 /// Which plugins may fail without failing the operation.
 #[derive(Debug, Clone, Default)]
@@ -155,7 +124,7 @@ impl FieldError {
         // A plugin's answer is quoted in webhook denials, errors and logs: bounded.
         Self {
             plugin: plugin.name.clone(),
-            field: bounded_string(cnpgi_proto::field_path(&error.path_components, Some(plugin.index))),
+            field: bounded_string(field_path(&error.path_components, Some(plugin.index))),
             value: bounded_string(error.value),
             message: bounded_string(error.message),
         }
@@ -167,22 +136,6 @@ impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: Invalid value: {:?}: {}", self.field, self.value, self.message)
     }
-}
-
-/// The status a plugin wants in `status.pluginStatus[]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PluginStatusUpdate {
-    /// Plugin name.
-    pub name: String,
-    /// Plugin version.
-    pub version: String,
-    /// Advertised services, as enum names.
-    pub capabilities: Vec<String>,
-    /// Advertised Operator RPCs, as enum names.
-    pub operator_capabilities: Vec<String>,
-    /// The JSON object stored as `status`, as text: the plugin's answer, or
-    /// the previous status when it answered empty; `None` when there is none.
-    pub status: Option<String>,
 }
 
 /// Routes operations through the registry's plugins.
@@ -535,100 +488,32 @@ fn call_error(plugin: &str, rpc: &'static str, status: tonic::Status) -> RouteEr
     }
 }
 
-/// Decodes and applies a plugin's patch to a copy of `object`.
+/// Decodes a plugin's patch and applies it to a copy of `object`
+/// ([`cnpgi_core::patch`]: never panics); `object` is left as it is.
 pub(crate) fn apply(
     plugin: &str,
     rpc: &'static str,
     object: &Value,
     patch: &[u8],
 ) -> Result<(Value, json_patch::Patch), RouteError> {
-    let bad = |reason: String| RouteError::BadAnswer {
+    let bad = |error: cnpgi_core::patch::PatchError| RouteError::BadAnswer {
         plugin: plugin.to_owned(),
         rpc,
-        reason: bounded_string(reason),
+        reason: bounded_string(error.to_string()),
     };
-    if patch.is_empty() {
-        return Ok((object.clone(), json_patch::Patch(Vec::new())));
-    }
-    let patch: json_patch::Patch =
-        serde_json::from_slice(patch).map_err(|e| bad(format!("not an RFC 6902 JSON Patch: {e}")))?;
-    let mut patched = object.clone();
-    // `patch_unsafe`, not `patch`: on a failed operation `patch` undoes the
-    // applied ones and panics when an undo fails (json-patch 4.2, e.g. after
-    // a `move` into a path an earlier `add` created). The copy is dropped
-    // on error, so there is nothing to undo.
-    json_patch::patch_unsafe(&mut patched, &patch).map_err(|e| bad(format!("the patch does not apply: {e}")))?;
-    Ok((patched, patch))
+    let patch = parse_patch(patch).map_err(bad)?;
+    Ok((patched(object, &patch).map_err(bad)?, patch))
 }
 
 /// `None` for an empty answer (keep the current status), else the JSON object as text.
 fn status_object(plugin: &str, json_status: &[u8]) -> Result<Option<String>, RouteError> {
-    if json_status.is_empty() {
-        return Ok(None);
-    }
-    match serde_json::from_slice::<Value>(json_status) {
-        Ok(Value::Object(object)) => Ok(Some(Value::Object(object).to_string())),
-        Ok(other) => Err(RouteError::BadAnswer {
+    parse_json_status(json_status)
+        .map(|status| status.map(|object| object.to_string()))
+        .map_err(|error| RouteError::BadAnswer {
             plugin: plugin.to_owned(),
             rpc: "Operator/SetStatusInCluster",
-            reason: format!("the status must be a JSON object, got {other}"),
-        }),
-        Err(e) => Err(RouteError::BadAnswer {
-            plugin: plugin.to_owned(),
-            rpc: "Operator/SetStatusInCluster",
-            reason: format!("the status is not JSON: {e}"),
-        }),
-    }
-}
-
-/// `status.pluginStatus[].status` of `cluster`, by plugin name (non-empty ones).
-pub(crate) fn previous_statuses(cluster: &Value) -> std::collections::BTreeMap<&str, String> {
-    cluster
-        .pointer("/status/pluginStatus")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|entry| {
-            let name = entry.get("name")?.as_str()?;
-            let status = entry.get("status")?.as_str().filter(|s| !s.is_empty())?;
-            Some((name, status.to_owned()))
+            reason: bounded_string(error.to_string()),
         })
-        .collect()
-}
-
-/// Replaces `status.pluginStatus` of `cluster` with `entries`, in
-/// CloudNativePG's shape, creating `status` when missing. A `status` that is
-/// not an object (a malformed Cluster) is replaced.
-pub fn write_plugin_status(cluster: &mut Value, entries: &[PluginStatusUpdate]) {
-    let entries: Vec<Value> = entries
-        .iter()
-        .map(|entry| {
-            let mut object = serde_json::json!({
-                "name": entry.name,
-                "version": entry.version,
-                "capabilities": entry.capabilities,
-                "operatorCapabilities": entry.operator_capabilities,
-            });
-            if let Some(status) = entry.status.as_ref().filter(|s| !s.is_empty()) {
-                object["status"] = Value::String(status.clone());
-            }
-            object
-        })
-        .collect();
-    let Some(root) = cluster.as_object_mut() else {
-        return;
-    };
-    let status = root
-        .entry("status")
-        .and_modify(|s| {
-            if !s.is_object() {
-                *s = Value::Object(Default::default());
-            }
-        })
-        .or_insert_with(|| Value::Object(Default::default()));
-    if let Some(status) = status.as_object_mut() {
-        status.insert("pluginStatus".to_owned(), Value::Array(entries));
-    }
 }
 
 /// The API group ("" for core) and kind of an object.
@@ -656,47 +541,6 @@ mod tests {
             ("apps".into(), "Deployment".into())
         );
         assert_eq!(group_kind(&json!({})), ("".into(), "".into()));
-    }
-
-    #[test]
-    fn plugin_status_entries_replace_the_old_ones() {
-        let entry = |name: &str, status: Option<&str>| PluginStatusUpdate {
-            name: name.into(),
-            version: "1.0".into(),
-            capabilities: vec!["TYPE_OPERATOR_SERVICE".into()],
-            operator_capabilities: vec!["TYPE_SET_STATUS_IN_CLUSTER".into()],
-            status: status.map(str::to_owned),
-        };
-        let mut cluster = json!({"spec": {}, "status": {"phase": "x", "pluginStatus": [{"name": "old"}]}});
-        write_plugin_status(&mut cluster, &[entry("a", Some("{\"k\":1}")), entry("b", None)]);
-        assert_eq!(
-            cluster["status"],
-            json!({"phase": "x", "pluginStatus": [
-                {"name": "a", "version": "1.0", "capabilities": ["TYPE_OPERATOR_SERVICE"],
-                 "operatorCapabilities": ["TYPE_SET_STATUS_IN_CLUSTER"], "status": "{\"k\":1}"},
-                {"name": "b", "version": "1.0", "capabilities": ["TYPE_OPERATOR_SERVICE"],
-                 "operatorCapabilities": ["TYPE_SET_STATUS_IN_CLUSTER"]},
-            ]})
-        );
-        assert_eq!(
-            previous_statuses(&cluster).get("a").map(String::as_str),
-            Some("{\"k\":1}")
-        );
-        assert_eq!(previous_statuses(&cluster).get("b"), None);
-
-        // No status yet, or a status that is not an object: written anyway.
-        for status in [json!(null), json!("text"), json!([1])] {
-            let mut cluster = json!({"spec": {}, "status": status});
-            write_plugin_status(&mut cluster, &[entry("a", None)]);
-            assert_eq!(cluster["status"]["pluginStatus"][0]["name"], "a");
-        }
-        let mut cluster = json!({"spec": {}});
-        write_plugin_status(&mut cluster, &[]);
-        assert_eq!(cluster["status"], json!({"pluginStatus": []}));
-        // Not an object at all: left alone, no panic.
-        let mut not_a_cluster = json!([1, 2]);
-        write_plugin_status(&mut not_a_cluster, &[entry("a", None)]);
-        assert_eq!(not_a_cluster, json!([1, 2]));
     }
 
     #[test]
@@ -737,7 +581,7 @@ mod tests {
         let err = apply("p", "R", &object, br#"[{"op":"remove","path":"/zz"}]"#).unwrap_err();
         assert!(err.to_string().contains("does not apply"), "{err}");
         let err = apply("p", "R", &object, b"{").unwrap_err();
-        assert!(err.to_string().contains("not an RFC 6902"), "{err}");
+        assert!(err.to_string().contains("not an RFC 6902 JSON Patch"), "{err}");
         assert_eq!(apply("p", "R", &object, b"").unwrap().0, object);
     }
 

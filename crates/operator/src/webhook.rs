@@ -135,7 +135,7 @@ async fn mutate(State(state): State<WebhookState>, body: Bytes) -> axum::respons
     };
     match within(state.deadline, state.router.mutate_cluster(&cluster)).await {
         Ok(Ok(patched)) => {
-            let patch = json_patch::diff(&cluster, &patched.object);
+            let patch = cnpgi_core::patch::create_patch(&cluster, &patched.object);
             answer(response, Some(&patch))
         }
         Ok(Err(error)) => {

@@ -238,15 +238,10 @@ impl cnpgi_pluginhelper::proto::operator::v1::operator_server::Operator for Dere
         _: tonic::Request<cnpgi_pluginhelper::proto::operator::v1::OperatorCapabilitiesRequest>,
     ) -> Result<tonic::Response<cnpgi_pluginhelper::proto::operator::v1::OperatorCapabilitiesResult>, tonic::Status>
     {
-        use cnpgi_pluginhelper::proto::operator::v1::{
-            OperatorCapabilitiesResult, OperatorCapability, operator_capability,
-        };
+        use cnpgi_core::capabilities::{OperatorRpc, operator_rpc};
+        use cnpgi_pluginhelper::proto::operator::v1::OperatorCapabilitiesResult;
         Ok(tonic::Response::new(OperatorCapabilitiesResult {
-            capabilities: vec![OperatorCapability {
-                r#type: Some(operator_capability::Type::Rpc(operator_capability::Rpc {
-                    r#type: operator_capability::rpc::Type::Deregister.into(),
-                })),
-            }],
+            capabilities: vec![operator_rpc(OperatorRpc::Deregister)],
         }))
     }
     async fn deregister(

@@ -14,8 +14,8 @@ use cnpgi_pluginhelper::{
     proto::{
         identity::v1::plugin_capability::service::Type as ServiceType,
         operator_lifecycle::v1::{
-            OperatorLifecycleCapabilities, OperatorLifecycleCapabilitiesRequest, OperatorLifecycleCapabilitiesResponse,
-            OperatorLifecycleRequest, OperatorLifecycleResponse, OperatorOperationType,
+            OperatorLifecycleCapabilitiesRequest, OperatorLifecycleCapabilitiesResponse, OperatorLifecycleRequest,
+            OperatorLifecycleResponse,
             operator_lifecycle_server::{OperatorLifecycle, OperatorLifecycleServer},
             operator_operation_type::Type as Operation,
         },
@@ -44,13 +44,7 @@ impl OperatorLifecycle for TestLifecycle {
         _: Request<OperatorLifecycleCapabilitiesRequest>,
     ) -> Result<Response<OperatorLifecycleCapabilitiesResponse>, Status> {
         Ok(Response::new(OperatorLifecycleCapabilitiesResponse {
-            lifecycle_capabilities: vec![OperatorLifecycleCapabilities {
-                group: String::new(),
-                kind: "Pod".into(),
-                operation_types: vec![OperatorOperationType {
-                    r#type: Operation::Create.into(),
-                }],
-            }],
+            lifecycle_capabilities: vec![cnpgi_core::capabilities::lifecycle("", "Pod", [Operation::Create])],
         }))
     }
 
@@ -271,7 +265,7 @@ async fn mutation_validation_and_status_through_hello_world() {
     assert_eq!(statuses.len(), 1);
     assert_eq!(statuses[0].status.as_deref(), Some(r#"{"enabled":true}"#));
     let mut written = with_status.clone();
-    cnpgi_operator::routing::write_plugin_status(&mut written, &statuses);
+    cnpgi_core::status::write_plugin_status(&mut written, &statuses);
     assert_eq!(written["status"]["phase"], "Healthy");
     assert_eq!(written["status"]["pluginStatus"].as_array().unwrap().len(), 1);
     assert_eq!(written["status"]["pluginStatus"][0]["name"], HELLO);

@@ -18,8 +18,8 @@ use cnpgi_pluginhelper::{
     proto::{
         identity::v1::plugin_capability::service::Type as ServiceType,
         operator::v1::{
-            OperatorCapabilitiesRequest, OperatorCapabilitiesResult, OperatorCapability, OperatorMutateClusterRequest,
-            OperatorMutateClusterResult, operator_capability,
+            OperatorCapabilitiesRequest, OperatorCapabilitiesResult, OperatorMutateClusterRequest,
+            OperatorMutateClusterResult,
             operator_server::{Operator, OperatorServer},
         },
     },
@@ -44,11 +44,9 @@ impl Operator for Hung {
         _: Request<OperatorCapabilitiesRequest>,
     ) -> Result<Response<OperatorCapabilitiesResult>, Status> {
         Ok(Response::new(OperatorCapabilitiesResult {
-            capabilities: vec![OperatorCapability {
-                r#type: Some(operator_capability::Type::Rpc(operator_capability::Rpc {
-                    r#type: operator_capability::rpc::Type::MutateCluster.into(),
-                })),
-            }],
+            capabilities: vec![cnpgi_core::capabilities::operator_rpc(
+                cnpgi_core::capabilities::OperatorRpc::MutateCluster,
+            )],
         }))
     }
     async fn mutate_cluster(
@@ -228,9 +226,8 @@ async fn mutate_fills_in_defaults_with_a_base64_json_patch() {
     let patch = base64::engine::general_purpose::STANDARD
         .decode(response["patch"].as_str().expect("patch is a base64 string"))
         .unwrap();
-    let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
     let mut patched = original;
-    json_patch::patch(&mut patched, &patch).unwrap();
+    cnpgi_core::patch::apply_patch_bytes(&mut patched, &patch).unwrap();
     assert_eq!(
         patched["spec"]["plugins"][0]["parameters"]["labels"],
         r#"{"plugin-metadata":"default"}"#

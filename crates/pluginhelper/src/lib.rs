@@ -13,6 +13,7 @@
 //! * [`parameters`]: a declared parameter schema yielding validation errors
 //!   and defaults; [`validation`]: `ValidationError` builders;
 //! * [`patch`]: RFC 6902 JSON patches from before/after JSON;
+//! * [`capabilities`]: capability messages for `GetCapabilities` answers;
 //! * [`sidecar`]: sidecar injection into instance Pods;
 //! * [`status`]: `SetStatusInCluster` answers;
 //! * the other CNPG-I services, whose servers come from [`proto`] and are
@@ -23,29 +24,30 @@
 //!   map);
 //! * [`testing`] (feature `testing`): in-process test servers and clients.
 //!
+//! [`cluster`], [`patch`], [`capabilities`] and [`status`] are `cnpgi-core`'s
+//! modules, re-exported: the operator side uses the very same code.
+//!
 //! See `examples/hello-world` in the repository for a complete plugin.
 
 #![forbid(unsafe_code)]
 
 mod authority;
-pub mod cluster;
 pub mod cmd;
 pub mod logging;
 pub mod metrics;
 mod middleware;
 pub mod parameters;
-pub mod patch;
 pub mod postgres;
 pub mod reconciler;
 pub mod server;
 pub mod sidecar;
-pub mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod validation;
 pub mod wal;
 
 pub use cmd::{PluginArgs, PluginCommand, create_main_cmd};
+pub use cnpgi_core::{capabilities, cluster, patch, status};
 /// The generated CNPG-I protocol types, clients and servers.
 pub use cnpgi_proto as proto;
 /// The gRPC framework the generated code uses.

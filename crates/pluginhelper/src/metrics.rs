@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 
 use cnpgi_proto::metrics::v1::{
     CollectMetric, CollectMetricsResult, DefineMetricsResult, Metric, MetricType, MetricsCapabilitiesResult,
-    MetricsCapability, metric_type, metrics_capability,
+    metric_type, metrics_capability,
 };
 
 /// A collected value that does not fit the definitions.
@@ -155,11 +155,9 @@ impl MetricSet {
     /// The `GetCapabilities` answer.
     pub fn capabilities(&self) -> MetricsCapabilitiesResult {
         MetricsCapabilitiesResult {
-            capabilities: vec![MetricsCapability {
-                r#type: Some(metrics_capability::Type::Rpc(metrics_capability::Rpc {
-                    r#type: metrics_capability::rpc::Type::Metrics.into(),
-                })),
-            }],
+            capabilities: vec![cnpgi_core::capabilities::metrics_rpc(
+                metrics_capability::rpc::Type::Metrics,
+            )],
         }
     }
 }

@@ -89,7 +89,7 @@ where
                         Err(error)
                     }
                     Err(panic) => {
-                        let message = cnpgi_proto::echo::bounded(panic_message(panic.as_ref()));
+                        let message = cnpgi_core::echo::bounded(panic_message(panic.as_ref()));
                         tracing::error!(elapsed_ms, panic = %message, "handler panicked; answering INTERNAL");
                         Ok(
                             tonic::Status::internal(format!("plugin handler for {method} panicked: {message}"))
@@ -160,7 +160,7 @@ fn logged_message(headers: &http::HeaderMap) -> String {
         .get("grpc-message")
         .and_then(|v| v.to_str().ok())
         .map(percent_decode)
-        .map(cnpgi_proto::echo::bounded_string)
+        .map(cnpgi_core::echo::bounded_string)
         .unwrap_or_default()
 }
 

@@ -531,7 +531,7 @@ pub enum ParameterError {
 
 impl From<ParameterError> for tonic::Status {
     fn from(err: ParameterError) -> Self {
-        tonic::Status::internal(cnpgi_proto::echo::bounded_string(err.to_string()))
+        tonic::Status::internal(cnpgi_core::echo::bounded_string(err.to_string()))
     }
 }
 

@@ -21,9 +21,7 @@
 
 use std::collections::HashMap;
 
-use cnpgi_proto::identity::v1::{
-    EnrichConfigurationResult, PostgresCapabilitiesResult, PostgresCapability, postgres_capability,
-};
+use cnpgi_proto::identity::v1::{EnrichConfigurationResult, PostgresCapabilitiesResult, postgres_capability};
 
 /// Applies `edit` to a copy of `configs` and answers the complete map, or an
 /// empty answer ("no change") when the map is unchanged.
@@ -43,11 +41,9 @@ pub fn enrich(
 /// The `GetCapabilities` answer of a plugin implementing `EnrichConfiguration`.
 pub fn capabilities() -> PostgresCapabilitiesResult {
     PostgresCapabilitiesResult {
-        capabilities: vec![PostgresCapability {
-            r#type: Some(postgres_capability::Type::Rpc(postgres_capability::Rpc {
-                r#type: postgres_capability::rpc::Type::EnrichConfiguration.into(),
-            })),
-        }],
+        capabilities: vec![cnpgi_core::capabilities::postgres_rpc(
+            postgres_capability::rpc::Type::EnrichConfiguration,
+        )],
     }
 }
 

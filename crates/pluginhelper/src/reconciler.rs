@@ -19,8 +19,8 @@
 use std::time::Duration;
 
 use cnpgi_proto::reconciler::v1::{
-    ReconcilerHooksCapabilitiesResult, ReconcilerHooksCapability, ReconcilerHooksResult,
-    reconciler_hooks_capability::Kind, reconciler_hooks_result::Behavior,
+    ReconcilerHooksCapabilitiesResult, ReconcilerHooksResult, reconciler_hooks_capability::Kind,
+    reconciler_hooks_result::Behavior,
 };
 
 /// What a hook tells the operator to do.
@@ -78,7 +78,7 @@ pub fn capabilities(kinds: impl IntoIterator<Item = Kind>) -> ReconcilerHooksCap
     ReconcilerHooksCapabilitiesResult {
         reconciler_capabilities: kinds
             .into_iter()
-            .map(|kind| ReconcilerHooksCapability { kind: kind.into() })
+            .map(cnpgi_core::capabilities::reconciler_hook)
             .collect(),
     }
 }

@@ -14,10 +14,10 @@ use std::{
     time::Duration,
 };
 
+use cnpgi_core::names::services;
 use cnpgi_proto::{
     FILE_DESCRIPTOR_SET,
     identity::v1::{GetPluginMetadataRequest, GetPluginMetadataResponse, ProbeRequest, identity_server},
-    service_names,
 };
 use cnpgi_tls::server::{ReloadingServerConfig, ServerTlsFiles};
 use futures_util::{FutureExt, TryStreamExt};
@@ -184,7 +184,7 @@ impl<I: identity_server::Identity> PluginServer<I> {
             .await
             .map_err(ServeError::Metadata)?
             .into_inner();
-        cnpgi_proto::validate_plugin_name(&metadata.name).map_err(ServeError::InvalidName)?;
+        cnpgi_core::names::validate_plugin_name(&metadata.name).map_err(ServeError::InvalidName)?;
         Ok(metadata)
     }
 
@@ -626,7 +626,7 @@ async fn report_readiness<I: identity_server::Identity>(
             } else {
                 ServingStatus::NotServing
             };
-            for service in ["", service_names::IDENTITY] {
+            for service in ["", services::IDENTITY] {
                 reporter.set_service_status(service, status).await;
             }
             last = Some(ready);

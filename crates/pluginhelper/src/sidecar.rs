@@ -44,7 +44,7 @@
 use k8s_openapi::api::core::v1::{Capabilities, Container, SeccompProfile, SecurityContext};
 use serde_json::{Map, Value, json};
 
-use crate::cluster::json_type_name;
+use cnpgi_core::cluster::json_type_name;
 
 /// Name of the container running PostgreSQL in a CloudNativePG instance Pod.
 pub const POSTGRES_CONTAINER_NAME: &str = "postgres";

@@ -17,7 +17,7 @@
 //! without crashing.
 //!
 //! The builders and [`describe`] keep at most 1 KiB of each value, message
-//! and path component ([`cnpgi_proto::echo::bounded`]), so that a huge bad
+//! and path component ([`cnpgi_core::echo::bounded`]), so that a huge bad
 //! parameter is not echoed whole into an answer, a `grpc-message` or a log.
 //!
 //! ```
@@ -28,7 +28,7 @@
 //! assert_eq!(field_path(&err.path_components, None), "spec.plugins[0].parameters.labels");
 //! ```
 
-use cnpgi_proto::echo::{bounded, bounded_string};
+use cnpgi_core::echo::{bounded, bounded_string};
 pub use cnpgi_proto::operator::v1::ValidationError;
 
 /// A validation error about the parameter `parameter` of the plugin at
@@ -83,8 +83,8 @@ where
 
 /// Renders `path_components` as a Cluster field path, given the index of the
 /// plugin that reported it when known (the convention shared with the
-/// operator): see [`cnpgi_proto::field_path`].
-pub use cnpgi_proto::field_path;
+/// operator): see [`cnpgi_core::path::field_path`].
+pub use cnpgi_core::path::field_path;
 
 /// One line per error: `<field path>: <message> (value "<value>")`, the value
 /// part left out when it is empty.

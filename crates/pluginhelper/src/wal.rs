@@ -31,7 +31,7 @@
 
 use std::fmt;
 
-use cnpgi_proto::wal::v1::{WalCapabilitiesResult, WalCapability, wal_capability};
+use cnpgi_proto::wal::v1::{WalCapabilitiesResult, wal_capability};
 
 /// What a WAL file is, from its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -204,12 +204,7 @@ pub fn not_in_archive(name: &WalFileName) -> tonic::Status {
 /// ```
 pub fn capabilities(rpcs: impl IntoIterator<Item = wal_capability::rpc::Type>) -> WalCapabilitiesResult {
     WalCapabilitiesResult {
-        capabilities: rpcs
-            .into_iter()
-            .map(|rpc| WalCapability {
-                r#type: Some(wal_capability::Type::Rpc(wal_capability::Rpc { r#type: rpc.into() })),
-            })
-            .collect(),
+        capabilities: rpcs.into_iter().map(cnpgi_core::capabilities::wal_rpc).collect(),
     }
 }
 

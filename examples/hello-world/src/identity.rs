@@ -1,8 +1,11 @@
 //! The Identity service: name, capabilities, readiness.
 
-use cnpgi_pluginhelper::proto::identity::v1::{
-    GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest, GetPluginMetadataResponse,
-    PluginCapability, ProbeRequest, ProbeResponse, identity_server, plugin_capability,
+use cnpgi_pluginhelper::{
+    capabilities::{ServiceType, service},
+    proto::identity::v1::{
+        GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest,
+        GetPluginMetadataResponse, ProbeRequest, ProbeResponse, identity_server,
+    },
 };
 use tonic::{Request, Response, Status};
 
@@ -11,14 +14,6 @@ use crate::metadata;
 /// The hello-world Identity implementation.
 #[derive(Debug, Clone, Copy)]
 pub struct Identity;
-
-fn service(kind: plugin_capability::service::Type) -> PluginCapability {
-    PluginCapability {
-        r#type: Some(plugin_capability::Type::Service(plugin_capability::Service {
-            r#type: kind.into(),
-        })),
-    }
-}
 
 #[tonic::async_trait]
 impl identity_server::Identity for Identity {
@@ -36,8 +31,8 @@ impl identity_server::Identity for Identity {
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
         Ok(Response::new(GetPluginCapabilitiesResponse {
             capabilities: vec![
-                service(plugin_capability::service::Type::LifecycleService),
-                service(plugin_capability::service::Type::OperatorService),
+                service(ServiceType::LifecycleService),
+                service(ServiceType::OperatorService),
             ],
         }))
     }

@@ -2,12 +2,12 @@
 //! created (and tell, on EVALUATE, what the patch would be today).
 
 use cnpgi_pluginhelper::{
+    capabilities::{Operation, lifecycle},
     cluster::{decode_cluster, decode_object},
     patch,
     proto::operator_lifecycle::v1::{
-        OperatorLifecycleCapabilities, OperatorLifecycleCapabilitiesRequest, OperatorLifecycleCapabilitiesResponse,
-        OperatorLifecycleRequest, OperatorLifecycleResponse, OperatorOperationType, operator_lifecycle_server,
-        operator_operation_type::Type as Operation,
+        OperatorLifecycleCapabilitiesRequest, OperatorLifecycleCapabilitiesResponse, OperatorLifecycleRequest,
+        OperatorLifecycleResponse, OperatorOperationType, operator_lifecycle_server,
     },
     sidecar::{SidecarOptions, inject_sidecar},
     validation,
@@ -35,14 +35,7 @@ impl operator_lifecycle_server::OperatorLifecycle for Lifecycle {
         _: Request<OperatorLifecycleCapabilitiesRequest>,
     ) -> Result<Response<OperatorLifecycleCapabilitiesResponse>, Status> {
         Ok(Response::new(OperatorLifecycleCapabilitiesResponse {
-            lifecycle_capabilities: vec![OperatorLifecycleCapabilities {
-                group: String::new(),
-                kind: "Pod".into(),
-                operation_types: [Operation::Create, Operation::Evaluate]
-                    .into_iter()
-                    .map(|t| OperatorOperationType { r#type: t.into() })
-                    .collect(),
-            }],
+            lifecycle_capabilities: vec![lifecycle("", "Pod", [Operation::Create, Operation::Evaluate])],
         }))
     }
 

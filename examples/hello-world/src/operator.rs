@@ -1,13 +1,14 @@
 //! The Operator service: validate, default, and report status.
 
 use cnpgi_pluginhelper::{
+    capabilities::{OperatorRpc, operator_rpc as rpc},
     cluster::decode_cluster,
     patch,
     proto::operator::v1::{
-        OperatorCapabilitiesRequest, OperatorCapabilitiesResult, OperatorCapability, OperatorMutateClusterRequest,
+        OperatorCapabilitiesRequest, OperatorCapabilitiesResult, OperatorMutateClusterRequest,
         OperatorMutateClusterResult, OperatorValidateClusterChangeRequest, OperatorValidateClusterChangeResult,
         OperatorValidateClusterCreateRequest, OperatorValidateClusterCreateResult, SetStatusInClusterRequest,
-        SetStatusInClusterResponse, operator_capability, operator_server,
+        SetStatusInClusterResponse, operator_server,
     },
     status,
 };
@@ -23,14 +24,6 @@ use crate::{
 #[derive(Debug, Clone, Copy)]
 pub struct Operator;
 
-fn rpc(kind: operator_capability::rpc::Type) -> OperatorCapability {
-    OperatorCapability {
-        r#type: Some(operator_capability::Type::Rpc(operator_capability::Rpc {
-            r#type: kind.into(),
-        })),
-    }
-}
-
 #[tonic::async_trait]
 impl operator_server::Operator for Operator {
     /// Advertises every RPC implemented below; `Deregister` is not, and
@@ -39,13 +32,12 @@ impl operator_server::Operator for Operator {
         &self,
         _: Request<OperatorCapabilitiesRequest>,
     ) -> Result<Response<OperatorCapabilitiesResult>, Status> {
-        use operator_capability::rpc::Type;
         Ok(Response::new(OperatorCapabilitiesResult {
             capabilities: vec![
-                rpc(Type::ValidateClusterCreate),
-                rpc(Type::ValidateClusterChange),
-                rpc(Type::MutateCluster),
-                rpc(Type::SetStatusInCluster),
+                rpc(OperatorRpc::ValidateClusterCreate),
+                rpc(OperatorRpc::ValidateClusterChange),
+                rpc(OperatorRpc::MutateCluster),
+                rpc(OperatorRpc::SetStatusInCluster),
             ],
         }))
     }

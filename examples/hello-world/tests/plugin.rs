@@ -8,12 +8,12 @@ mod common;
 
 use cnpg_i_hello_world::{lifecycle::PAUSER_IMAGE, server};
 use cnpgi_pluginhelper::{
+    capabilities::{self, OperatorRpc, ServiceType},
     proto::{
-        identity::v1::{GetPluginCapabilitiesRequest, GetPluginMetadataRequest, ProbeRequest, plugin_capability},
+        identity::v1::{GetPluginCapabilitiesRequest, GetPluginMetadataRequest, ProbeRequest},
         operator::v1::{
             DeregisterRequest, OperatorCapabilitiesRequest, OperatorMutateClusterRequest,
             OperatorValidateClusterChangeRequest, OperatorValidateClusterCreateRequest, SetStatusInClusterRequest,
-            operator_capability,
         },
         operator_lifecycle::v1::{
             OperatorLifecycleCapabilitiesRequest, OperatorLifecycleRequest, OperatorOperationType,
@@ -49,13 +49,9 @@ async fn identity_answers_as_upstream() {
         .capabilities;
     let services: Vec<_> = capabilities
         .iter()
-        .map(|c| match &c.r#type {
-            Some(plugin_capability::Type::Service(s)) => s.r#type(),
-            None => panic!("capability without a type"),
-        })
+        .map(|c| capabilities::service_type(c).unwrap())
         .collect();
-    use plugin_capability::service::Type;
-    assert_eq!(services, [Type::LifecycleService, Type::OperatorService]);
+    assert_eq!(services, [ServiceType::LifecycleService, ServiceType::OperatorService]);
     assert!(identity.probe(ProbeRequest {}).await.unwrap().into_inner().ready);
 }
 
@@ -69,20 +65,16 @@ async fn operator_and_lifecycle_capabilities() {
         .unwrap()
         .into_inner()
         .capabilities
-        .into_iter()
-        .map(|c| match c.r#type {
-            Some(operator_capability::Type::Rpc(rpc)) => rpc.r#type(),
-            None => panic!("capability without a type"),
-        })
+        .iter()
+        .map(|c| capabilities::operator_rpc_type(c).unwrap())
         .collect();
-    use operator_capability::rpc::Type;
     assert_eq!(
         rpcs,
         [
-            Type::ValidateClusterCreate,
-            Type::ValidateClusterChange,
-            Type::MutateCluster,
-            Type::SetStatusInCluster
+            OperatorRpc::ValidateClusterCreate,
+            OperatorRpc::ValidateClusterChange,
+            OperatorRpc::MutateCluster,
+            OperatorRpc::SetStatusInCluster
         ]
     );
     let lifecycle = plugin

@@ -14,15 +14,15 @@
 use std::process::ExitCode;
 
 use cnpgi_pluginhelper::{
+    capabilities,
     proto::{
         identity::v1::{
             GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest,
-            GetPluginMetadataResponse, PluginCapability, ProbeRequest, ProbeResponse, identity_server,
-            plugin_capability,
+            GetPluginMetadataResponse, ProbeRequest, ProbeResponse, identity_server,
         },
         operator_lifecycle::v1::{
-            OperatorLifecycleCapabilities, OperatorLifecycleCapabilitiesRequest, OperatorLifecycleCapabilitiesResponse,
-            OperatorLifecycleRequest, OperatorLifecycleResponse, OperatorOperationType,
+            OperatorLifecycleCapabilitiesRequest, OperatorLifecycleCapabilitiesResponse, OperatorLifecycleRequest,
+            OperatorLifecycleResponse,
             operator_lifecycle_server::{OperatorLifecycle, OperatorLifecycleServer},
             operator_operation_type::Type as Operation,
         },
@@ -68,11 +68,7 @@ impl identity_server::Identity for Broken {
         _: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
         Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: vec![PluginCapability {
-                r#type: Some(plugin_capability::Type::Service(plugin_capability::Service {
-                    r#type: plugin_capability::service::Type::LifecycleService.into(),
-                })),
-            }],
+            capabilities: vec![capabilities::service(capabilities::ServiceType::LifecycleService)],
         }))
     }
 
@@ -88,13 +84,7 @@ impl OperatorLifecycle for Broken {
         _: Request<OperatorLifecycleCapabilitiesRequest>,
     ) -> Result<Response<OperatorLifecycleCapabilitiesResponse>, Status> {
         Ok(Response::new(OperatorLifecycleCapabilitiesResponse {
-            lifecycle_capabilities: vec![OperatorLifecycleCapabilities {
-                group: String::new(),
-                kind: "Pod".into(),
-                operation_types: vec![OperatorOperationType {
-                    r#type: Operation::Create.into(),
-                }],
-            }],
+            lifecycle_capabilities: vec![capabilities::lifecycle("", "Pod", [Operation::Create])],
         }))
     }
 

@@ -67,7 +67,7 @@ impl StaticPlugin {
         let (name, address) = spec
             .split_once('=')
             .ok_or_else(|| format!("{spec:?}: expected NAME=unix:///path or NAME=https://host:port"))?;
-        cnpgi_proto::validate_plugin_name(name)?;
+        cnpgi_core::names::validate_plugin_name(name)?;
         let address = if let Some(path) = address.strip_prefix("unix://") {
             StaticAddress::Unix(PathBuf::from(path))
         } else if let Some(host_port) = address.strip_prefix("https://") {

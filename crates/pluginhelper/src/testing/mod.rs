@@ -29,7 +29,7 @@ use std::{
 use cnpgi_proto::{
     identity::v1::{
         GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest,
-        GetPluginMetadataResponse, PluginCapability, ProbeRequest, ProbeResponse, identity_client::IdentityClient,
+        GetPluginMetadataResponse, ProbeRequest, ProbeResponse, identity_client::IdentityClient,
         identity_server::Identity, plugin_capability,
     },
     operator::v1::operator_client::OperatorClient,
@@ -138,11 +138,7 @@ impl Identity for TestIdentity {
         let capabilities = self
             .services
             .iter()
-            .map(|service| PluginCapability {
-                r#type: Some(plugin_capability::Type::Service(plugin_capability::Service {
-                    r#type: (*service).into(),
-                })),
-            })
+            .map(|service| cnpgi_core::capabilities::service(*service))
             .collect();
         Ok(tonic::Response::new(GetPluginCapabilitiesResponse { capabilities }))
     }

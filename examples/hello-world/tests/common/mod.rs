@@ -66,12 +66,11 @@ pub fn bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap()
 }
 
-/// Applies an RFC 6902 patch as the operator would; empty means no change.
+/// Applies an RFC 6902 patch as the operator would (the same code); empty
+/// means no change.
 pub fn apply(doc: &Value, patch: &[u8]) -> Value {
     let mut doc = doc.clone();
-    if !patch.is_empty() {
-        let patch: json_patch::Patch = serde_json::from_slice(patch).expect("the answer is an RFC 6902 JSON patch");
-        json_patch::patch(&mut doc, &patch).expect("the patch applies to the object it was computed for");
-    }
+    cnpgi_pluginhelper::patch::apply_patch_bytes(&mut doc, patch)
+        .expect("the answer is an RFC 6902 JSON patch that applies to the object it was computed for");
     doc
 }

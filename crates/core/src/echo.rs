@@ -8,7 +8,7 @@
 //! admission denial. [`bounded`] keeps the start of such text.
 //!
 //! ```
-//! use cnpgi_proto::echo::{MAX_ECHO_BYTES, bounded};
+//! use cnpgi_core::echo::{MAX_ECHO_BYTES, bounded};
 //!
 //! assert_eq!(bounded("short"), "short");
 //! let long = "é".repeat(3_000);

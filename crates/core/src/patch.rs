@@ -3,10 +3,18 @@
 //! A plugin decodes the object it receives, changes a copy, and answers with
 //! the patch from the original to the copy; an **empty** answer means "no
 //! change" ([`patch_bytes`]). The operator side applies the answers in turn
-//! ([`apply_patch_bytes`]).
+//! ([`parse_patch`] then [`patched`], or [`apply_patch_bytes`]).
+//!
+//! This is the one JSON Patch application of the project (the plugin SDK,
+//! the operator's routing, the conformance suite and the tests use it). It
+//! never panics, whatever the patch: operations are applied with
+//! `json_patch::patch_unsafe` to a copy, which is dropped on error
+//! (`json_patch::patch` undoes applied operations on failure and panics
+//! when an undo fails, e.g. after a `move` into a path an earlier `add`
+//! created, json-patch 4.2).
 //!
 //! ```
-//! use cnpgi_pluginhelper::patch::{apply_patch_bytes, patch_bytes};
+//! use cnpgi_core::patch::{apply_patch_bytes, patch_bytes};
 //! use serde_json::json;
 //!
 //! let old = json!({"metadata": {"labels": {"app": "pg"}}});
@@ -32,7 +40,7 @@ use serde_json::Value;
 /// The JSON Patch that turns `old` into `new` (empty when they are equal).
 ///
 /// ```
-/// use cnpgi_pluginhelper::patch::create_patch;
+/// use cnpgi_core::patch::create_patch;
 /// use serde_json::json;
 ///
 /// let patch = create_patch(&json!({"a": 1}), &json!({"a": 2}));
@@ -63,7 +71,7 @@ pub fn patch_bytes(old: &Value, new: &Value) -> Result<Vec<u8>, serde_json::Erro
 pub enum PatchError {
     /// The bytes are not a JSON Patch (not JSON, not an array, or an
     /// operation without the fields its `op` needs).
-    #[error("malformed JSON patch: {source}")]
+    #[error("not an RFC 6902 JSON Patch: {source}")]
     Malformed {
         /// The `serde_json` error.
         #[source]
@@ -99,6 +107,58 @@ fn op_name(op: &PatchOperation) -> &'static str {
     }
 }
 
+/// Parses a serialized JSON Patch, as a plugin answers it; empty bytes are
+/// the empty patch ("no change").
+///
+/// # Errors
+///
+/// [`PatchError::Malformed`] when `bytes` are not a JSON Patch.
+///
+/// ```
+/// use cnpgi_core::patch::parse_patch;
+///
+/// assert!(parse_patch(b"")?.0.is_empty());
+/// assert_eq!(parse_patch(br#"[{"op":"remove","path":"/a"}]"#)?.0.len(), 1);
+/// assert!(parse_patch(b"{").is_err());
+/// # Ok::<(), cnpgi_core::patch::PatchError>(())
+/// ```
+pub fn parse_patch(bytes: &[u8]) -> Result<Patch, PatchError> {
+    if bytes.is_empty() {
+        return Ok(Patch(Vec::new()));
+    }
+    serde_json::from_slice(bytes).map_err(|source| PatchError::Malformed { source })
+}
+
+/// `object` with `patch` applied, as a new value; `object` is left as it is.
+/// Never panics, whatever the patch (see the module documentation).
+///
+/// # Errors
+///
+/// [`PatchError::Apply`] naming the operation that failed.
+///
+/// ```
+/// use cnpgi_core::patch::{parse_patch, patched};
+/// use serde_json::json;
+///
+/// let object = json!({"a": 1});
+/// let patch = parse_patch(br#"[{"op":"add","path":"/b","value":2}]"#)?;
+/// assert_eq!(patched(&object, &patch)?, json!({"a": 1, "b": 2}));
+/// # Ok::<(), cnpgi_core::patch::PatchError>(())
+/// ```
+pub fn patched(object: &Value, patch: &Patch) -> Result<Value, PatchError> {
+    let mut copy = object.clone();
+    json_patch::patch_unsafe(&mut copy, patch).map_err(|source| {
+        let op = patch.0.get(source.operation);
+        PatchError::Apply {
+            index: source.operation,
+            op: op.map_or("unknown", op_name),
+            path: source.path.to_string(),
+            source,
+        }
+    })?;
+    Ok(copy)
+}
+
 /// Applies a serialized JSON Patch to `doc`; empty bytes are a no-op.
 ///
 /// The patch applies atomically: on error `doc` is left exactly as it was.
@@ -109,7 +169,7 @@ fn op_name(op: &PatchOperation) -> &'static str {
 /// [`PatchError::Apply`] naming the operation that failed otherwise.
 ///
 /// ```
-/// use cnpgi_pluginhelper::patch::{apply_patch_bytes, PatchError};
+/// use cnpgi_core::patch::{apply_patch_bytes, PatchError};
 /// use serde_json::json;
 ///
 /// let mut doc = json!({"a": 1});
@@ -125,8 +185,7 @@ pub fn apply_patch_bytes(doc: &mut Value, patch: &[u8]) -> Result<(), PatchError
     if patch.is_empty() {
         return Ok(());
     }
-    let patch: Patch = serde_json::from_slice(patch).map_err(|source| PatchError::Malformed { source })?;
-    apply_patch(doc, &patch)
+    apply_patch(doc, &parse_patch(patch)?)
 }
 
 /// Applies a JSON Patch to `doc`, atomically (see [`apply_patch_bytes`]).
@@ -135,19 +194,7 @@ pub fn apply_patch_bytes(doc: &mut Value, patch: &[u8]) -> Result<(), PatchError
 ///
 /// [`PatchError::Apply`] naming the operation that failed.
 pub fn apply_patch(doc: &mut Value, patch: &Patch) -> Result<(), PatchError> {
-    // json_patch::patch undoes applied operations on failure, but panics if
-    // the undo itself fails; patching a copy is simpler to trust.
-    let mut patched = doc.clone();
-    json_patch::patch_unsafe(&mut patched, patch).map_err(|source| {
-        let op = patch.0.get(source.operation);
-        PatchError::Apply {
-            index: source.operation,
-            op: op.map_or("unknown", op_name),
-            path: source.path.to_string(),
-            source,
-        }
-    })?;
-    *doc = patched;
+    *doc = patched(doc, patch)?;
     Ok(())
 }
 
@@ -234,7 +281,7 @@ mod tests {
             let mut doc = json!({"a": 1});
             let err = apply_patch_bytes(&mut doc, bytes).unwrap_err();
             assert!(matches!(err, PatchError::Malformed { .. }), "{err:?}");
-            assert!(err.to_string().starts_with("malformed JSON patch: "), "{err}");
+            assert!(err.to_string().starts_with("not an RFC 6902 JSON Patch: "), "{err}");
             assert_eq!(doc, json!({"a": 1}));
         }
     }
@@ -298,5 +345,105 @@ mod tests {
         )
         .unwrap();
         assert_eq!(doc, json!({"a": [2], "b": [1, 2], "first": 1}));
+    }
+}
+
+/// Property test: no patch, however odd, makes [`patched`] panic, and a
+/// failed patch leaves the object as it was.
+#[cfg(test)]
+mod never_panics {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::{apply_patch_bytes, parse_patch, patched};
+
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            ".{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map("[a-c/~0-1]{0,3}", inner, 0..4)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn any_path() -> impl Strategy<Value = String> {
+        prop_oneof![Just(String::new()), "(/[a-c0-2~-]{0,2}){0,3}"]
+    }
+
+    fn any_patch() -> impl Strategy<Value = Vec<u8>> {
+        let op = (
+            prop::sample::select(vec!["add", "remove", "replace", "move", "copy", "test"]),
+            any_path(),
+            any_path(),
+            any_json(),
+        )
+            .prop_map(|(op, path, from, value)| json!({"op": op, "path": path, "from": from, "value": value}));
+        prop::collection::vec(op, 0..5).prop_map(|ops| Value::from(ops).to_string().into_bytes())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn patching_never_panics(object in any_json(), patch in any_patch()) {
+            let outcome = std::panic::catch_unwind(|| {
+                let mut doc = object.clone();
+                let Ok(parsed) = parse_patch(&patch) else {
+                    // A malformed JSON pointer (`~` not followed by 0 or 1).
+                    assert!(apply_patch_bytes(&mut doc, &patch).is_err());
+                    assert_eq!(doc, object);
+                    return;
+                };
+                let result = patched(&object, &parsed);
+                let applied = apply_patch_bytes(&mut doc, &patch);
+                assert_eq!(result.is_ok(), applied.is_ok());
+                match result {
+                    Ok(value) => assert_eq!(value, doc),
+                    Err(_) => assert_eq!(doc, object, "a failed patch changed the document"),
+                }
+            });
+            prop_assert!(outcome.is_ok(), "panicked on {}", String::from_utf8_lossy(&patch));
+        }
+    }
+
+    /// json-patch 4.2's `patch` panics undoing this one (found by a
+    /// property test): the failing `remove` makes it undo the `move` and the
+    /// `copy`, and an undo fails.
+    #[test]
+    fn an_undo_that_would_panic_is_an_error() {
+        let object = json!({"a": {"b": [1]}, "b": [1, 2]});
+        let patch = parse_patch(
+            br#"[{"op":"copy","from":"","path":"/0"},{"op":"move","from":"/0","path":""},{"op":"remove","path":""}]"#,
+        )
+        .unwrap();
+        let mut copy = object.clone();
+        let undo_panics = std::panic::catch_unwind(move || json_patch::patch(&mut copy, &patch).is_ok()).is_err();
+        assert!(
+            undo_panics,
+            "json_patch::patch no longer panics here; keep patch_unsafe anyway"
+        );
+        let patch = parse_patch(
+            br#"[{"op":"copy","from":"","path":"/0"},{"op":"move","from":"/0","path":""},{"op":"remove","path":""}]"#,
+        )
+        .unwrap();
+        let result = patched(&object, &patch);
+        assert!(
+            matches!(
+                result,
+                Err(super::PatchError::Apply {
+                    index: 2,
+                    op: "remove",
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
     }
 }

@@ -1,12 +1,20 @@
-//! Answers to `SetStatusInCluster`.
+//! `status.pluginStatus[]`: what plugins answer to `SetStatusInCluster`, and
+//! the entries the operator writes.
 //!
 //! The answer's `json_status` becomes the plugin's `status` in the Cluster's
 //! `status.pluginStatus[]`. It must be a JSON object; **empty** bytes mean
-//! "keep the status as it is". These builders mirror cnpg-i-machinery's
-//! `clusterstatus` package.
+//! "keep the status as it is". The builders ([`json_status`], [`no_op`],
+//! [`empty_object`]) mirror cnpg-i-machinery's `clusterstatus` package;
+//! [`parse_json_status`] reads an answer back.
+//!
+//! Before calling `SetStatusInCluster`, an operator writes every enabled
+//! plugin's entry (name, version, capability names) into the Cluster, as
+//! CloudNativePG does ([`write_plugin_status`], [`PluginStatusUpdate`],
+//! [`previous_statuses`]): upstream plugins answer an error when their entry
+//! is missing.
 //!
 //! ```
-//! use cnpgi_pluginhelper::status;
+//! use cnpgi_core::status;
 //! use serde::Serialize;
 //!
 //! #[derive(Serialize)]
@@ -18,8 +26,10 @@
 //! assert_eq!(answer.json_status, br#"{"enabled":true}"#);
 //! assert!(status::no_op().json_status.is_empty());
 //! assert_eq!(status::empty_object().json_status, b"{}");
-//! # Ok::<(), cnpgi_pluginhelper::status::StatusError>(())
+//! # Ok::<(), cnpgi_core::status::StatusError>(())
 //! ```
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -64,7 +74,7 @@ pub enum StatusError {
 
 impl From<StatusError> for tonic::Status {
     fn from(err: StatusError) -> Self {
-        tonic::Status::internal(cnpgi_proto::echo::bounded_string(err.to_string()))
+        tonic::Status::internal(crate::echo::bounded_string(err.to_string()))
     }
 }
 
@@ -78,7 +88,7 @@ impl From<StatusError> for tonic::Status {
 /// when it cannot be serialized.
 ///
 /// ```
-/// use cnpgi_pluginhelper::status::{json_status, StatusError};
+/// use cnpgi_core::status::{json_status, StatusError};
 ///
 /// let err = json_status(&vec![1, 2]).unwrap_err();
 /// assert_eq!(err.to_string(), "the plugin status must serialize to a JSON object, not to array");
@@ -105,11 +115,11 @@ pub fn json_status<T: Serialize + ?Sized>(value: &T) -> Result<SetStatusInCluste
 /// object.
 ///
 /// ```
-/// use cnpgi_pluginhelper::status::{empty_object, no_op, parse_json_status};
+/// use cnpgi_core::status::{empty_object, no_op, parse_json_status};
 ///
 /// assert_eq!(parse_json_status(&no_op().json_status)?, None);
 /// assert_eq!(parse_json_status(&empty_object().json_status)?, Some(serde_json::json!({})));
-/// # Ok::<(), cnpgi_pluginhelper::status::StatusError>(())
+/// # Ok::<(), cnpgi_core::status::StatusError>(())
 /// ```
 pub fn parse_json_status(json_status: &[u8]) -> Result<Option<Value>, StatusError> {
     if json_status.is_empty() {
@@ -122,6 +132,95 @@ pub fn parse_json_status(json_status: &[u8]) -> Result<Option<Value>, StatusErro
         Err(StatusError::NotAnObject {
             found: json_type_name(&value),
         })
+    }
+}
+
+/// The entry an operator writes in `status.pluginStatus[]` for a plugin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginStatusUpdate {
+    /// Plugin name.
+    pub name: String,
+    /// Plugin version.
+    pub version: String,
+    /// Advertised services, as enum names ([`crate::capabilities::service_names`]).
+    pub capabilities: Vec<String>,
+    /// Advertised Operator RPCs, as enum names ([`crate::capabilities::operator_rpc_names`]).
+    pub operator_capabilities: Vec<String>,
+    /// The JSON object stored as `status`, as text: the plugin's answer, or
+    /// the previous status when it answered empty; `None` when there is none.
+    pub status: Option<String>,
+}
+
+/// `status.pluginStatus[].status` of `cluster`, by plugin name (non-empty ones).
+///
+/// ```
+/// let cluster = serde_json::json!({"status": {"pluginStatus": [
+///     {"name": "a", "status": "{\"k\":1}"}, {"name": "b", "status": ""}]}});
+/// let previous = cnpgi_core::status::previous_statuses(&cluster);
+/// assert_eq!(previous.get("a").map(String::as_str), Some("{\"k\":1}"));
+/// assert!(!previous.contains_key("b"));
+/// ```
+pub fn previous_statuses(cluster: &Value) -> BTreeMap<&str, String> {
+    cluster
+        .pointer("/status/pluginStatus")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.get("name")?.as_str()?;
+            let status = entry.get("status")?.as_str().filter(|s| !s.is_empty())?;
+            Some((name, status.to_owned()))
+        })
+        .collect()
+}
+
+/// Replaces `status.pluginStatus` of `cluster` with `entries`, in
+/// CloudNativePG's shape, creating `status` when missing. A `status` that is
+/// not an object (a malformed Cluster) is replaced; a Cluster that is not an
+/// object is left alone.
+///
+/// ```
+/// use cnpgi_core::status::{write_plugin_status, PluginStatusUpdate};
+///
+/// let mut cluster = serde_json::json!({"spec": {}});
+/// write_plugin_status(&mut cluster, &[PluginStatusUpdate {
+///     name: "p.example.com".into(),
+///     version: "1.0.0".into(),
+///     capabilities: vec!["TYPE_OPERATOR_SERVICE".into()],
+///     operator_capabilities: vec![],
+///     status: None,
+/// }]);
+/// assert_eq!(cluster["status"]["pluginStatus"][0]["version"], "1.0.0");
+/// ```
+pub fn write_plugin_status(cluster: &mut Value, entries: &[PluginStatusUpdate]) {
+    let entries: Vec<Value> = entries
+        .iter()
+        .map(|entry| {
+            let mut object = serde_json::json!({
+                "name": entry.name,
+                "version": entry.version,
+                "capabilities": entry.capabilities,
+                "operatorCapabilities": entry.operator_capabilities,
+            });
+            if let Some(status) = entry.status.as_ref().filter(|s| !s.is_empty()) {
+                object["status"] = Value::String(status.clone());
+            }
+            object
+        })
+        .collect();
+    let Some(root) = cluster.as_object_mut() else {
+        return;
+    };
+    let status = root
+        .entry("status")
+        .and_modify(|s| {
+            if !s.is_object() {
+                *s = Value::Object(Default::default());
+            }
+        })
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Some(status) = status.as_object_mut() {
+        status.insert("pluginStatus".to_owned(), Value::Array(entries));
     }
 }
 
@@ -209,5 +308,46 @@ mod tests {
             Err(StatusError::NotAnObject { found: "array" })
         ));
         assert!(matches!(parse_json_status(b"{"), Err(StatusError::Parse(_))));
+    }
+
+    #[test]
+    fn plugin_status_entries_replace_the_old_ones() {
+        let entry = |name: &str, status: Option<&str>| PluginStatusUpdate {
+            name: name.into(),
+            version: "1.0".into(),
+            capabilities: vec!["TYPE_OPERATOR_SERVICE".into()],
+            operator_capabilities: vec!["TYPE_SET_STATUS_IN_CLUSTER".into()],
+            status: status.map(str::to_owned),
+        };
+        let mut cluster = json!({"spec": {}, "status": {"phase": "x", "pluginStatus": [{"name": "old"}]}});
+        write_plugin_status(&mut cluster, &[entry("a", Some("{\"k\":1}")), entry("b", None)]);
+        assert_eq!(
+            cluster["status"],
+            json!({"phase": "x", "pluginStatus": [
+                {"name": "a", "version": "1.0", "capabilities": ["TYPE_OPERATOR_SERVICE"],
+                 "operatorCapabilities": ["TYPE_SET_STATUS_IN_CLUSTER"], "status": "{\"k\":1}"},
+                {"name": "b", "version": "1.0", "capabilities": ["TYPE_OPERATOR_SERVICE"],
+                 "operatorCapabilities": ["TYPE_SET_STATUS_IN_CLUSTER"]},
+            ]})
+        );
+        assert_eq!(
+            previous_statuses(&cluster).get("a").map(String::as_str),
+            Some("{\"k\":1}")
+        );
+        assert_eq!(previous_statuses(&cluster).get("b"), None);
+
+        // No status yet, or a status that is not an object: written anyway.
+        for status in [json!(null), json!("text"), json!([1])] {
+            let mut cluster = json!({"spec": {}, "status": status});
+            write_plugin_status(&mut cluster, &[entry("a", None)]);
+            assert_eq!(cluster["status"]["pluginStatus"][0]["name"], "a");
+        }
+        let mut cluster = json!({"spec": {}});
+        write_plugin_status(&mut cluster, &[]);
+        assert_eq!(cluster["status"], json!({"pluginStatus": []}));
+        // Not an object at all: left alone, no panic.
+        let mut not_a_cluster = json!([1, 2]);
+        write_plugin_status(&mut not_a_cluster, &[entry("a", None)]);
+        assert_eq!(not_a_cluster, json!([1, 2]));
     }
 }

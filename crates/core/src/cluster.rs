@@ -12,8 +12,14 @@
 //! This mirrors cnpg-i-machinery's lenient Cluster decoding and its
 //! `common.NewPlugin` helper (see [`Cluster::plugin`]).
 //!
+//! It is the one Cluster view of the project: plugins decode it, the operator
+//! finds the plugins a Cluster enables with [`enabled_plugins`] (the same
+//! `enabled` rule as [`PluginConfiguration::is_enabled`]), and the operator's
+//! own CRD embeds [`PluginConfiguration`] and [`PluginStatus`] (with the
+//! `schemars` feature, for its schema).
+//!
 //! ```
-//! use cnpgi_pluginhelper::cluster::decode_cluster;
+//! use cnpgi_core::cluster::decode_cluster;
 //!
 //! let json = br#"{
 //!     "apiVersion": "postgresql.cnpg.io/v1",
@@ -31,7 +37,7 @@
 //! assert_eq!(entry.parameters()["labels"], r#"{"app":"demo"}"#);
 //! // Fields this crate does not model are kept.
 //! assert_eq!(cluster.spec.other["instances"], 3);
-//! # Ok::<(), cnpgi_pluginhelper::cluster::DecodeError>(())
+//! # Ok::<(), cnpgi_core::cluster::DecodeError>(())
 //! ```
 
 use std::collections::BTreeMap;
@@ -102,7 +108,7 @@ macro_rules! deserialize_keeping_unknown_fields {
 /// data. Missing fields (and `null`s) decode as defaults.
 ///
 /// ```
-/// use cnpgi_pluginhelper::cluster::decode_cluster;
+/// use cnpgi_core::cluster::decode_cluster;
 ///
 /// let cluster = decode_cluster(br#"{"metadata":{"name":"pg"},"spec":{"instances":1}}"#)?;
 /// assert_eq!(cluster.metadata.name.as_deref(), Some("pg"));
@@ -159,7 +165,7 @@ deserialize_keeping_unknown_fields!(ClusterSpec, "a Cluster spec object", {
 /// One entry of `spec.plugins[]`.
 ///
 /// ```
-/// use cnpgi_pluginhelper::cluster::PluginConfiguration;
+/// use cnpgi_core::cluster::PluginConfiguration;
 ///
 /// let config: PluginConfiguration =
 ///     serde_json::from_str(r#"{"name":"p.example.com","isWALArchiver":true}"#)?;
@@ -168,22 +174,37 @@ deserialize_keeping_unknown_fields!(ClusterSpec, "a Cluster spec object", {
 /// # Ok::<(), serde_json::Error>(())
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schemars",
+    schemars(description = "One plugin enabled on a Cluster (CloudNativePG's shape).")
+)]
 #[serde(rename_all = "camelCase")]
 pub struct PluginConfiguration {
-    /// `name`: the plugin name, as in `GetPluginMetadata`.
+    /// The plugin name, as in its metadata.
     pub name: String,
-    /// `enabled`; absent means enabled (see [`PluginConfiguration::is_enabled`]).
+    /// Whether the plugin is used. Default true.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schemars", schemars(default = "enabled_by_default"))]
     pub enabled: Option<bool>,
-    /// `isWALArchiver`.
+    /// Whether the plugin archives WAL (kept for CloudNativePG compatibility).
     #[serde(rename = "isWALArchiver", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schemars", schemars(default))]
     pub is_wal_archiver: Option<bool>,
-    /// `parameters`: the plugin's configuration, string to string.
+    /// Plugin parameters, read by the plugin from the Cluster.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "schemars", schemars(default))]
     pub parameters: BTreeMap<String, String>,
     /// Fields of the entry other than the ones above, kept as they were.
     #[serde(flatten)]
+    #[cfg_attr(feature = "schemars", schemars(skip))]
     pub other: Map<String, Value>,
+}
+
+/// The schema's default of `enabled`: what an absent value means.
+#[cfg(feature = "schemars")]
+fn enabled_by_default() -> Option<bool> {
+    Some(true)
 }
 
 deserialize_keeping_unknown_fields!(PluginConfiguration, "a plugin configuration object", {
@@ -196,8 +217,13 @@ deserialize_keeping_unknown_fields!(PluginConfiguration, "a plugin configuration
 impl PluginConfiguration {
     /// Whether the plugin is enabled: `enabled` is `true` or absent.
     pub fn is_enabled(&self) -> bool {
-        self.enabled.unwrap_or(true)
+        is_enabled(self.enabled)
     }
+}
+
+/// CloudNativePG's rule for `spec.plugins[].enabled`: only `false` disables.
+fn is_enabled(enabled: Option<bool>) -> bool {
+    enabled != Some(false)
 }
 
 /// The `status` of a [`Cluster`]: `pluginStatus` is typed, the rest kept as JSON.
@@ -223,10 +249,11 @@ impl ClusterStatus {
     }
 }
 
-/// One entry of `status.pluginStatus[]`.
+/// One entry of `status.pluginStatus[]`: what the operator recorded about a
+/// plugin. The capabilities are enum names (see [`crate::capabilities`]).
 ///
 /// ```
-/// use cnpgi_pluginhelper::cluster::PluginStatus;
+/// use cnpgi_core::cluster::PluginStatus;
 ///
 /// let status: PluginStatus = serde_json::from_str(
 ///     r#"{"name":"p.example.com","version":"1.0.0","status":"{\"ready\":true}"}"#,
@@ -235,23 +262,33 @@ impl ClusterStatus {
 /// # Ok::<(), serde_json::Error>(())
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schemars",
+    schemars(description = "A plugin's entry in the Cluster status (CloudNativePG's shape).")
+)]
 #[serde(rename_all = "camelCase")]
 pub struct PluginStatus {
-    /// `name`.
+    /// Plugin name.
     pub name: String,
-    /// `version`, from `GetPluginMetadata`.
+    /// Plugin version.
+    #[cfg_attr(feature = "schemars", schemars(default))]
     pub version: String,
-    /// `capabilities`: `PluginCapability.Service.Type` names, e.g. `TYPE_OPERATOR_SERVICE`.
+    /// Advertised services (`TYPE_LIFECYCLE_SERVICE`, ...).
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "schemars", schemars(default))]
     pub capabilities: Vec<String>,
-    /// `operatorCapabilities`: `OperatorCapability.RPC.Type` names.
+    /// Advertised Operator RPCs (`TYPE_MUTATE_CLUSTER`, ...).
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "schemars", schemars(default))]
     pub operator_capabilities: Vec<String>,
-    /// `status`: the JSON object last returned by `SetStatusInCluster`, as a string.
+    /// The JSON object the plugin returned from `SetStatusInCluster`, as text.
     #[serde(skip_serializing_if = "String::is_empty")]
+    #[cfg_attr(feature = "schemars", schemars(default))]
     pub status: String,
     /// Fields of the entry other than the ones above, kept as they were.
     #[serde(flatten)]
+    #[cfg_attr(feature = "schemars", schemars(skip))]
     pub other: Map<String, Value>,
 }
 
@@ -281,7 +318,7 @@ impl PluginStatus {
 /// A plugin's entry in `spec.plugins[]`, with its position there.
 ///
 /// The index is what validation errors about the plugin's parameters carry
-/// (see [`crate::validation::parameter_error`]).
+/// (machinery's `["spec", "plugins", "<index>", "<parameter>"]`, see [`crate::path`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PluginEntry<'a> {
     /// Position of the entry in `spec.plugins`.
@@ -305,7 +342,7 @@ impl Cluster {
     /// cnpg-i-machinery's `common.NewPlugin` does.
     ///
     /// ```
-    /// use cnpgi_pluginhelper::cluster::decode_cluster;
+    /// use cnpgi_core::cluster::decode_cluster;
     ///
     /// let cluster = decode_cluster(
     ///     br#"{"spec":{"plugins":[{"name":"a.example.com"},{"name":"b.example.com","parameters":{"x":"1"}}]}}"#,
@@ -313,7 +350,7 @@ impl Cluster {
     /// let entry = cluster.plugin("b.example.com").unwrap();
     /// assert_eq!((entry.index, entry.parameters()["x"].as_str()), (1, "1"));
     /// assert!(cluster.plugin("c.example.com").is_none());
-    /// # Ok::<(), cnpgi_pluginhelper::cluster::DecodeError>(())
+    /// # Ok::<(), cnpgi_core::cluster::DecodeError>(())
     /// ```
     pub fn plugin(&self, name: &str) -> Option<PluginEntry<'_>> {
         self.spec
@@ -339,6 +376,78 @@ impl Cluster {
     pub fn to_json_value(&self) -> Result<Value, serde_json::Error> {
         serde_json::to_value(self)
     }
+}
+
+/// A plugin a Cluster enables, and where it is in `spec.plugins`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnabledPlugin {
+    /// Its index in `spec.plugins` (first occurrence).
+    pub index: usize,
+    /// Its name.
+    pub name: String,
+}
+
+/// The plugins a Cluster (as JSON) enables, in CloudNativePG's routing
+/// order: `spec.plugins[]` entries whose `enabled` is not `false` (the rule
+/// of [`PluginConfiguration::is_enabled`]), de-duplicated by name (first
+/// occurrence) and sorted by name. Entries without a string `name` are
+/// skipped; the rest of the Cluster is not decoded.
+///
+/// ```
+/// let cluster = serde_json::json!({"spec": {"plugins": [
+///     {"name": "b.example.com"}, {"name": "a.example.com"},
+///     {"name": "c.example.com", "enabled": false}, {"name": "b.example.com"}]}});
+/// let names: Vec<_> = cnpgi_core::cluster::enabled_plugins(&cluster).into_iter().map(|p| p.name).collect();
+/// assert_eq!(names, ["a.example.com", "b.example.com"]);
+/// ```
+pub fn enabled_plugins(cluster: &Value) -> Vec<EnabledPlugin> {
+    let entries = cluster
+        .pointer("/spec/plugins")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, entry)| is_enabled(entry.get("enabled").and_then(Value::as_bool)))
+        .filter_map(|(index, entry)| Some((index, entry.get("name")?.as_str()?)));
+    routing_order(entries)
+}
+
+impl Cluster {
+    /// The plugins this Cluster enables, in routing order (see [`enabled_plugins`]).
+    ///
+    /// ```
+    /// use cnpgi_core::cluster::decode_cluster;
+    ///
+    /// let cluster = decode_cluster(br#"{"spec":{"plugins":[{"name":"b"},{"name":"a","enabled":true},{"name":"c","enabled":false}]}}"#)?;
+    /// let enabled: Vec<_> = cluster.enabled_plugins().into_iter().map(|p| (p.index, p.name)).collect();
+    /// assert_eq!(enabled, [(1, "a".to_owned()), (0, "b".to_owned())]);
+    /// # Ok::<(), cnpgi_core::cluster::DecodeError>(())
+    /// ```
+    pub fn enabled_plugins(&self) -> Vec<EnabledPlugin> {
+        let entries = self
+            .spec
+            .plugins
+            .iter()
+            .enumerate()
+            .filter(|(_, config)| config.is_enabled())
+            .map(|(index, config)| (index, config.name.as_str()));
+        routing_order(entries)
+    }
+}
+
+/// De-duplicates `(index, name)` pairs by name (first occurrence wins) and
+/// sorts them by name.
+fn routing_order<'a>(entries: impl Iterator<Item = (usize, &'a str)>) -> Vec<EnabledPlugin> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut plugins: Vec<EnabledPlugin> = entries
+        .filter(|(_, name)| seen.insert(*name))
+        .map(|(index, name)| EnabledPlugin {
+            index,
+            name: name.to_owned(),
+        })
+        .collect();
+    plugins.sort_by(|a, b| a.name.cmp(&b.name));
+    plugins
 }
 
 /// An object sent by the operator could not be decoded.
@@ -396,7 +505,7 @@ impl DecodeError {
 /// the input).
 impl From<DecodeError> for tonic::Status {
     fn from(err: DecodeError) -> Self {
-        tonic::Status::invalid_argument(cnpgi_proto::echo::bounded_string(err.to_string()))
+        tonic::Status::invalid_argument(crate::echo::bounded_string(err.to_string()))
     }
 }
 
@@ -410,7 +519,7 @@ impl From<DecodeError> for tonic::Status {
 /// integer `1`, expected a string at line 1 column 56`.
 ///
 /// ```
-/// use cnpgi_pluginhelper::cluster::decode_cluster;
+/// use cnpgi_core::cluster::decode_cluster;
 ///
 /// let err = decode_cluster(br#"{"spec":{"plugins":[{"name":"p","parameters":{"labels":1}}]}}"#)
 ///     .unwrap_err();
@@ -434,13 +543,13 @@ pub fn decode_cluster(bytes: &[u8]) -> Result<Cluster, DecodeError> {
 /// [`DecodeError`] when the input is empty, is not JSON, or is not a JSON object.
 ///
 /// ```
-/// use cnpgi_pluginhelper::cluster::decode_object;
+/// use cnpgi_core::cluster::decode_object;
 ///
 /// let pod = decode_object(br#"{"apiVersion":"v1","kind":"Pod","spec":{}}"#, "Pod")?;
 /// assert_eq!(pod["kind"], "Pod");
 /// let err = decode_object(b"[]", "Pod").unwrap_err();
 /// assert_eq!(err.to_string(), "cannot decode Pod: expected a JSON object, found array");
-/// # Ok::<(), cnpgi_pluginhelper::cluster::DecodeError>(())
+/// # Ok::<(), cnpgi_core::cluster::DecodeError>(())
 /// ```
 pub fn decode_object(bytes: &[u8], what: &'static str) -> Result<Value, DecodeError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -509,8 +618,13 @@ fn render_path(path: &serde_path_to_error::Path) -> String {
     if out.is_empty() { ".".to_owned() } else { out }
 }
 
-/// The JSON type of a value, for error messages.
-pub(crate) fn json_type_name(value: &Value) -> &'static str {
+/// The JSON type of a value, for error messages: `null`, `boolean`,
+/// `number`, `string`, `array` or `object`.
+///
+/// ```
+/// assert_eq!(cnpgi_core::cluster::json_type_name(&serde_json::json!([1])), "array");
+/// ```
+pub fn json_type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
@@ -779,5 +893,37 @@ mod tests {
             assert_eq!(status.code(), tonic::Code::InvalidArgument);
             assert!(status.message().len() <= 1024, "{}", status.message().len());
         }
+    }
+
+    /// The JSON view (routing) and the typed view (plugins) agree on which
+    /// plugins a Cluster enables, in which order.
+    #[test]
+    fn enabled_plugins_follow_one_rule_on_json_and_typed_clusters() {
+        let cluster = json!({"spec": {"plugins": [
+            {"name": "b", "enabled": true},
+            {"name": "c", "enabled": false},
+            {"name": "a"},
+            {"name": "b"},
+            {"name": "d", "enabled": null},
+            {"enabled": true},
+        ]}});
+        let from_json = enabled_plugins(&cluster);
+        let names: Vec<_> = from_json.iter().map(|p| (p.index, p.name.as_str())).collect();
+        assert_eq!(names, [(2, "a"), (0, "b"), (4, "d")]);
+        let typed = decode_cluster(cluster.to_string().as_bytes()).unwrap();
+        // The typed view also keeps the entry without a name (as ""), first in name order.
+        let typed_names: Vec<_> = typed
+            .enabled_plugins()
+            .into_iter()
+            .filter(|p| !p.name.is_empty())
+            .collect();
+        assert_eq!(typed_names, from_json);
+        assert!(enabled_plugins(&json!({"spec": {"plugins": "x"}})).is_empty());
+        assert!(enabled_plugins(&json!([])).is_empty());
+        // An `enabled` that is not a boolean does not disable (only `false` does).
+        assert_eq!(
+            enabled_plugins(&json!({"spec": {"plugins": [{"name": "p", "enabled": "no"}]}})).len(),
+            1
+        );
     }
 }

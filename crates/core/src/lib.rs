@@ -1,0 +1,45 @@
+//! The CNPG-I protocol logic both sides share, without I/O.
+//!
+//! A plugin (through `cnpgi-pluginhelper`) and an operator (through
+//! `cnpgi-client` and `cnpgi-operator`) agree on more than the generated
+//! types of `cnpgi-proto`: what a Cluster looks like on the wire, which
+//! plugins it enables, how a JSON Patch answer applies, how a validation
+//! error is located, how capabilities are encoded and named. Each of these
+//! is written once, here; no module does I/O (no sockets, files, tasks or
+//! clocks), so every one is tested with plain values.
+//!
+//! * [`cluster`]: THE Cluster wire view: lenient decoding, `spec.plugins[]`
+//!   entries (`enabled` absent = true), [`cluster::enabled_plugins`] in
+//!   routing order, `status.pluginStatus[]` entries;
+//! * [`patch`]: RFC 6902 patches: diff, and the one application (never panics);
+//! * [`path`]: field paths of validation errors (cnpg-i-machinery's
+//!   `["spec","plugins","<i>","<name>"]` convention);
+//! * [`capabilities`]: capability messages built, read back, and named as in
+//!   `status.pluginStatus[]`;
+//! * [`status`]: `SetStatusInCluster` answers and the `pluginStatus` entries
+//!   an operator writes;
+//! * [`pod`]: the instance Pod template, before plugins;
+//! * [`names`]: plugin-name rules and gRPC service names;
+//! * [`echo`]: bounding the input that errors and logs repeat (1 KiB).
+//!
+//! ```
+//! use cnpgi_core::{cluster::decode_cluster, patch::patch_bytes};
+//!
+//! let cluster = decode_cluster(br#"{"spec":{"plugins":[{"name":"p.example.com"}]}}"#)?;
+//! let mut changed = cluster.to_json_value()?;
+//! changed["spec"]["plugins"][0]["parameters"] = serde_json::json!({"mode": "fast"});
+//! let answer = patch_bytes(&cluster.to_json_value()?, &changed)?;
+//! assert!(!answer.is_empty());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod capabilities;
+pub mod cluster;
+pub mod echo;
+pub mod names;
+pub mod patch;
+pub mod path;
+pub mod pod;
+pub mod status;
