@@ -8,9 +8,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use cnpgi_operator::{
+use cnpgi_client::{
     client::{ClientOptions, PluginClient, Transport},
     probe,
+};
+use cnpgi_operator::{
     registry::Registry,
     routing::{Router, RoutingPolicy},
     webhook,
@@ -295,7 +297,7 @@ pub(crate) async fn plugin_cost(binary: &Path, effort: Effort) -> anyhow::Result
                 .stdout(Stdio::null())
                 .stderr(Stdio::null()),
         )?;
-        let client = PluginClient::connect(HELLO, Transport::Unix { path: socket }, &ClientOptions::default())?;
+        let client = PluginClient::new(HELLO, Transport::Unix { path: socket }, &ClientOptions::default())?;
         loop {
             if matches!(probe::is_ready(&client).await, Ok(true)) {
                 break;
@@ -508,14 +510,14 @@ pub(crate) async fn transport_breakdown(effort: Effort) -> anyhow::Result<(Sampl
     // (b) bare server, operator client.
     let certs = TestCertificates::generate("floor.example.com")?;
     let address = setup::start_floor(&certs).await?;
-    let transport = Transport::Tls(cnpgi_operator::client::TlsTransport {
+    let transport = Transport::Tls(cnpgi_client::client::TlsTransport {
         address: address.to_string(),
         server_name: "floor.example.com".into(),
         client_cert: cnpgi_tls::pem::read_certificates(&certs.client.cert_path, "c")?,
         client_key: cnpgi_tls::pem::read_private_key(&certs.client.key_path, "k")?,
         server_cert: cnpgi_tls::pem::read_certificates(&certs.server.cert_path, "s")?,
     });
-    let client = PluginClient::connect("floor.example.com", transport, &ClientOptions::default())?;
+    let client = PluginClient::new("floor.example.com", transport, &ClientOptions::default())?;
     for _ in 0..effort.warmup {
         client
             .lifecycle()

@@ -2,10 +2,8 @@
 
 use std::{net::SocketAddr, sync::Arc};
 
-use cnpgi_operator::{
-    client::{ClientOptions, PluginClient, TlsTransport, Transport},
-    registry::{Registry, RegistryOptions},
-};
+use cnpgi_client::client::{ClientOptions, PluginClient, TlsTransport, Transport};
+use cnpgi_operator::registry::{Registry, RegistryOptions};
 use cnpgi_pluginhelper::{
     proto::{
         identity::v1::plugin_capability::service::Type as ServiceType,
@@ -52,7 +50,7 @@ pub(crate) fn client_for(plugin: &TestPlugin, name: &str) -> anyhow::Result<Plug
         client_key: pem::read_private_key(&certs.client.key_path, "client key")?,
         server_cert: pem::read_certificates(&certs.server.cert_path, "server certificate")?,
     });
-    Ok(PluginClient::connect(name, transport, &ClientOptions::default())?)
+    Ok(PluginClient::new(name, transport, &ClientOptions::default())?)
 }
 
 /// Starts plugins named `names` and registers them; returns both.

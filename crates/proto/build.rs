@@ -35,6 +35,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // No `XClient::connect(uri)` helpers: they need tonic's transport,
+        // and this crate (hence cnpgi-core) stays free of it. Clients are
+        // built on a channel (`XClient::new(channel)`).
+        .build_transport(false)
         // Unimplemented RPCs answer UNIMPLEMENTED, like embedding Go's
         // Unimplemented*Server: a plugin implements only what it advertises.
         .generate_default_stubs(true)

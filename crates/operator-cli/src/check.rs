@@ -3,7 +3,7 @@
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Args;
-use cnpgi_operator::conformance::{ConformanceOptions, check_plugin};
+use cnpgi_client::conformance::{ConformanceOptions, check_plugin};
 
 use crate::plugins::{LocalPluginFlags, LocalPlugins};
 

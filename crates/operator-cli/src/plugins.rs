@@ -10,8 +10,8 @@ use std::{
 };
 
 use clap::Args;
+use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
 use cnpgi_operator::{
-    client::{ClientOptions, PluginClient, Transport},
     discovery::static_list::{StaticPlugin, TlsFiles},
     registry::{Registry, RegistryOptions},
 };
@@ -212,7 +212,7 @@ impl LocalPlugins {
 
         for path in &flags.execs {
             let (process, dir, name) = start_process(path).await?;
-            let client = PluginClient::connect(&name, Transport::Unix { path: dir.join(&name) }, &options)
+            let client = PluginClient::new(&name, Transport::Unix { path: dir.join(&name) }, &options)
                 .map_err(|e| e.to_string());
             candidates.push((name, format!("{}", path.display()), client));
             processes.push(process);
@@ -223,7 +223,7 @@ impl LocalPlugins {
                 return Err(PluginStartError(format!("no plugin socket in {}", dir.display())));
             }
             for name in names {
-                let client = PluginClient::connect(&name, Transport::Unix { path: dir.join(&name) }, &options)
+                let client = PluginClient::new(&name, Transport::Unix { path: dir.join(&name) }, &options)
                     .map_err(|e| e.to_string());
                 candidates.push((name, dir.display().to_string(), client));
             }

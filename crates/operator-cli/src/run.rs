@@ -14,8 +14,8 @@ use std::{
 use anyhow::Context as _;
 use axum::{Router as HttpRouter, extract::State, http::StatusCode, routing::get};
 use clap::{ArgAction, Args};
+use cnpgi_client::client::ClientOptions;
 use cnpgi_operator::{
-    client::ClientOptions,
     controller::{self, Context},
     discovery::{
         DiscoverySource, kubernetes::KubernetesServices, socket_dir::SocketDirectory, static_list::StaticList,
@@ -284,7 +284,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     metrics.register(&mut prometheus);
     let client_options = ClientOptions {
         call_timeout: Duration::from_secs(args.plugin_timeout_seconds),
-        metrics: metrics.clone(),
+        observer: Arc::new(metrics.clone()),
         ..ClientOptions::default()
     };
     let registry = Arc::new(Registry::new(RegistryOptions {

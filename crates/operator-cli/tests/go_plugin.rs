@@ -12,8 +12,8 @@ use std::{
 };
 
 use base64::Engine;
+use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
 use cnpgi_operator::{
-    client::{ClientOptions, PluginClient, Transport},
     pods,
     registry::{Registry, RegistryOptions},
     routing::{HookOutcome, HookPhase, Router, RoutingPolicy},
@@ -79,7 +79,7 @@ async fn webhook_and_lifecycle_paths_through_a_go_plugin() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let registry = Arc::new(Registry::new(RegistryOptions::default()));
-    let client = PluginClient::connect(GO_PLUGIN, Transport::Unix { path: socket }, &ClientOptions::default()).unwrap();
+    let client = PluginClient::new(GO_PLUGIN, Transport::Unix { path: socket }, &ClientOptions::default()).unwrap();
     registry.add("go", client).await.unwrap();
     let router = Router::new(registry, RoutingPolicy::default());
     let routes = webhook::routes(router.clone(), Duration::from_secs(5));

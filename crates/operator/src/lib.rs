@@ -5,10 +5,6 @@
 //! that, in layers:
 //!
 //! * [`crd`]: the `Cluster` custom resource;
-//! * [`client`]: one long-lived HTTP/2 channel per plugin (mutual TLS over
-//!   TCP, or a Unix socket), shared by every caller, with a deadline on every
-//!   call;
-//! * [`probe`]: the CNPG-I probing sequence and the capabilities it yields;
 //! * [`registry`]: the plugins known, their readiness, and routing lookups
 //!   (read it to see how a plugin goes from discovered to routable);
 //! * [`discovery`]: where plugins come from (Kubernetes Services, a socket
@@ -19,27 +15,38 @@
 //! * [`pods`]: instance Pods, from a template through the lifecycle hooks;
 //! * [`controller`]: the Cluster reconciler;
 //! * [`local`]: the whole pipeline on one Cluster, without Kubernetes (`render`);
-//! * [`conformance`]: the conformance suite of `check-plugin`;
 //! * [`metrics`]: Prometheus metrics of calls, readiness and discovery.
+//!
+//! It is built on `cnpgi-core` (the protocol logic: Cluster view, patches,
+//! capabilities, status), `cnpgi-client` (plugin channels, probing, the
+//! conformance suite) and `cnpgi-tls`.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! use cnpgi_operator::{client::{ClientOptions, PluginClient, Transport}, probe::probe};
+//! use std::sync::Arc;
 //!
-//! let client = PluginClient::connect(
+//! use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
+//! use cnpgi_operator::{
+//!     metrics::Metrics,
+//!     registry::{Registry, RegistryOptions},
+//! };
+//!
+//! let metrics = Metrics::default();
+//! let options = ClientOptions { observer: Arc::new(metrics.clone()), ..ClientOptions::default() };
+//! let client = PluginClient::new(
 //!     "cnpg-i-hello-world.cloudnative-pg.io",
 //!     Transport::Unix { path: "/plugins/cnpg-i-hello-world.cloudnative-pg.io".into() },
-//!     &ClientOptions::default(),
+//!     &options,
 //! )?;
-//! let info = probe(&client).await?;
-//! println!("{} {}", info.metadata.name, info.metadata.version);
+//! let registry = Registry::new(RegistryOptions { metrics, ..RegistryOptions::default() });
+//! registry.add("static", client).await?;
+//! let routable = registry.get("cnpg-i-hello-world.cloudnative-pg.io")?;
+//! println!("{}", routable.info.metadata.version);
 //! # Ok(()) }
 //! ```
 
 #![forbid(unsafe_code)]
 
-pub mod client;
-pub mod conformance;
 pub mod controller;
 pub mod crd;
 pub mod discovery;
@@ -47,7 +54,6 @@ pub mod leader;
 pub mod local;
 pub mod metrics;
 pub mod pods;
-pub mod probe;
 pub mod rbac;
 pub mod registry;
 pub mod routing;

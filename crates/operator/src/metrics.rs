@@ -1,10 +1,13 @@
 //! Prometheus metrics of plugin calls, readiness and discovery.
 //!
-//! One [`Metrics`] value is shared (cheaply cloned) by every client, the
-//! registry and the discovery sources; [`Metrics::register`] exposes it in a
-//! `prometheus_client` registry, under the `cnpgi_plugin_` prefix.
+//! One [`Metrics`] value is shared (cheaply cloned) by every client (as their
+//! [`CallObserver`]), the registry and the discovery sources;
+//! [`Metrics::register`] exposes it in a `prometheus_client` registry, under
+//! the `cnpgi_plugin_` prefix.
 
 use std::time::Duration;
+
+use cnpgi_client::client::CallObserver;
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -179,5 +182,32 @@ impl Metrics {
                 code: format!("{code:?}"),
             })
             .get()
+    }
+}
+
+/// Plugin clients report their calls here (`ClientOptions::observer`).
+impl CallObserver for Metrics {
+    fn call_ended(&self, plugin: &str, method: &str, elapsed: Duration, code: Option<tonic::Code>) {
+        self.record_call(plugin, method, elapsed, code);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_observed_by_a_client_are_counted() {
+        let metrics = Metrics::default();
+        let observer: std::sync::Arc<dyn CallObserver> = std::sync::Arc::new(metrics.clone());
+        observer.call_ended("p", "Identity/Probe", Duration::from_millis(1), None);
+        observer.call_ended(
+            "p",
+            "Identity/Probe",
+            Duration::from_millis(1),
+            Some(tonic::Code::Unavailable),
+        );
+        assert_eq!(metrics.calls("p", "Identity/Probe"), 2);
+        assert_eq!(metrics.errors("p", "Identity/Probe", tonic::Code::Unavailable), 1);
     }
 }

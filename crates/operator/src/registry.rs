@@ -8,7 +8,7 @@
 //!    refused ([`RegistryError::Duplicate`]); the same source adding it again
 //!    replaces it (its Secret rotated, its Service changed).
 //! 2. **Probed.** A background task per plugin runs the probing sequence
-//!    ([`crate::probe::probe`]): metadata (name checked against the
+//!    ([`cnpgi_client::probe::probe`]): metadata (name checked against the
 //!    discovered one), capabilities. The answer is cached and only asked
 //!    again when the client had to open a new connection (the plugin may have
 //!    been restarted or upgraded).
@@ -36,11 +36,12 @@ use cnpgi_proto::{
 };
 use tokio::task::JoinHandle;
 
-use crate::{
+use cnpgi_client::{
     client::PluginClient,
-    metrics::Metrics,
     probe::{PluginInfo, is_ready, probe},
 };
+
+use crate::metrics::Metrics;
 
 /// Tunables of the registry.
 #[derive(Debug, Clone)]

@@ -5,9 +5,9 @@
 
 use std::{sync::Arc, time::Duration};
 
+use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
 use cnpgi_operator::testing::FakeApiServer;
 use cnpgi_operator::{
-    client::{ClientOptions, PluginClient, Transport},
     controller::{self, Context, ReconcileError},
     crd::Cluster,
     pods::{self, CLUSTER_LABEL, PLUGINS_HASH_ANNOTATION},
@@ -37,7 +37,7 @@ async fn plugins() -> Plugins {
     registry
         .add(
             "static",
-            PluginClient::connect(HELLO, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
+            PluginClient::new(HELLO, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
         )
         .await
         .unwrap();
@@ -276,7 +276,7 @@ async fn removed_plugins_are_deregistered_once_and_empty_status_answers_keep_the
         .registry()
         .add(
             "static",
-            PluginClient::connect(GONE, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
+            PluginClient::new(GONE, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
         )
         .await
         .unwrap();

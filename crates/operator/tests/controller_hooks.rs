@@ -11,8 +11,8 @@ use std::{
     time::Duration,
 };
 
+use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
 use cnpgi_operator::{
-    client::{ClientOptions, PluginClient, Transport},
     controller::{self, Context, ReconcileError},
     registry::{Registry, RegistryOptions},
     routing::{Router, RoutingPolicy},
@@ -90,7 +90,7 @@ async fn pre_and_post_hooks_steer_the_reconcile() {
     registry
         .add(
             "static",
-            PluginClient::connect(PLUGIN, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
+            PluginClient::new(PLUGIN, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
         )
         .await
         .unwrap();

@@ -5,8 +5,8 @@
 
 use std::{sync::Arc, time::Duration};
 
+use cnpgi_client::client::ClientOptions;
 use cnpgi_operator::{
-    client::ClientOptions,
     discovery::{
         DiscoverySource,
         socket_dir::SocketDirectory,

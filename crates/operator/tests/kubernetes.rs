@@ -7,9 +7,9 @@
 
 use std::{collections::BTreeMap, sync::Arc, sync::atomic::Ordering, time::Duration};
 
+use cnpgi_client::client::ClientOptions;
 use cnpgi_operator::testing::FakeApiServer;
 use cnpgi_operator::{
-    client::ClientOptions,
     discovery::{DiscoverySource, kubernetes::KubernetesServices},
     registry::{Registry, RegistryOptions, RoutingError},
 };

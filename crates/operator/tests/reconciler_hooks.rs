@@ -11,8 +11,8 @@ use std::{
     time::Duration,
 };
 
+use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
 use cnpgi_operator::{
-    client::{ClientOptions, PluginClient, Transport},
     registry::{Registry, RegistryOptions},
     routing::{HookOutcome, HookPhase, RouteError, Router, RoutingPolicy},
 };
@@ -93,7 +93,7 @@ async fn setup(answers: &[Option<Hook>]) -> Setup {
                 calls: counter.clone(),
             }));
         plugins.push(TestPlugin::start_unix_in(server, dir.path()).await.unwrap());
-        let client = PluginClient::connect(
+        let client = PluginClient::new(
             &name,
             Transport::Unix {
                 path: dir.path().join(&name),

@@ -5,10 +5,8 @@
 
 use std::{sync::atomic::Ordering, time::Duration};
 
-use cnpgi_operator::{
-    client::{ClientOptions, PluginClient, Transport},
-    registry::{Registry, RegistryError, RegistryOptions, RoutingError},
-};
+use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
+use cnpgi_operator::registry::{Registry, RegistryError, RegistryOptions, RoutingError};
 use cnpgi_pluginhelper::{
     proto::{
         operator::v1::operator_capability::rpc::Type as RpcType,
@@ -27,7 +25,7 @@ fn client(dir: &std::path::Path, name: &str, socket: &str) -> PluginClient {
         connect_timeout: Duration::from_secs(1),
         ..ClientOptions::default()
     };
-    PluginClient::connect(name, Transport::Unix { path: dir.join(socket) }, &options).unwrap()
+    PluginClient::new(name, Transport::Unix { path: dir.join(socket) }, &options).unwrap()
 }
 
 fn registry() -> Registry {

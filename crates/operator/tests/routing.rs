@@ -5,8 +5,8 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
+use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
 use cnpgi_operator::{
-    client::{ClientOptions, PluginClient, Transport},
     registry::{Registry, RegistryOptions, RoutingError},
     routing::{RouteError, Router, RoutingPolicy},
 };
@@ -95,7 +95,7 @@ async fn setup() -> Setup {
         ..RegistryOptions::default()
     }));
     for name in [HELLO, LABELER, BROKEN] {
-        let client = PluginClient::connect(
+        let client = PluginClient::new(
             name,
             Transport::Unix {
                 path: dir.path().join(name),

@@ -7,8 +7,8 @@ use std::{sync::Arc, time::Duration};
 
 use base64::Engine;
 use bytes::Bytes;
+use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
 use cnpgi_operator::{
-    client::{ClientOptions, PluginClient, Transport},
     registry::{Registry, RegistryOptions},
     routing::{Router, RoutingPolicy},
     serving::ServerLimits,
@@ -89,7 +89,7 @@ async fn start_with(limits: &ServerLimits) -> Webhook {
         registry
             .add(
                 "static",
-                PluginClient::connect(name, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
+                PluginClient::new(name, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
             )
             .await
             .unwrap();

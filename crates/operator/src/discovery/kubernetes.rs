@@ -35,11 +35,10 @@ use kube::{
     },
 };
 
+use cnpgi_client::client::{ClientOptions, PluginClient, TlsTransport, Transport};
+
 use super::{DiscoveryFuture, DiscoverySource};
-use crate::{
-    client::{ClientOptions, PluginClient, TlsTransport, Transport},
-    registry::Registry,
-};
+use crate::registry::Registry;
 
 /// Label naming the plugin a Service exposes.
 pub const PLUGIN_NAME_LABEL: &str = "cnpg.io/pluginName";
@@ -518,7 +517,7 @@ async fn sync(
                     if let Some(address) = dial_overrides.get(&transport.address) {
                         transport.address = address.clone();
                     }
-                    match PluginClient::connect(&plugin, Transport::Tls(transport), options) {
+                    match PluginClient::new(&plugin, Transport::Tls(transport), options) {
                         Err(error) => Err(("PluginClientInvalid", error.to_string())),
                         Ok(client) => match registry.add(&source(&service), client).await {
                             Ok(_) => {
@@ -537,7 +536,7 @@ async fn sync(
             }
             Err((reason, message)) => {
                 if applied.reported.get(&service) != Some(&message) {
-                    options.metrics.discovery_error(source_prefix);
+                    registry.options().metrics.discovery_error(source_prefix);
                     tracing::error!(service, reason, error = %message, "plugin Service cannot be used");
                     if let Some(object) = catalog.service(&service) {
                         report(recorder, object, reason, &message).await;

@@ -13,7 +13,9 @@
 
 use std::{fmt::Display, future::Future, pin::Pin, sync::Arc};
 
-use crate::{client::PluginClient, metrics::Metrics, registry::Registry};
+use cnpgi_client::client::PluginClient;
+
+use crate::registry::Registry;
 
 pub mod kubernetes;
 pub mod socket_dir;
@@ -33,13 +35,13 @@ pub trait DiscoverySource: Send + 'static {
 }
 
 /// Adds a plugin whose client may have failed to build; a failure is
-/// logged and counted. Returns whether the plugin was registered.
+/// logged and counted (in the registry's metrics). Returns whether the
+/// plugin was registered.
 pub(crate) async fn register<E: Display>(
     registry: &Registry,
     source: &str,
     plugin: &str,
     client: Result<PluginClient, E>,
-    metrics: &Metrics,
 ) -> bool {
     let added = match client {
         Ok(client) => registry
@@ -51,7 +53,7 @@ pub(crate) async fn register<E: Display>(
     };
     if let Err(error) = &added {
         tracing::error!(plugin, source, %error, "cannot register plugin");
-        metrics.discovery_error(source);
+        registry.options().metrics.discovery_error(source);
     }
     added.is_ok()
 }

@@ -8,11 +8,10 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
+
 use super::{DiscoveryFuture, DiscoverySource, register};
-use crate::{
-    client::{ClientOptions, PluginClient, Transport},
-    registry::Registry,
-};
+use crate::registry::Registry;
 
 /// Watches a directory of plugin sockets (`/plugins` by default): a socket
 /// that appears is registered under its file name, one that disappears is
@@ -83,15 +82,15 @@ impl DiscoverySource for SocketDirectory {
                             }
                             for name in found.difference(&known) {
                                 let path = self.dir.join(name);
-                                let client = PluginClient::connect(name, Transport::Unix { path }, &self.options);
-                                register(&registry, &source, name, client, &self.options.metrics).await;
+                                let client = PluginClient::new(name, Transport::Unix { path }, &self.options);
+                                register(&registry, &source, name, client).await;
                             }
                             known = found;
                             last_modified = now_modified;
                         }
                         Err(error) => {
                             tracing::error!(dir = %self.dir.display(), %error, "cannot list the plugin socket directory");
-                            self.options.metrics.discovery_error(&source);
+                            registry.options().metrics.discovery_error(&source);
                         }
                     }
                 }

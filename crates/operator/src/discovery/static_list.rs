@@ -4,11 +4,10 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use cnpgi_tls::pem;
 
+use cnpgi_client::client::{ClientError, ClientOptions, PluginClient, TlsTransport, Transport};
+
 use super::{DiscoveryFuture, DiscoverySource, register};
-use crate::{
-    client::{ClientError, ClientOptions, PluginClient, TlsTransport, Transport},
-    registry::Registry,
-};
+use crate::registry::Registry;
 
 /// How to reach one statically configured plugin.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +139,7 @@ impl StaticPlugin {
                 })
             }
         };
-        Ok(PluginClient::connect(&self.name, transport, options)?)
+        Ok(PluginClient::new(&self.name, transport, options)?)
     }
 }
 
@@ -180,7 +179,7 @@ impl DiscoverySource for StaticList {
                 let mut failed = Vec::new();
                 for plugin in pending {
                     let client = plugin.client(&self.options);
-                    if !register(&registry, &source, &plugin.name, client, &self.options.metrics).await {
+                    if !register(&registry, &source, &plugin.name, client).await {
                         failed.push(plugin);
                     }
                 }

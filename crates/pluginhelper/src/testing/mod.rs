@@ -376,11 +376,8 @@ impl TestPlugin {
     /// # }
     /// ```
     #[cfg(feature = "conformance")]
-    pub async fn check_conformance(
-        &self,
-        expected_name: &str,
-    ) -> Result<cnpgi_operator::conformance::Report, TestError> {
-        use cnpgi_operator::client::{ClientOptions, PluginClient, TlsTransport, Transport};
+    pub async fn check_conformance(&self, expected_name: &str) -> Result<cnpgi_client::conformance::Report, TestError> {
+        use cnpgi_client::client::{ClientOptions, PluginClient, TlsTransport, Transport};
         let transport = match (&self.certificates, self.tcp_address) {
             (Some(certs), Some(address)) => Transport::Tls(TlsTransport {
                 address: address.to_string(),
@@ -393,9 +390,9 @@ impl TestPlugin {
                 path: self.address.trim_start_matches("unix://").into(),
             },
         };
-        let client = PluginClient::connect(expected_name, transport, &ClientOptions::default())
+        let client = PluginClient::new(expected_name, transport, &ClientOptions::default())
             .map_err(|e| TestError::Conformance(e.to_string()))?;
-        Ok(cnpgi_operator::conformance::check_plugin(&client, expected_name, &Default::default()).await)
+        Ok(cnpgi_client::conformance::check_plugin(&client, expected_name, &Default::default()).await)
     }
 
     /// Stops the server gracefully and returns how serving ended.

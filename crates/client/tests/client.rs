@@ -4,10 +4,15 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::{path::Path, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    path::Path,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
-use cnpgi_operator::{
-    client::{ClientOptions, PluginClient, TlsTransport, Transport},
+use cnpgi_client::{
+    client::{CallObserver, ClientOptions, PluginClient, TlsTransport, Transport},
     probe::{ProbeError, is_ready, probe},
 };
 use cnpgi_pluginhelper::{
@@ -24,6 +29,43 @@ use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, 
 use tokio::{sync::oneshot, task::JoinHandle};
 
 const PLUGIN: &str = "cnpg-i-hello-world.cloudnative-pg.io";
+
+/// Counts the calls a client reports, by method and by (method, code).
+#[derive(Debug, Default)]
+struct Recorder {
+    calls: Mutex<HashMap<String, u64>>,
+    errors: Mutex<HashMap<(String, tonic::Code), u64>>,
+}
+
+impl CallObserver for Recorder {
+    fn call_ended(&self, plugin: &str, method: &str, _: Duration, code: Option<tonic::Code>) {
+        assert_eq!(plugin, PLUGIN);
+        *self.calls.lock().unwrap().entry(method.to_owned()).or_default() += 1;
+        if let Some(code) = code {
+            *self
+                .errors
+                .lock()
+                .unwrap()
+                .entry((method.to_owned(), code))
+                .or_default() += 1;
+        }
+    }
+}
+
+impl Recorder {
+    fn calls(&self, method: &str) -> u64 {
+        self.calls.lock().unwrap().get(method).copied().unwrap_or(0)
+    }
+
+    fn errors(&self, method: &str, code: tonic::Code) -> u64 {
+        self.errors
+            .lock()
+            .unwrap()
+            .get(&(method.to_owned(), code))
+            .copied()
+            .unwrap_or(0)
+    }
+}
 
 fn tls_transport(address: String, server_name: &str, certs: &TestCertificates) -> Transport {
     Transport::Tls(TlsTransport {
@@ -48,7 +90,7 @@ async fn probes_hello_world_over_mtls_with_a_self_signed_pinned_certificate() {
     let plugin = TestPlugin::start_tls(cnpg_i_hello_world::server()).await.unwrap();
     let certs = plugin.certificates().unwrap();
     let transport = tls_transport(plugin.address().to_owned(), &certs.server_name, certs);
-    let client = PluginClient::connect(PLUGIN, transport, &options()).unwrap();
+    let client = PluginClient::new(PLUGIN, transport, &options()).unwrap();
     let info = probe(&client).await.unwrap();
     assert_eq!(info.metadata.name, PLUGIN);
     assert!(info.has_service(ServiceType::OperatorService) && info.has_service(ServiceType::LifecycleService));
@@ -70,7 +112,7 @@ async fn probes_hello_world_over_mtls_with_a_self_signed_pinned_certificate() {
 async fn probes_hello_world_over_a_unix_socket() {
     let plugin = TestPlugin::start_unix(cnpg_i_hello_world::server()).await.unwrap();
     let path = plugin.address().trim_start_matches("unix://").into();
-    let client = PluginClient::connect(PLUGIN, Transport::Unix { path }, &options()).unwrap();
+    let client = PluginClient::new(PLUGIN, Transport::Unix { path }, &options()).unwrap();
     let info = probe(&client).await.unwrap();
     assert!(info.matches_lifecycle("", "Pod", Operation::Create));
 }
@@ -79,7 +121,7 @@ async fn probes_hello_world_over_a_unix_socket() {
 async fn a_plugin_answering_to_another_name_is_rejected() {
     let plugin = TestPlugin::start_unix(cnpg_i_hello_world::server()).await.unwrap();
     let path = plugin.address().trim_start_matches("unix://").into();
-    let client = PluginClient::connect("other.example.com", Transport::Unix { path }, &options()).unwrap();
+    let client = PluginClient::new("other.example.com", Transport::Unix { path }, &options()).unwrap();
     let err = probe(&client).await.unwrap_err();
     assert!(matches!(err, ProbeError::NameMismatch { .. }), "{err}");
     let text = err.to_string();
@@ -95,7 +137,7 @@ async fn a_server_certificate_that_is_not_pinned_is_refused() {
         unreachable!()
     };
     tls.server_cert = pem::read_certificates(&other.server.cert_path, "other").unwrap();
-    let client = PluginClient::connect(PLUGIN, Transport::Tls(tls), &options()).unwrap();
+    let client = PluginClient::new(PLUGIN, Transport::Tls(tls), &options()).unwrap();
     let err = probe(&client).await.unwrap_err();
     let ProbeError::Rpc { code, rpc, .. } = &err else {
         panic!("{err}")
@@ -112,7 +154,7 @@ async fn the_server_name_must_match_the_certificate() {
     let plugin = TestPlugin::start_tls(cnpg_i_hello_world::server()).await.unwrap();
     let certs = plugin.certificates().unwrap();
     let transport = tls_transport(plugin.address().to_owned(), "another-service", certs);
-    let client = PluginClient::connect(PLUGIN, transport, &options()).unwrap();
+    let client = PluginClient::new(PLUGIN, transport, &options()).unwrap();
     assert!(probe(&client).await.is_err());
 }
 
@@ -153,7 +195,7 @@ async fn a_ca_issued_leaf_pinned_byte_for_byte_is_trusted() {
         client_key: pem::read_private_key(&client_certs.client.key_path, "k").unwrap(),
         server_cert: vec![server_cert.der().clone()],
     });
-    let client = PluginClient::connect(PLUGIN, transport, &options()).unwrap();
+    let client = PluginClient::new(PLUGIN, transport, &options()).unwrap();
     assert_eq!(probe(&client).await.unwrap().metadata.name, PLUGIN);
 }
 
@@ -170,9 +212,12 @@ async fn a_thousand_concurrent_calls_share_one_connection() {
     let plugin = TestPlugin::start_tls(cnpg_i_hello_world::server()).await.unwrap();
     let certs = plugin.certificates().unwrap();
     let transport = tls_transport(plugin.address().to_owned(), &certs.server_name, certs);
-    let options = ClientOptions::default();
-    let metrics = options.metrics.clone();
-    let client = Arc::new(PluginClient::connect(PLUGIN, transport, &options).unwrap());
+    let metrics = Arc::new(Recorder::default());
+    let options = ClientOptions {
+        observer: metrics.clone(),
+        ..ClientOptions::default()
+    };
+    let client = Arc::new(PluginClient::new(PLUGIN, transport, &options).unwrap());
     probe(&client).await.unwrap();
     let calls: Vec<_> = (0..1000)
         .map(|_| {
@@ -184,8 +229,8 @@ async fn a_thousand_concurrent_calls_share_one_connection() {
         assert!(call.await.unwrap().unwrap());
     }
     assert_eq!(client.connections(), 1, "every call must share the first connection");
-    assert_eq!(metrics.calls(PLUGIN, "Identity/Probe"), 1000);
-    assert_eq!(metrics.calls(PLUGIN, "Identity/GetPluginMetadata"), 1);
+    assert_eq!(metrics.calls("Identity/Probe"), 1000);
+    assert_eq!(metrics.calls("Identity/GetPluginMetadata"), 1);
 }
 
 #[tokio::test]
@@ -195,9 +240,12 @@ async fn a_dead_plugin_fails_fast_and_is_reached_again_when_it_returns() {
         .await
         .unwrap();
     let path = dir.path().join(PLUGIN);
-    let options = options();
-    let metrics = options.metrics.clone();
-    let client = PluginClient::connect(PLUGIN, Transport::Unix { path: path.clone() }, &options).unwrap();
+    let metrics = Arc::new(Recorder::default());
+    let options = ClientOptions {
+        observer: metrics.clone(),
+        ..options()
+    };
+    let client = PluginClient::new(PLUGIN, Transport::Unix { path: path.clone() }, &options).unwrap();
     probe(&client).await.unwrap();
 
     served.stop().await.unwrap();
@@ -213,7 +261,7 @@ async fn a_dead_plugin_fails_fast_and_is_reached_again_when_it_returns() {
     };
     assert_eq!(*code, tonic::Code::Unavailable, "{err}");
     assert!(err.to_string().contains(PLUGIN), "{err}");
-    assert_eq!(metrics.errors(PLUGIN, "Identity/Probe", tonic::Code::Unavailable), 1);
+    assert_eq!(metrics.errors("Identity/Probe", tonic::Code::Unavailable), 1);
 
     let _back = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
         .await
@@ -274,7 +322,7 @@ async fn a_hanging_plugin_hits_the_call_deadline() {
         call_timeout: Duration::from_millis(300),
         ..ClientOptions::default()
     };
-    let client = PluginClient::connect("hanging.example.com", Transport::Unix { path }, &options).unwrap();
+    let client = PluginClient::new("hanging.example.com", Transport::Unix { path }, &options).unwrap();
     probe(&client).await.unwrap();
     let started = std::time::Instant::now();
     let err = is_ready(&client).await.unwrap_err();
@@ -300,7 +348,7 @@ async fn a_huge_bad_parameter_is_echoed_bounded_in_the_status() {
     use cnpgi_pluginhelper::proto::operator_lifecycle::v1::{OperatorLifecycleRequest, OperatorOperationType};
     let plugin = TestPlugin::start_unix(cnpg_i_hello_world::server()).await.unwrap();
     let path = plugin.address().trim_start_matches("unix://").into();
-    let client = PluginClient::connect(PLUGIN, Transport::Unix { path }, &options()).unwrap();
+    let client = PluginClient::new(PLUGIN, Transport::Unix { path }, &options()).unwrap();
     let cluster = serde_json::json!({
         "apiVersion": "cnpgi.io/v1",
         "kind": "Cluster",
@@ -377,7 +425,7 @@ async fn an_oversized_answer_is_resource_exhausted() {
         .await
         .unwrap();
     let path = plugin.address().trim_start_matches("unix://").into();
-    let client = PluginClient::connect("verbose.example.com", Transport::Unix { path }, &options()).unwrap();
+    let client = PluginClient::new("verbose.example.com", Transport::Unix { path }, &options()).unwrap();
     let status = client
         .identity()
         .get_plugin_metadata(client.request(cnpgi_pluginhelper::proto::identity::v1::GetPluginMetadataRequest {}))

@@ -9,9 +9,25 @@
 //!
 //! The client counts the connections it opens ([`PluginClient::connections`]):
 //! a new connection means the plugin may have been restarted or upgraded, so
-//! what was learnt by probing it must be refreshed.
+//! what was learnt by probing it must be refreshed. Every call is reported to
+//! a [`CallObserver`] (the operator's Prometheus metrics implement it).
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
+//! use cnpgi_proto::identity::v1::ProbeRequest;
+//!
+//! let client = PluginClient::new(
+//!     "cnpg-i-hello-world.cloudnative-pg.io",
+//!     Transport::Unix { path: "/plugins/cnpg-i-hello-world.cloudnative-pg.io".into() },
+//!     &ClientOptions::default(),
+//! )?; // nothing dialled yet
+//! let ready = client.identity().probe(client.request(ProbeRequest {})).await?.into_inner().ready;
+//! # let _ = ready; Ok(()) }
+//! ```
 
 use std::{
+    fmt,
     future::Future,
     path::PathBuf,
     pin::Pin,
@@ -36,7 +52,21 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Channel, Endpoint};
 use tracing::Instrument;
 
-use crate::metrics::Metrics;
+/// Told about every call a [`PluginClient`] makes: the operator counts and
+/// times them (its Prometheus metrics implement this trait).
+pub trait CallObserver: fmt::Debug + Send + Sync + 'static {
+    /// A call of `method` (`Service/Method`, e.g. `Operator/MutateCluster`)
+    /// to `plugin` ended after `elapsed`; `code` is `None` when it succeeded.
+    fn call_ended(&self, plugin: &str, method: &str, elapsed: Duration, code: Option<tonic::Code>);
+}
+
+/// Observes nothing: the default of [`ClientOptions::observer`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoObserver;
+
+impl CallObserver for NoObserver {
+    fn call_ended(&self, _: &str, _: &str, _: Duration, _: Option<tonic::Code>) {}
+}
 
 /// How to reach a plugin.
 #[derive(Debug)]
@@ -87,8 +117,8 @@ pub struct ClientOptions {
     pub keepalive_interval: Duration,
     /// How long a ping may go unanswered before the connection is dropped. Default 10 s.
     pub keepalive_timeout: Duration,
-    /// Where calls are counted and timed.
-    pub metrics: Metrics,
+    /// Told about every call (to count and time them). Default: [`NoObserver`].
+    pub observer: Arc<dyn CallObserver>,
 }
 
 impl Default for ClientOptions {
@@ -98,7 +128,7 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(10),
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
-            metrics: Metrics::default(),
+            observer: Arc::new(NoObserver),
         }
     }
 }
@@ -137,9 +167,13 @@ pub struct PluginClient {
 }
 
 impl PluginClient {
-    /// Creates the client. The connection is opened by the first call, and
-    /// re-opened by the next call after it breaks.
-    pub fn connect(name: &str, transport: Transport, options: &ClientOptions) -> Result<Self, ClientError> {
+    /// Creates the client, without dialling: the connection is opened by the
+    /// first call, and re-opened by the next call after it breaks.
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError`] when the TLS material or the address is not usable.
+    pub fn new(name: &str, transport: Transport, options: &ClientOptions) -> Result<Self, ClientError> {
         let address = transport.describe();
         let endpoint_uri = match &transport {
             Transport::Tls(tls) => format!("http://{}", tls.address),
@@ -182,7 +216,7 @@ impl PluginClient {
             channel: InstrumentedChannel {
                 inner: channel,
                 plugin: name.clone(),
-                metrics: options.metrics.clone(),
+                observer: options.observer.clone(),
                 call_timeout: options.call_timeout,
             },
             name,
@@ -239,12 +273,12 @@ impl PluginClient {
 }
 
 /// The shared channel, with a tracing span (carrying the plugin name) and
-/// metrics around every call.
+/// the [`CallObserver`] around every call.
 #[derive(Debug, Clone)]
 pub struct InstrumentedChannel {
     inner: Channel,
     plugin: Arc<str>,
-    metrics: Metrics,
+    observer: Arc<dyn CallObserver>,
     call_timeout: Duration,
 }
 
@@ -272,7 +306,7 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for InstrumentedCh
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let method = short_method(request.uri().path()).to_owned();
         let plugin = self.plugin.clone();
-        let metrics = self.metrics.clone();
+        let observer = self.observer.clone();
         let span = tracing::debug_span!("plugin_call", plugin = %plugin, method = %method);
         let call = tower_service::Service::call(&mut self.inner, request);
         let call_timeout = self.call_timeout;
@@ -294,7 +328,7 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for InstrumentedCh
                     Err(_) => Some(tonic::Code::Unavailable),
                 };
                 let elapsed = started.elapsed();
-                metrics.record_call(&plugin, &method, elapsed, code);
+                observer.call_ended(&plugin, &method, elapsed, code);
                 match code {
                     None => tracing::debug!(elapsed_ms = elapsed.as_secs_f64() * 1000.0, "plugin call succeeded"),
                     Some(code) => tracing::debug!(?code, "plugin call failed"),
