@@ -9,9 +9,11 @@
 #![forbid(unsafe_code)]
 
 mod check;
+mod logging;
 mod plugins;
 mod render;
 mod run;
+mod signals;
 
 use std::process::ExitCode;
 
@@ -41,7 +43,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let local = |work: std::pin::Pin<Box<dyn std::future::Future<Output = ExitCode>>>| {
         match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-            Ok(runtime) => runtime.block_on(until_signal(work)),
+            Ok(runtime) => runtime.block_on(signals::until_signal(work)),
             Err(error) => {
                 eprintln!("error: cannot start the async runtime: {error}");
                 ExitCode::from(2)
@@ -67,29 +69,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Runs a local command (`render`, `check-plugin`) until it finishes or the
-/// process receives SIGTERM or SIGINT. On a signal the command's future is
-/// dropped, which kills the plugin processes it started and removes their
-/// temporary directories; the exit code is then 128 + the signal number
-/// (143 for SIGTERM, 130 for SIGINT), as a shell reports it.
-async fn until_signal(work: std::pin::Pin<Box<dyn std::future::Future<Output = ExitCode>>>) -> ExitCode {
-    use tokio::signal::unix::{SignalKind, signal};
-
-    // Installed before the command starts any plugin.
-    let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-        (Ok(term), Ok(int)) => (term, int),
-        (Err(error), _) | (_, Err(error)) => {
-            eprintln!("error: cannot handle SIGTERM and SIGINT: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    let (name, code) = tokio::select! {
-        code = work => return code,
-        _ = term.recv() => ("SIGTERM", 143),
-        _ = int.recv() => ("SIGINT", 130),
-    };
-    eprintln!("error: interrupted by {name}; stopped the plugins and removed their temporary directories");
-    ExitCode::from(code)
 }

@@ -27,13 +27,13 @@ use cnpgi_operator::{
     serving::{self, ServerLimits},
     webhook,
 };
-use cnpgi_pluginhelper::{
-    cmd::shutdown_signal,
-    logging::{self, LogFormat},
-};
 use cnpgi_tls::server::{ReloadingServerConfig, ServerTlsFiles};
 
-use crate::plugins::PluginFlags;
+use crate::{
+    logging::{self, LogFormat},
+    plugins::PluginFlags,
+    signals::shutdown_signal,
+};
 use tokio::sync::watch;
 
 /// Flags of `cnpgi-operator run`; each can also come from the environment.

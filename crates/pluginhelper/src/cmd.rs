@@ -206,8 +206,7 @@ impl<I: Identity> PluginCommand<I> {
     }
 }
 
-/// Completes on SIGTERM (Kubernetes stopping the Pod) or SIGINT (Ctrl-C);
-/// for other long-running binaries of the project too.
+/// Completes on SIGTERM (Kubernetes stopping the Pod) or SIGINT (Ctrl-C).
 pub async fn shutdown_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
