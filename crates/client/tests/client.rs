@@ -6,7 +6,6 @@
 
 use std::{
     collections::HashMap,
-    path::Path,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -22,7 +21,7 @@ use cnpgi_pluginhelper::{
         operator_lifecycle::v1::operator_operation_type::Type as Operation,
     },
     server::{PluginListener, ServeError},
-    testing::{TestCertificates, TestPlugin},
+    testing::{TestCertificates, TestPlugin, eventually},
 };
 use cnpgi_tls::{pem, server::ServerTlsFiles};
 use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
@@ -266,18 +265,13 @@ async fn a_dead_plugin_fails_fast_and_is_reached_again_when_it_returns() {
     let _back = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
         .await
         .unwrap();
-    wait_until_ready(&client, &path).await;
+    eventually(
+        &format!("plugin at {} reachable again", path.display()),
+        Duration::from_secs(2),
+        async || is_ready(&client).await.unwrap_or(false),
+    )
+    .await;
     assert_eq!(client.connections(), 2, "the channel reconnected");
-}
-
-async fn wait_until_ready(client: &PluginClient, path: &Path) {
-    for _ in 0..100 {
-        if is_ready(client).await.unwrap_or(false) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("plugin at {} never became reachable again", path.display());
 }
 
 /// A plugin whose `Probe` never answers.

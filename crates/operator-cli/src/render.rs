@@ -9,7 +9,7 @@ use std::{
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use cnpgi_operator::{
-    local::{self, RenderError, Rendered},
+    render::{self as pipeline, RenderError, Rendered},
     routing::{PluginPatch, Router, RoutingPolicy},
 };
 use serde_json::Value;
@@ -206,7 +206,7 @@ pub(crate) async fn render(args: RenderArgs) -> ExitCode {
         }
     };
     let router = Router::new(plugins.registry.clone(), RoutingPolicy::default());
-    match local::render(&router, &cluster, old.as_ref()).await {
+    match pipeline::render(&router, &cluster, old.as_ref()).await {
         Ok(rendered) => {
             let colour = match args.color {
                 Color::Always => true,

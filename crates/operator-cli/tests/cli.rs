@@ -6,6 +6,8 @@
 
 use std::process::Command;
 
+use cnpgi_pluginhelper::testing::eventually;
+
 const BIN: &str = env!("CARGO_BIN_EXE_cnpgi-operator");
 
 #[test]
@@ -111,19 +113,13 @@ async fn run_metrics_only(port: u16, extra: &[&str]) -> cnpgi_pluginhelper::test
             .args(extra),
     )
     .unwrap();
-    let started = std::time::Instant::now();
-    loop {
-        if let Ok(answer) = get(port, "/healthz").await
-            && answer.starts_with("HTTP/1.1 200")
-        {
-            return child;
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "run did not serve /healthz"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    eventually("run serves /healthz", std::time::Duration::from_secs(60), async || {
+        get(port, "/healthz")
+            .await
+            .is_ok_and(|answer| answer.starts_with("HTTP/1.1 200"))
+    })
+    .await;
+    child
 }
 
 /// A plain HTTP/1.1 GET; the whole answer as text.

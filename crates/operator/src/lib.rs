@@ -14,7 +14,7 @@
 //! * [`webhook`]: the mutating and validating admission webhooks;
 //! * [`pods`]: instance Pods, from a template through the lifecycle hooks;
 //! * [`controller`]: the Cluster reconciler;
-//! * [`local`]: the whole pipeline on one Cluster, without Kubernetes (`render`);
+//! * [`render`]: the whole pipeline on one Cluster, without Kubernetes (`cnpgi-operator render`);
 //! * [`metrics`]: Prometheus metrics of calls, readiness and discovery.
 //!
 //! It is built on `cnpgi-core` (the protocol logic: Cluster view, patches,
@@ -51,11 +51,11 @@ pub mod controller;
 pub mod crd;
 pub mod discovery;
 pub mod leader;
-pub mod local;
 pub mod metrics;
 pub mod pods;
 pub mod rbac;
 pub mod registry;
+pub mod render;
 pub mod routing;
 pub mod serving;
 #[cfg(feature = "testing")]

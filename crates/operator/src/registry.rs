@@ -17,7 +17,7 @@
 //!    `Probe` said `ready: true` is **routable**. An error, a refusal or
 //!    `ready: false` takes it out of routing until it is ready again; lookups
 //!    of a plugin that is not routable fail at once with
-//!    [`RoutingError::NotReady`] and the reason.
+//!    [`LookupError::NotReady`] and the reason.
 //! 4. **Forgotten.** [`Registry::remove`] (its Service was deleted, its
 //!    socket disappeared) stops the task and drops the channel.
 //!
@@ -80,7 +80,7 @@ pub enum RegistryError {
 
 /// Why a plugin cannot be called now.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RoutingError {
+pub enum LookupError {
     /// No discovery source knows a plugin by that name.
     #[error("plugin {name} is not registered")]
     Unknown {
@@ -157,14 +157,14 @@ impl Plugin {
         self.state.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    fn routable(&self) -> Result<Routable, RoutingError> {
+    fn routable(&self) -> Result<Routable, LookupError> {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
         match (&state.info, state.ready) {
             (Some(info), true) => Ok(Routable {
                 client: self.client.clone(),
                 info: info.clone(),
             }),
-            _ => Err(RoutingError::NotReady {
+            _ => Err(LookupError::NotReady {
                 name: self.name().to_owned(),
                 reason: state.last_error.clone().unwrap_or_else(|| "not probed yet".to_owned()),
             }),
@@ -355,9 +355,9 @@ impl Registry {
     }
 
     /// The plugin `name`, if it may be called now.
-    pub fn get(&self, name: &str) -> Result<Routable, RoutingError> {
+    pub fn get(&self, name: &str) -> Result<Routable, LookupError> {
         self.plugin(name)
-            .ok_or_else(|| RoutingError::Unknown { name: name.to_owned() })?
+            .ok_or_else(|| LookupError::Unknown { name: name.to_owned() })?
             .routable()
     }
 

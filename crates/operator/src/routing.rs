@@ -34,7 +34,7 @@ use cnpgi_proto::{
 };
 use serde_json::Value;
 
-use crate::registry::{Registry, Routable, RoutingError};
+use crate::registry::{LookupError, Registry, Routable};
 
 /// Which plugins may fail without failing the operation.
 #[derive(Debug, Clone, Default)]
@@ -48,7 +48,7 @@ pub struct RoutingPolicy {
 pub enum RouteError {
     /// The plugin is not registered or not ready.
     #[error(transparent)]
-    Unavailable(#[from] RoutingError),
+    Unavailable(#[from] LookupError),
     /// The plugin answered with an error (or did not answer in time).
     #[error("plugin {plugin}: {rpc} failed: {code:?}: {message}")]
     Call {
@@ -81,7 +81,7 @@ impl RouteError {
     /// The plugin the error is about, if any.
     pub fn plugin(&self) -> Option<&str> {
         match self {
-            Self::Unavailable(RoutingError::Unknown { name } | RoutingError::NotReady { name, .. }) => Some(name),
+            Self::Unavailable(LookupError::Unknown { name } | LookupError::NotReady { name, .. }) => Some(name),
             Self::Call { plugin, .. } | Self::BadAnswer { plugin, .. } => Some(plugin),
             Self::Encode(_) => None,
         }

@@ -74,22 +74,6 @@ fn name_of(object: &Value) -> String {
     object["metadata"]["name"].as_str().unwrap_or_default().to_owned()
 }
 
-/// RFC 7386 merge patch.
-fn merge(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(target), Value::Object(patch)) => {
-            for (key, value) in patch {
-                if value.is_null() {
-                    target.remove(key);
-                } else {
-                    merge(target.entry(key.clone()).or_insert(Value::Null), value);
-                }
-            }
-        }
-        (target, patch) => *target = patch.clone(),
-    }
-}
-
 impl FakeApiServer {
     /// An empty server; add collections with [`FakeApiServer::collection`] or [`FakeApiServer::seed`].
     pub fn new() -> Self {
@@ -282,7 +266,8 @@ impl FakeApiServer {
                     } else {
                         body
                     };
-                    merge(object, &patch);
+                    // RFC 7386, as the API server applies `application/merge-patch+json`.
+                    json_patch::merge(object, &patch);
                     full(200, object.clone())
                 }
                 None => not_found(),

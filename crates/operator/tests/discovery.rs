@@ -12,9 +12,9 @@ use cnpgi_operator::{
         socket_dir::SocketDirectory,
         static_list::{StaticAddress, StaticList, StaticPlugin},
     },
-    registry::{Registry, RegistryOptions, RoutingError},
+    registry::{LookupError, Registry, RegistryOptions},
 };
-use cnpgi_pluginhelper::testing::TestPlugin;
+use cnpgi_pluginhelper::testing::{TestPlugin, eventually};
 use tokio::task::JoinHandle;
 
 const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
@@ -24,16 +24,6 @@ fn registry() -> Arc<Registry> {
         probe_interval: Duration::from_millis(30),
         ..RegistryOptions::default()
     }))
-}
-
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..300 {
-        if condition() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("never happened: {what}");
 }
 
 fn spawn(source: impl DiscoverySource, registry: &Arc<Registry>) -> JoinHandle<()> {
@@ -56,19 +46,27 @@ async fn socket_directory_follows_sockets_appearing_and_disappearing() {
     let served = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
         .await
         .unwrap();
-    eventually("socket plugin becomes routable", || registry.get(HELLO).is_ok()).await;
+    eventually("socket plugin becomes routable", Duration::from_secs(3), async || {
+        registry.get(HELLO).is_ok()
+    })
+    .await;
     assert_eq!(registry.plugins().len(), 1);
 
     served.stop().await.unwrap();
-    eventually("removed socket is forgotten", || {
-        matches!(registry.get(HELLO), Err(RoutingError::Unknown { .. }))
+    eventually("removed socket is forgotten", Duration::from_secs(3), async || {
+        matches!(registry.get(HELLO), Err(LookupError::Unknown { .. }))
     })
     .await;
 
     let _again = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
         .await
         .unwrap();
-    eventually("returning socket is routable again", || registry.get(HELLO).is_ok()).await;
+    eventually(
+        "returning socket is routable again",
+        Duration::from_secs(3),
+        async || registry.get(HELLO).is_ok(),
+    )
+    .await;
     discovery.abort();
 }
 
@@ -99,11 +97,16 @@ async fn static_list_registers_tls_plugins_and_retries_unreadable_credentials() 
         &registry,
     );
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(matches!(registry.get(HELLO), Err(RoutingError::Unknown { .. })));
+    assert!(matches!(registry.get(HELLO), Err(LookupError::Unknown { .. })));
 
     // The key shows up (e.g. a Secret mounted late): the plugin is registered.
     std::fs::copy(&certs.client.key_path, &missing_key).unwrap();
-    eventually("static TLS plugin becomes routable", || registry.get(HELLO).is_ok()).await;
+    eventually(
+        "static TLS plugin becomes routable",
+        Duration::from_secs(3),
+        async || registry.get(HELLO).is_ok(),
+    )
+    .await;
     assert_eq!(registry.plugin(HELLO).unwrap().source(), "static");
     discovery.abort();
 }
@@ -120,6 +123,11 @@ async fn static_list_registers_unix_plugins() {
         }]),
         &registry,
     );
-    eventually("static unix plugin becomes routable", || registry.get(HELLO).is_ok()).await;
+    eventually(
+        "static unix plugin becomes routable",
+        Duration::from_secs(3),
+        async || registry.get(HELLO).is_ok(),
+    )
+    .await;
     discovery.abort();
 }

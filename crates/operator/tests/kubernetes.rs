@@ -11,9 +11,9 @@ use cnpgi_client::client::ClientOptions;
 use cnpgi_operator::testing::FakeApiServer;
 use cnpgi_operator::{
     discovery::{DiscoverySource, kubernetes::KubernetesServices},
-    registry::{Registry, RegistryOptions, RoutingError},
+    registry::{LookupError, Registry, RegistryOptions},
 };
-use cnpgi_pluginhelper::testing::{TestCertificates, TestPlugin};
+use cnpgi_pluginhelper::testing::{TestCertificates, TestPlugin, eventually};
 use k8s_openapi::{
     ByteString,
     api::core::v1::{Secret, Service},
@@ -65,16 +65,6 @@ fn secret(name: &str, data: &[(&str, &str)]) -> Value {
     value
 }
 
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if condition() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("never happened: {what}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn services_are_connected_repaired_rotated_and_forgotten() {
     let _ = tracing_subscriber::fmt()
@@ -117,34 +107,49 @@ async fn services_are_connected_repaired_rotated_and_forgotten() {
     }));
     let discovery = tokio::spawn(Box::new(source).run(registry.clone()));
 
-    eventually("the plugin Service is connected", || registry.get(HELLO).is_ok()).await;
+    eventually("the plugin Service is connected", Duration::from_secs(10), async || {
+        registry.get(HELLO).is_ok()
+    })
+    .await;
     // Nothing was wrong at start-up (a Secret listed after its Service is not "missing").
     assert!(api.recorded("POST", "/apis/events.k8s.io/").is_empty());
     let first = registry.plugin(HELLO).unwrap();
     assert_eq!(first.source(), format!("kubernetes-services:{NAMESPACE}/hello-world"));
-    eventually("both watches are open", || api.watches.load(Ordering::SeqCst) >= 2).await;
+    eventually("both watches are open", Duration::from_secs(10), async || {
+        api.watches.load(Ordering::SeqCst) >= 2
+    })
+    .await;
 
     // A broken port annotation: the plugin is forgotten and an Event says why.
     api.push(SERVICES, "MODIFIED", service("http"));
-    eventually("the broken Service is forgotten", || {
-        matches!(registry.get(HELLO), Err(RoutingError::Unknown { .. }))
+    eventually("the broken Service is forgotten", Duration::from_secs(10), async || {
+        matches!(registry.get(HELLO), Err(LookupError::Unknown { .. }))
     })
     .await;
-    eventually("an Event is recorded on the Service", || {
-        api.recorded("POST", "/apis/events.k8s.io/")
-            .iter()
-            .map(|r| &r.body)
-            .any(|event| {
-                event["reason"] == "PluginPortInvalid"
-                    && event["regarding"]["name"] == "hello-world"
-                    && event["note"].as_str().unwrap_or_default().contains("not a port number")
-            })
-    })
+    eventually(
+        "an Event is recorded on the Service",
+        Duration::from_secs(10),
+        async || {
+            api.recorded("POST", "/apis/events.k8s.io/")
+                .iter()
+                .map(|r| &r.body)
+                .any(|event| {
+                    event["reason"] == "PluginPortInvalid"
+                        && event["regarding"]["name"] == "hello-world"
+                        && event["note"].as_str().unwrap_or_default().contains("not a port number")
+                })
+        },
+    )
     .await;
 
     // Repaired.
     api.push(SERVICES, "MODIFIED", service(&port));
-    eventually("the repaired Service is connected", || registry.get(HELLO).is_ok()).await;
+    eventually(
+        "the repaired Service is connected",
+        Duration::from_secs(10),
+        async || registry.get(HELLO).is_ok(),
+    )
+    .await;
     let repaired = registry.plugin(HELLO).unwrap();
 
     // cert-manager renews the server certificate: the plugin's files and the
@@ -157,18 +162,24 @@ async fn services_are_connected_repaired_rotated_and_forgotten() {
         "MODIFIED",
         secret("hello-world-server-tls", &[("tls.crt", &renewed.server.cert_pem)]),
     );
-    eventually("the connection is rebuilt with the new pinned certificate", || {
-        registry
-            .plugin(HELLO)
-            .is_some_and(|p| !Arc::ptr_eq(&p, &repaired) && p.state().is_routable())
-    })
+    eventually(
+        "the connection is rebuilt with the new pinned certificate",
+        Duration::from_secs(10),
+        async || {
+            registry
+                .plugin(HELLO)
+                .is_some_and(|p| !Arc::ptr_eq(&p, &repaired) && p.state().is_routable())
+        },
+    )
     .await;
     assert!(!Arc::ptr_eq(&first, &repaired));
 
     api.push(SERVICES, "DELETED", service(&port));
-    eventually("the deleted Service is forgotten", || {
-        matches!(registry.get(HELLO), Err(RoutingError::Unknown { .. }))
-    })
+    eventually(
+        "the deleted Service is forgotten",
+        Duration::from_secs(10),
+        async || matches!(registry.get(HELLO), Err(LookupError::Unknown { .. })),
+    )
     .await;
     discovery.abort();
 }

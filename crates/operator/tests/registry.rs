@@ -6,14 +6,14 @@
 use std::{sync::atomic::Ordering, time::Duration};
 
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
-use cnpgi_operator::registry::{Registry, RegistryError, RegistryOptions, RoutingError};
+use cnpgi_operator::registry::{LookupError, Registry, RegistryError, RegistryOptions};
 use cnpgi_pluginhelper::{
     proto::{
         operator::v1::operator_capability::rpc::Type as RpcType,
         operator_lifecycle::v1::operator_operation_type::Type as Operation,
     },
     server::PluginServer,
-    testing::{TestIdentity, TestPlugin},
+    testing::{TestIdentity, TestPlugin, eventually},
 };
 
 const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
@@ -43,16 +43,6 @@ fn exported(metrics: &cnpgi_operator::metrics::Metrics) -> String {
     text
 }
 
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..200 {
-        if condition() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("never happened: {what}");
-}
-
 #[tokio::test]
 async fn a_ready_plugin_is_routable_by_name_capability_and_lifecycle() {
     let dir = tempfile::tempdir().unwrap();
@@ -78,7 +68,7 @@ async fn a_ready_plugin_is_routable_by_name_capability_and_lifecycle() {
     assert!(registry.matching_lifecycle("", "Service", Operation::Create).is_empty());
     assert_eq!(
         registry.get("missing.example.com").unwrap_err(),
-        RoutingError::Unknown {
+        LookupError::Unknown {
             name: "missing.example.com".into()
         }
     );
@@ -112,7 +102,7 @@ async fn a_name_found_by_two_sources_is_refused_not_replaced() {
     // Only its source removes it.
     assert!(!registry.remove(HELLO, "socket-dir/plugins"));
     assert!(registry.remove(HELLO, "service/cnpg-system/hello"));
-    assert!(matches!(registry.get(HELLO), Err(RoutingError::Unknown { .. })));
+    assert!(matches!(registry.get(HELLO), Err(LookupError::Unknown { .. })));
 }
 
 #[tokio::test]
@@ -131,10 +121,16 @@ async fn readiness_takes_a_plugin_out_of_routing_and_back() {
     assert!(err.to_string().contains("ready: false"), "{err}");
     assert!(exported(&registry_metrics).contains("cnpgi_plugin_ready{plugin=\"flip.example.com\"} 0"));
     ready.store(true, Ordering::SeqCst);
-    eventually("plugin becomes routable", || registry.get(FLIP).is_ok()).await;
+    eventually("plugin becomes routable", Duration::from_secs(2), async || {
+        registry.get(FLIP).is_ok()
+    })
+    .await;
     assert!(exported(&registry_metrics).contains("cnpgi_plugin_ready{plugin=\"flip.example.com\"} 1"));
     ready.store(false, Ordering::SeqCst);
-    eventually("plugin leaves routing", || registry.get(FLIP).is_err()).await;
+    eventually("plugin leaves routing", Duration::from_secs(2), async || {
+        registry.get(FLIP).is_err()
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -148,8 +144,11 @@ async fn a_dead_plugin_leaves_routing_and_returns_with_a_fresh_probe() {
     assert!(registry.get(HELLO).is_ok());
 
     served.stop().await.unwrap();
-    eventually("dead plugin leaves routing", || registry.get(HELLO).is_err()).await;
-    let Err(RoutingError::NotReady { reason, .. }) = registry.get(HELLO) else {
+    eventually("dead plugin leaves routing", Duration::from_secs(2), async || {
+        registry.get(HELLO).is_err()
+    })
+    .await;
+    let Err(LookupError::NotReady { reason, .. }) = registry.get(HELLO) else {
         panic!("expected NotReady")
     };
     assert!(reason.contains("Unavailable"), "{reason}");
@@ -157,7 +156,10 @@ async fn a_dead_plugin_leaves_routing_and_returns_with_a_fresh_probe() {
     let _back = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
         .await
         .unwrap();
-    eventually("plugin routable again", || registry.get(HELLO).is_ok()).await;
+    eventually("plugin routable again", Duration::from_secs(2), async || {
+        registry.get(HELLO).is_ok()
+    })
+    .await;
     assert!(plugin.client().connections() >= 2);
 }
 

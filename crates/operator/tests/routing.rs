@@ -7,7 +7,7 @@ use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
 use cnpgi_operator::{
-    registry::{Registry, RegistryOptions, RoutingError},
+    registry::{LookupError, Registry, RegistryOptions},
     routing::{RouteError, Router, RoutingPolicy},
 };
 use cnpgi_pluginhelper::{
@@ -199,7 +199,7 @@ async fn an_enabled_plugin_that_is_not_registered_fails_closed_and_a_disabled_on
     let missing = cluster(json!([{"name": HELLO}, {"name": "missing.example.com"}]));
     let err = router.mutate_cluster(&missing).await.unwrap_err();
     assert!(
-        matches!(&err, RouteError::Unavailable(RoutingError::Unknown { name }) if name == "missing.example.com"),
+        matches!(&err, RouteError::Unavailable(LookupError::Unknown { name }) if name == "missing.example.com"),
         "{err}"
     );
     let disabled = cluster(json!([{"name": HELLO}, {"name": "missing.example.com", "enabled": false}]));

@@ -23,7 +23,7 @@ use cnpgi_pluginhelper::{
         },
     },
     server::{PluginServer, ServeOptions},
-    testing::{TestCertificates, TestIdentity, TestPlugin, connect_tls},
+    testing::{TestCertificates, TestIdentity, TestPlugin, connect_tls, eventually},
 };
 use rcgen::ExtendedKeyUsagePurpose;
 use tokio::io::AsyncReadExt;
@@ -279,17 +279,13 @@ async fn health_service_follows_probe() {
     use tonic_health::pb::health_check_response::ServingStatus;
     let (server, ready) = server(false);
     let plugin = TestPlugin::start_tls(server).await.unwrap();
-    let wait_for = |want: ServingStatus| {
-        let plugin = &plugin;
-        async move {
-            for _ in 0..100 {
-                if health_status(plugin, "").await == want as i32 {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            panic!("health never became {want:?}");
-        }
+    let wait_for = async |want: ServingStatus| {
+        eventually(
+            &format!("health becomes {want:?}"),
+            Duration::from_secs(2),
+            async || health_status(&plugin, "").await == want as i32,
+        )
+        .await
     };
     wait_for(ServingStatus::NotServing).await;
     ready.store(true, Ordering::SeqCst);

@@ -9,12 +9,12 @@ use std::{
     net::TcpListener,
     path::Path,
     process::{Command, Output, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use cnpgi_pluginhelper::{
     proto::identity::v1::{GetPluginMetadataRequest, identity_client::IdentityClient},
-    testing::{ChildGuard, TestCertificates, TestError, connect_tls, connect_unix},
+    testing::{ChildGuard, TestCertificates, TestError, connect_tls, connect_unix, eventually},
 };
 use common::PLUGIN;
 use tonic::transport::Channel;
@@ -115,20 +115,6 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// Retries until the freshly started process listens.
-async fn wait_for<T, E: std::fmt::Debug, F: Future<Output = Result<T, E>>>(mut attempt: impl FnMut() -> F) -> T {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match attempt().await {
-            Ok(value) => return value,
-            Err(error) => {
-                assert!(Instant::now() < deadline, "plugin never answered: {error:?}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-}
-
 /// The name the plugin gives in `GetPluginMetadata`, over a fresh channel.
 async fn plugin_name(channel: Result<Channel, TestError>) -> Result<String, String> {
     IdentityClient::new(channel.map_err(|e| e.to_string())?)
@@ -146,7 +132,7 @@ async fn serves_over_mtls(configure: impl FnOnce(&mut Command, &TestCertificates
     configure(&mut command, &certs, port);
     let mut child = ChildGuard::spawn(&mut command).unwrap();
     let address = format!("127.0.0.1:{port}").parse().unwrap();
-    let name = wait_for(|| async {
+    let name = eventually("the plugin answers over mTLS", Duration::from_secs(20), async || {
         plugin_name(connect_tls(address, certs.client_config().unwrap(), "cnpg-i-hello-world").await).await
     })
     .await;
@@ -193,7 +179,12 @@ async fn serves_on_a_unix_socket_and_removes_it_on_sigterm() {
             .stderr(Stdio::null()),
     )
     .unwrap();
-    let name = wait_for(|| async { plugin_name(connect_unix(Path::new(&socket)).await).await }).await;
+    let name = eventually(
+        "the plugin answers on its socket",
+        Duration::from_secs(20),
+        async || plugin_name(connect_unix(Path::new(&socket)).await).await,
+    )
+    .await;
     assert_eq!(name, PLUGIN);
     let status = child.terminate(Duration::from_secs(10)).await.unwrap();
     assert!(status.success(), "{status:?}");

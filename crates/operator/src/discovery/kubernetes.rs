@@ -8,9 +8,10 @@
 //! trusting the server Secret's `tls.crt` for the server name.
 //!
 //! Services and Secrets are watched. [`ServiceCatalog`] holds what the
-//! watches saw and computes, without any Kubernetes call, what each plugin
-//! Service asks for ([`ServiceCatalog::desired`]); [`KubernetesServices`]
-//! feeds it watch events and applies the difference to the registry: a new
+//! watches saw (in kube-runtime reflector stores) and resolves, without any
+//! Kubernetes call, each plugin Service with its Secrets
+//! ([`ServiceCatalog::resolve_services`]); [`KubernetesServices`] feeds it
+//! watch events and applies the difference to the registry: a new
 //! Service is connected, a deleted one forgotten, and a change of the Service
 //! or of either Secret rebuilds the connection. A Service that is not
 //! usable (missing annotation, bad port, missing Secret, bad PEM) is logged,
@@ -31,6 +32,7 @@ use kube::{
     runtime::{
         WatchStreamExt,
         events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        reflector::{ObjectRef, Store, store::Writer},
         watcher,
     },
 };
@@ -223,10 +225,11 @@ impl PluginService {
     }
 }
 
-/// A plugin Service ready to be connected, and a fingerprint of everything
-/// the connection depends on (Service fields and both Secrets' data).
+/// A plugin Service resolved with its two Secrets: ready to be connected,
+/// with a fingerprint of everything the connection depends on (Service
+/// fields and both Secrets' data).
 #[derive(Debug)]
-pub struct Desired {
+pub struct ResolvedService {
     /// What the Service asks for.
     pub spec: PluginService,
     /// Changes whenever the connection must be rebuilt.
@@ -236,64 +239,55 @@ pub struct Desired {
 }
 
 /// Services and Secrets as last seen by the watches.
+///
+/// Each kind is kept in a kube-runtime reflector store, whose writer buffers
+/// a relist and swaps it in when complete (`InitDone`), so that a restarted
+/// watch does not make every plugin vanish for a moment.
 #[derive(Debug, Default)]
 pub struct ServiceCatalog {
-    services: Listed<Service>,
-    secrets: Listed<Secret>,
+    services: Watched<Service>,
+    secrets: Watched<Secret>,
 }
 
-/// Objects of one kind; a relist is buffered and swapped in when complete,
-/// so that a restarted watch does not make every plugin vanish for a moment.
+/// One kind of object: the reflector store, and whether it was listed once
+/// (the store's own readiness is only awaitable).
 #[derive(Debug)]
-struct Listed<K> {
-    current: BTreeMap<String, K>,
-    relisting: Option<BTreeMap<String, K>>,
+struct Watched<K: Resource<DynamicType = ()> + Clone + 'static> {
+    writer: Writer<K>,
     listed: bool,
 }
 
-impl<K> Default for Listed<K> {
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Default for Watched<K> {
     fn default() -> Self {
         Self {
-            current: BTreeMap::new(),
-            relisting: None,
+            writer: Writer::default(),
             listed: false,
         }
     }
 }
 
-impl<K: ResourceExt> Listed<K> {
-    fn apply(&mut self, event: watcher::Event<K>) {
-        match event {
-            watcher::Event::Init => self.relisting = Some(BTreeMap::new()),
-            watcher::Event::InitApply(object) => {
-                self.relisting
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(object.name_any(), object);
-            }
-            // What the relist did not return is gone.
-            watcher::Event::InitDone => {
-                self.current = self.relisting.take().unwrap_or_default();
-                self.listed = true;
-            }
-            watcher::Event::Apply(object) => {
-                self.current.insert(object.name_any(), object);
-            }
-            watcher::Event::Delete(object) => {
-                self.current.remove(&object.name_any());
-            }
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Watched<K> {
+    fn apply(&mut self, event: &watcher::Event<K>) {
+        self.writer.apply_watcher_event(event);
+        if matches!(event, watcher::Event::InitDone) {
+            self.listed = true;
         }
+    }
+
+    fn store(&self) -> Store<K> {
+        self.writer.as_reader()
     }
 }
 
 impl ServiceCatalog {
     /// Applies a Service watch event.
     pub fn apply_service(&mut self, event: watcher::Event<Service>) {
-        self.services.apply(event);
+        self.services.apply(&event);
     }
 
     /// Applies a Secret watch event.
     pub fn apply_secret(&mut self, event: watcher::Event<Secret>) {
-        self.secrets.apply(event);
+        self.secrets.apply(&event);
     }
 
     /// Whether both Services and Secrets have been listed once. Before that,
@@ -302,25 +296,26 @@ impl ServiceCatalog {
         self.services.listed && self.secrets.listed
     }
 
-    /// Every plugin Service, by Service name: ready to connect, or why not.
-    pub fn desired(&self) -> BTreeMap<String, Result<Desired, ServiceError>> {
-        let mut desired = BTreeMap::new();
-        for (name, service) in &self.services.current {
-            let result = match PluginService::from_service(service) {
+    /// Every plugin Service, by Service name: resolved and ready to
+    /// connect, or why not.
+    pub fn resolve_services(&self) -> BTreeMap<String, Result<ResolvedService, ServiceError>> {
+        let secrets = self.secrets.store();
+        let mut resolved = BTreeMap::new();
+        for service in self.services.store().state() {
+            let result = match PluginService::from_service(&service) {
                 Ok(None) => continue,
-                Ok(Some(spec)) => self.resolve(spec),
+                Ok(Some(spec)) => Self::resolve(&secrets, spec),
                 Err(error) => Err(error),
             };
-            desired.insert(name.clone(), result);
+            resolved.insert(service.name_any(), result);
         }
-        desired
+        resolved
     }
 
-    fn resolve(&self, spec: PluginService) -> Result<Desired, ServiceError> {
+    fn resolve(secrets: &Store<Secret>, spec: PluginService) -> Result<ResolvedService, ServiceError> {
         let secret = |name: &str| {
-            self.secrets
-                .current
-                .get(name)
+            secrets
+                .get(&ObjectRef::new(name).within(&spec.namespace))
                 .ok_or_else(|| ServiceError::MissingSecret {
                     service: spec.service.clone(),
                     secret: name.to_owned(),
@@ -328,10 +323,10 @@ impl ServiceCatalog {
         };
         let client_secret = secret(&spec.client_secret)?;
         let server_secret = secret(&spec.server_secret)?;
-        let transport = spec.transport(client_secret, server_secret)?;
+        let transport = spec.transport(&client_secret, &server_secret)?;
         let mut hasher = DefaultHasher::new();
         spec.hash(&mut hasher);
-        for secret in [client_secret, server_secret] {
+        for secret in [&client_secret, &server_secret] {
             if let Some(data) = &secret.data {
                 for (key, value) in data {
                     key.hash(&mut hasher);
@@ -339,7 +334,7 @@ impl ServiceCatalog {
                 }
             }
         }
-        Ok(Desired {
+        Ok(ResolvedService {
             fingerprint: hasher.finish(),
             spec,
             transport,
@@ -347,8 +342,8 @@ impl ServiceCatalog {
     }
 
     /// The Service named `name`, if seen.
-    pub fn service(&self, name: &str) -> Option<&Service> {
-        self.services.current.get(name)
+    pub fn service(&self, name: &str) -> Option<Arc<Service>> {
+        self.services.store().find(|service| service.name_any() == name)
     }
 }
 
@@ -392,15 +387,18 @@ impl KubernetesServices {
     }
 }
 
-/// What the source registered, by Service name.
+/// What the source registered in the registry (plugin name and
+/// fingerprint) and the errors it reported, by Service name.
 #[derive(Debug, Default)]
-struct Applied {
+struct Registrations {
     registered: BTreeMap<String, (String, u64)>,
     reported: BTreeMap<String, String>,
 }
 
-// Boxed: watch events are large, and every input moves through the merged stream.
-enum Input {
+/// What wakes the source up: a Service or Secret watch event, or the retry
+/// timer. Boxed: watch events are large, and every one moves through the
+/// merged stream.
+enum WakeUp {
     Service(Box<Result<watcher::Event<Service>, watcher::Error>>),
     Secret(Box<Result<watcher::Event<Secret>, watcher::Error>>),
     Retry,
@@ -417,13 +415,13 @@ impl DiscoverySource for KubernetesServices {
             let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
             let service_events = watcher(services, watcher::Config::default().labels(PLUGIN_NAME_LABEL))
                 .default_backoff()
-                .map(|event| Input::Service(Box::new(event)));
+                .map(|event| WakeUp::Service(Box::new(event)));
             let secret_events = watcher(secrets, watcher::Config::default())
                 .default_backoff()
-                .map(|event| Input::Secret(Box::new(event)));
+                .map(|event| WakeUp::Secret(Box::new(event)));
             let retries = futures_util::stream::unfold(self.retry_interval, |interval| async move {
                 tokio::time::sleep(interval).await;
-                Some((Input::Retry, interval))
+                Some((WakeUp::Retry, interval))
             });
             let mut inputs = std::pin::pin!(futures_util::stream::select(
                 futures_util::stream::select(service_events, secret_events),
@@ -431,18 +429,18 @@ impl DiscoverySource for KubernetesServices {
             ));
             let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
             let mut catalog = ServiceCatalog::default();
-            let mut applied = Applied::default();
+            let mut registrations = Registrations::default();
             let source = self.name();
             while let Some(input) = inputs.next().await {
                 match input {
-                    Input::Service(event) => match *event {
+                    WakeUp::Service(event) => match *event {
                         Ok(event) => catalog.apply_service(event),
                         Err(error) => {
                             tracing::warn!(%error, "Kubernetes watch of Services failed; retrying with backoff");
                             continue;
                         }
                     },
-                    Input::Secret(event) => match *event {
+                    WakeUp::Secret(event) => match *event {
                         Ok(event) => catalog.apply_secret(event),
                         Err(error) => {
                             tracing::warn!(%error, "Kubernetes watch of Secrets failed; retrying with backoff");
@@ -450,15 +448,15 @@ impl DiscoverySource for KubernetesServices {
                         }
                     },
                     // Nothing changed, but Services in error get another attempt.
-                    Input::Retry if applied.reported.is_empty() => continue,
-                    Input::Retry => {}
+                    WakeUp::Retry if registrations.reported.is_empty() => continue,
+                    WakeUp::Retry => {}
                 }
                 if !catalog.is_complete() {
                     continue;
                 }
-                sync(
+                update_registry(
                     &catalog,
-                    &mut applied,
+                    &mut registrations,
                     &registry,
                     &recorder,
                     &source,
@@ -471,39 +469,41 @@ impl DiscoverySource for KubernetesServices {
     }
 }
 
-/// Applies the difference between what the catalog asks for and what was
-/// registered; Services that failed before are attempted again.
-async fn sync(
+/// Applies the difference between the plugin Services the catalog resolves
+/// and what was registered; Services that failed before are attempted again.
+async fn update_registry(
     catalog: &ServiceCatalog,
-    applied: &mut Applied,
+    registrations: &mut Registrations,
     registry: &Registry,
     recorder: &Recorder,
     source_prefix: &str,
     options: &ClientOptions,
     dial_overrides: &BTreeMap<String, String>,
 ) {
-    let desired = catalog.desired();
+    let resolved = catalog.resolve_services();
     let source = |service: &str| format!("{source_prefix}/{service}");
 
     // Forget Services that are gone or no longer usable.
-    let stale: Vec<String> = applied
+    let stale: Vec<String> = registrations
         .registered
         .keys()
-        .filter(|service| !matches!(desired.get(*service), Some(Ok(_))))
+        .filter(|service| !matches!(resolved.get(*service), Some(Ok(_))))
         .cloned()
         .collect();
     for service in stale {
-        if let Some((plugin, _)) = applied.registered.remove(&service) {
+        if let Some((plugin, _)) = registrations.registered.remove(&service) {
             registry.remove(&plugin, &source(&service));
         }
     }
-    applied.reported.retain(|service, _| desired.contains_key(service));
+    registrations
+        .reported
+        .retain(|service, _| resolved.contains_key(service));
 
-    for (service, wanted) in desired {
+    for (service, wanted) in resolved {
         let outcome = match wanted {
             Err(error) => Err((error.reason(), error.to_string())),
             Ok(wanted) => {
-                let current = applied.registered.get(&service);
+                let current = registrations.registered.get(&service);
                 if current.is_some_and(|(plugin, fp)| *plugin == wanted.spec.plugin && *fp == wanted.fingerprint) {
                     Ok(())
                 } else {
@@ -521,7 +521,9 @@ async fn sync(
                         Err(error) => Err(("PluginClientInvalid", error.to_string())),
                         Ok(client) => match registry.add(&source(&service), client).await {
                             Ok(_) => {
-                                applied.registered.insert(service.clone(), (plugin, wanted.fingerprint));
+                                registrations
+                                    .registered
+                                    .insert(service.clone(), (plugin, wanted.fingerprint));
                                 Ok(())
                             }
                             Err(error) => Err(("PluginNameDuplicate", error.to_string())),
@@ -532,16 +534,16 @@ async fn sync(
         };
         match outcome {
             Ok(()) => {
-                applied.reported.remove(&service);
+                registrations.reported.remove(&service);
             }
             Err((reason, message)) => {
-                if applied.reported.get(&service) != Some(&message) {
+                if registrations.reported.get(&service) != Some(&message) {
                     registry.options().metrics.discovery_error(source_prefix);
                     tracing::error!(service, reason, error = %message, "plugin Service cannot be used");
                     if let Some(object) = catalog.service(&service) {
-                        report(recorder, object, reason, &message).await;
+                        report(recorder, &object, reason, &message).await;
                     }
-                    applied.reported.insert(service, message);
+                    registrations.reported.insert(service, message);
                 }
             }
         }
@@ -677,9 +679,9 @@ mod tests {
         catalog.apply_secret(watcher::Event::InitDone);
         assert!(catalog.is_complete());
         catalog.apply_service(watcher::Event::Apply(plugin_service("9090")));
-        let desired = catalog.desired();
+        let resolved = catalog.resolve_services();
         assert!(
-            matches!(&desired["hello-world"], Err(ServiceError::MissingSecret { secret, .. }) if secret == "client-tls")
+            matches!(&resolved["hello-world"], Err(ServiceError::MissingSecret { secret, .. }) if secret == "client-tls")
         );
 
         catalog.apply_secret(watcher::Event::Apply(secret(
@@ -690,27 +692,27 @@ mod tests {
             "server-tls",
             &[("tls.crt", b"garbage".to_vec())],
         )));
-        let err = catalog.desired().remove("hello-world").unwrap().unwrap_err();
+        let err = catalog.resolve_services().remove("hello-world").unwrap().unwrap_err();
         assert!(
             err.to_string().contains("server-tls") && err.to_string().contains("not valid PEM"),
             "{err}"
         );
 
         catalog.apply_secret(watcher::Event::Apply(secret("server-tls", &[("tls.crt", server_crt)])));
-        let first = catalog.desired().remove("hello-world").unwrap().unwrap();
+        let first = catalog.resolve_services().remove("hello-world").unwrap().unwrap();
         assert_eq!(first.transport.address, "hello-world.cnpg-system.svc:9090");
 
         // Rotation of the server certificate changes the fingerprint.
         let (rotated, _) = pem_pair();
         catalog.apply_secret(watcher::Event::Apply(secret("server-tls", &[("tls.crt", rotated)])));
-        let second = catalog.desired().remove("hello-world").unwrap().unwrap();
+        let second = catalog.resolve_services().remove("hello-world").unwrap().unwrap();
         assert_ne!(first.fingerprint, second.fingerprint);
 
         // A relist in progress changes nothing; once done, what it did not
         // return is forgotten.
         catalog.apply_service(watcher::Event::Init);
-        assert_eq!(catalog.desired().len(), 1);
+        assert_eq!(catalog.resolve_services().len(), 1);
         catalog.apply_service(watcher::Event::InitDone);
-        assert!(catalog.desired().is_empty());
+        assert!(catalog.resolve_services().is_empty());
     }
 }

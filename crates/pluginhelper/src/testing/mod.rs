@@ -7,6 +7,10 @@
 //! `selfSigned` issuer makes them: two self-signed leaves, the server's pinned
 //! by the client and the client's pinned by the server.
 //!
+//! [`eventually`] waits for what tests wait for (a plugin becoming
+//! routable, a process answering), and [`ChildGuard`] kills the processes
+//! they start.
+//!
 //! ```no_run
 //! # async fn example<I: cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity>(identity: I) {
 //! use cnpgi_pluginhelper::{proto::identity::v1::GetPluginMetadataRequest, server::PluginServer, testing::TestPlugin};
@@ -47,7 +51,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::server::{PluginListener, PluginServer, ServeError};
 
+mod eventually;
 mod process;
+pub use eventually::{Outcome, eventually};
 pub use process::ChildGuard;
 
 /// Why a test plugin could not be started or reached.
