@@ -54,6 +54,24 @@ use tracing::Instrument;
 
 /// Told about every call a [`PluginClient`] makes: the operator counts and
 /// times them (its Prometheus metrics implement this trait).
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+///
+/// use cnpgi_client::client::{CallObserver, ClientOptions};
+///
+/// #[derive(Debug)]
+/// struct Log;
+///
+/// impl CallObserver for Log {
+///     fn call_ended(&self, plugin: &str, method: &str, elapsed: Duration, code: Option<tonic::Code>) {
+///         eprintln!("{plugin} {method} {elapsed:?} {code:?}");
+///     }
+/// }
+///
+/// let options = ClientOptions { observer: Arc::new(Log), ..ClientOptions::default() };
+/// # let _ = options;
+/// ```
 pub trait CallObserver: fmt::Debug + Send + Sync + 'static {
     /// A call of `method` (`Service/Method`, e.g. `Operator/MutateCluster`)
     /// to `plugin` ended after `elapsed`; `code` is `None` when it succeeded.

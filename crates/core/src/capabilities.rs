@@ -54,6 +54,13 @@ pub enum CapabilityError {
 }
 
 /// `PluginCapability` advertising `service`, for `GetPluginCapabilities`.
+///
+/// ```
+/// use cnpgi_core::capabilities::{service, service_type, ServiceType};
+///
+/// let capability = service(ServiceType::LifecycleService);
+/// assert_eq!(service_type(&capability), Ok(ServiceType::LifecycleService));
+/// ```
 pub fn service(service: ServiceType) -> PluginCapability {
     PluginCapability {
         r#type: Some(plugin_capability::Type::Service(plugin_capability::Service {
@@ -63,6 +70,13 @@ pub fn service(service: ServiceType) -> PluginCapability {
 }
 
 /// `OperatorCapability` advertising `rpc`, for `Operator/GetCapabilities`.
+///
+/// ```
+/// use cnpgi_core::capabilities::{operator_rpc, operator_rpc_type, OperatorRpc};
+///
+/// let capability = operator_rpc(OperatorRpc::SetStatusInCluster);
+/// assert_eq!(operator_rpc_type(&capability), Ok(OperatorRpc::SetStatusInCluster));
+/// ```
 pub fn operator_rpc(rpc: OperatorRpc) -> OperatorCapability {
     OperatorCapability {
         r#type: Some(operator_capability::Type::Rpc(operator_capability::Rpc {
@@ -98,11 +112,23 @@ pub fn lifecycle(
 }
 
 /// `ReconcilerHooksCapability` for objects of `kind`.
+///
+/// ```
+/// use cnpgi_core::capabilities::{reconciler_hook, reconciler_kind, ReconcilerKind};
+///
+/// assert_eq!(reconciler_kind(&reconciler_hook(ReconcilerKind::Cluster)), Ok(ReconcilerKind::Cluster));
+/// ```
 pub fn reconciler_hook(kind: ReconcilerKind) -> ReconcilerHooksCapability {
     ReconcilerHooksCapability { kind: kind.into() }
 }
 
 /// `WalCapability` advertising `rpc`.
+///
+/// ```
+/// use cnpgi_proto::wal::v1::wal_capability::rpc::Type;
+///
+/// assert!(cnpgi_core::capabilities::wal_rpc(Type::ArchiveWal).r#type.is_some());
+/// ```
 pub fn wal_rpc(rpc: wal_capability::rpc::Type) -> WalCapability {
     WalCapability {
         r#type: Some(wal_capability::Type::Rpc(wal_capability::Rpc { r#type: rpc.into() })),
@@ -192,6 +218,14 @@ pub fn reconciler_kind(capability: &ReconcilerHooksCapability) -> Result<Reconci
 
 /// The services advertised, in order; entries that do not name a known
 /// service are left out.
+///
+/// ```
+/// use cnpgi_core::capabilities::{service, services_of, ServiceType};
+/// use cnpgi_proto::identity::v1::PluginCapability;
+///
+/// let answer = [service(ServiceType::OperatorService), PluginCapability::default()];
+/// assert_eq!(services_of(&answer), [ServiceType::OperatorService]);
+/// ```
 pub fn services_of(capabilities: &[PluginCapability]) -> Vec<ServiceType> {
     capabilities.iter().filter_map(|c| service_type(c).ok()).collect()
 }
@@ -215,6 +249,12 @@ pub fn service_names(services: &[ServiceType]) -> Vec<String> {
 
 /// The names written in `status.pluginStatus[].operatorCapabilities`, e.g.
 /// `TYPE_MUTATE_CLUSTER`.
+///
+/// ```
+/// use cnpgi_core::capabilities::{operator_rpc_names, OperatorRpc};
+///
+/// assert_eq!(operator_rpc_names(&[OperatorRpc::MutateCluster]), ["TYPE_MUTATE_CLUSTER"]);
+/// ```
 pub fn operator_rpc_names(rpcs: &[OperatorRpc]) -> Vec<String> {
     rpcs.iter().map(|r| r.as_str_name().to_owned()).collect()
 }

@@ -61,6 +61,15 @@ fn text<'a>(cluster: &'a Value, pointer: &str) -> Option<&'a str> {
 /// The instance Pod template, before plugins: `<cluster>-<n>` with a
 /// `postgres` container, owned by the Cluster when it has a `uid`, and
 /// compliant with the `restricted` Pod Security Standard.
+///
+/// ```
+/// use cnpgi_core::pod::{instance_pod, DEFAULT_IMAGE};
+///
+/// let cluster = serde_json::json!({"metadata": {"name": "pg", "uid": "u-1"}});
+/// let pod = instance_pod(&cluster, 2);
+/// assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "u-1");
+/// assert_eq!(pod["spec"]["containers"][0]["image"], DEFAULT_IMAGE);
+/// ```
 pub fn instance_pod(cluster: &Value, n: i32) -> Value {
     let cluster_name = text(cluster, "/metadata/name").unwrap_or("cluster");
     let name = format!("{cluster_name}-{n}");
