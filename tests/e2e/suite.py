@@ -32,7 +32,7 @@ CLUSTER_LABEL = "cnpgi.io/cluster"
 FIELD_MANAGER = "cnpgi-operator"
 PLUGIN_SERVICE = "cnpg-i-hello-world"
 LEASE = "cnpgi-operator-leader"
-LEASE_SECONDS = 4
+LEASE_SECONDS = 6
 
 
 class Failure(Exception):
@@ -307,7 +307,7 @@ class Suite:
             "--probe-interval-seconds=1",
             # Short leader-election timings, so that a take-over is quick.
             f"--leader-election-lease-seconds={LEASE_SECONDS}",
-            "--leader-election-renew-deadline-seconds=3",
+            "--leader-election-renew-deadline-seconds=4",
             "--leader-election-retry-seconds=1",
             *extra,
         ]  # fmt: skip

@@ -208,27 +208,41 @@ impl LeaderElector {
 
     /// Renews the Lease every retry period while this candidate leads;
     /// returns why leadership was lost.
+    ///
+    /// As client-go's `renew`: each round starts one retry period after the
+    /// last renewal and has the whole renew deadline to succeed, retrying
+    /// every retry period; the wait between rounds is not charged to the
+    /// deadline, so a slow but answering API server does not cost the Lease.
     pub async fn hold(&mut self) -> String {
-        let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(self.options.retry_period).await;
-            let left = self.options.renew_deadline.saturating_sub(renewed.elapsed());
-            let problem = match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
-                Ok(Ok(true)) => {
-                    renewed = Instant::now();
-                    continue;
-                }
-                Ok(Ok(false)) => return "another replica holds the leader Lease".to_owned(),
+            if let Err(reason) = self.renew_within_deadline().await {
+                return reason;
+            }
+        }
+    }
+
+    /// One renewal round: `Ok` once renewed, `Err(reason)` when the renew
+    /// deadline passed without a renewal or another replica took the Lease.
+    async fn renew_within_deadline(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + self.options.renew_deadline;
+        loop {
+            let problem = match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
+                Ok(Ok(true)) => return Ok(()),
+                Ok(Ok(false)) => return Err("another replica holds the leader Lease".to_owned()),
                 Ok(Err(error)) => error.to_string(),
                 Err(_) => "no answer in time".to_owned(),
             };
             tracing::warn!(%problem, "cannot renew the leader Lease");
-            if renewed.elapsed() >= self.options.renew_deadline {
-                return format!(
+            let next = Instant::now() + self.options.retry_period;
+            if next >= deadline {
+                // No time left for another attempt.
+                return Err(format!(
                     "the leader Lease was not renewed within {} s: {problem}",
                     self.options.renew_deadline.as_secs()
-                );
+                ));
             }
+            tokio::time::sleep_until(next).await;
         }
     }
 
@@ -257,5 +271,97 @@ impl LeaderElector {
             Ok(Err(error)) => tracing::warn!(%error, "cannot release the leader Lease"),
             Err(_) => tracing::warn!("cannot release the leader Lease: no answer in time"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::{Arc, Mutex};
+
+    use http::{Request, Response};
+    use kube::client::Body;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// A Lease API answering GET at once and PUT after `put_delay` (a slow
+    /// but healthy API server), or never when `put_delay` is `None`.
+    fn lease_api(put_delay: Option<Duration>) -> (Client, Arc<Mutex<u32>>) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let renewals = Arc::new(Mutex::new(0));
+        let counted = renewals.clone();
+        tokio::spawn(async move {
+            let mut lease = json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "lead", "namespace": "ns", "resourceVersion": "1"},
+                "spec": {"holderIdentity": "me", "leaseDurationSeconds": 4},
+            });
+            while let Some((request, respond)) = handle.next_request().await {
+                let (parts, body) = request.into_parts();
+                let body = body.collect_bytes().await.unwrap();
+                let counted = counted.clone();
+                let answer = match parts.method {
+                    http::Method::GET => lease.clone(),
+                    http::Method::PUT => {
+                        let Some(delay) = put_delay else {
+                            // Never answered: keep the responder alive.
+                            tokio::spawn(async move {
+                                tokio::time::sleep(Duration::from_secs(3600)).await;
+                                drop(respond);
+                            });
+                            continue;
+                        };
+                        let mut sent: Value = serde_json::from_slice(&body).unwrap();
+                        let version: u64 = lease["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+                        sent["metadata"]["resourceVersion"] = json!((version + 1).to_string());
+                        lease = sent.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(delay).await;
+                            *counted.lock().unwrap() += 1;
+                            respond.send_response(Response::new(Body::from(serde_json::to_vec(&sent).unwrap())));
+                        });
+                        continue;
+                    }
+                    other => panic!("unexpected {other} {}", parts.uri),
+                };
+                respond.send_response(Response::new(Body::from(serde_json::to_vec(&answer).unwrap())));
+            }
+        });
+        (Client::new(service, "ns"), renewals)
+    }
+
+    fn options() -> LeaseOptions {
+        LeaseOptions {
+            lease_duration: Duration::from_secs(4),
+            renew_deadline: Duration::from_secs(3),
+            retry_period: Duration::from_secs(1),
+            ..LeaseOptions::new("ns", "lead", "me")
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_but_answering_api_server_does_not_cost_the_lease() {
+        // Each renewal takes 2.5 s of the 3 s renew deadline: the wait
+        // between rounds must not be charged to the deadline.
+        let (client, renewals) = lease_api(Some(Duration::from_millis(2500)));
+        let mut elector = LeaderElector::new(client, options());
+        let held = tokio::time::timeout(Duration::from_secs(60), elector.hold()).await;
+        assert!(held.is_err(), "leadership lost: {:?}", held.ok());
+        assert!(*renewals.lock().unwrap() >= 10, "renewed {} times", renewals.lock().unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_renewal_loses_the_lease_at_the_renew_deadline() {
+        let (client, _) = lease_api(None);
+        let mut elector = LeaderElector::new(client, options());
+        let started = Instant::now();
+        let reason = tokio::time::timeout(Duration::from_secs(60), elector.hold())
+            .await
+            .expect("hold returns");
+        assert!(reason.contains("not renewed within 3 s"), "{reason}");
+        // One retry period of waiting, then the 3 s deadline.
+        assert_eq!(started.elapsed().as_secs(), 4);
     }
 }
