@@ -927,3 +927,90 @@ mod tests {
         );
     }
 }
+
+/// Arbitrary input to the decoders: no panic, and every failure a typed
+/// [`DecodeError`] naming what was decoded.
+#[cfg(test)]
+mod fuzz {
+    #![allow(clippy::unwrap_used)]
+
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            ".{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map("[a-z]{0,6}", inner, 0..4)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A Cluster whose every field the decoder types may hold anything.
+    fn cluster_shaped() -> impl Strategy<Value = Value> {
+        let plugin = (any_json(), any_json(), any_json(), any_json(), prop::sample::select(vec!["a", "b", ""]))
+            .prop_map(|(enabled, parameters, archiver, extra, name)| {
+                json!({"name": name, "enabled": enabled, "parameters": parameters, "isWALArchiver": archiver, "x": extra})
+            });
+        let entry = (any_json(), any_json(), any_json()).prop_map(
+            |(name, capabilities, status)| json!({"name": name, "capabilities": capabilities, "status": status}),
+        );
+        (
+            prop_oneof![prop::collection::vec(plugin, 0..4).prop_map(Value::from), any_json()],
+            prop_oneof![prop::collection::vec(entry, 0..3).prop_map(Value::from), any_json()],
+            any_json(),
+        )
+            .prop_map(|(plugins, entries, metadata)| {
+                json!({"kind": "Cluster", "metadata": metadata, "spec": {"plugins": plugins}, "status": {"pluginStatus": entries}})
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn decoding_any_cluster_shaped_json_never_panics(value in cluster_shaped()) {
+            let bytes = value.to_string().into_bytes();
+            let outcome = std::panic::catch_unwind(|| match decode_cluster(&bytes) {
+                Ok(cluster) => {
+                    let _ = cluster.enabled_plugins();
+                    for name in ["a", "b", ""] {
+                        let _ = cluster.plugin(name).map(|entry| entry.parameters().len());
+                        let _ = cluster.plugin_status(name).map(PluginStatus::status_json);
+                    }
+                    let _ = cluster.to_json_value().unwrap();
+                    Ok(())
+                }
+                Err(error) => Err(error.what()),
+            });
+            prop_assert!(outcome.is_ok(), "panicked on {value}");
+            if let Ok(Err(what)) = outcome {
+                prop_assert_eq!(what, "Cluster");
+            }
+            let _ = enabled_plugins(&value);
+        }
+
+        #[test]
+        fn decoding_any_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            let outcome = std::panic::catch_unwind(|| {
+                let cluster = decode_cluster(&bytes).map(|_| ()).map_err(|e| e.to_string());
+                let object = decode_object(&bytes, "Pod").map(|_| ()).map_err(|e| e.to_string());
+                (cluster, object)
+            });
+            prop_assert!(outcome.is_ok());
+            let (cluster, object) = outcome.unwrap();
+            if let Err(message) = cluster { prop_assert!(message.starts_with("cannot decode Cluster")); }
+            if let Err(message) = object { prop_assert!(message.starts_with("cannot decode Pod")); }
+        }
+    }
+}

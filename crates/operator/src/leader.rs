@@ -349,7 +349,11 @@ mod tests {
         let mut elector = LeaderElector::new(client, options());
         let held = tokio::time::timeout(Duration::from_secs(60), elector.hold()).await;
         assert!(held.is_err(), "leadership lost: {:?}", held.ok());
-        assert!(*renewals.lock().unwrap() >= 10, "renewed {} times", renewals.lock().unwrap());
+        assert!(
+            *renewals.lock().unwrap() >= 10,
+            "renewed {} times",
+            renewals.lock().unwrap()
+        );
     }
 
     #[tokio::test(start_paused = true)]
