@@ -14,7 +14,7 @@ use cnpgi_client::{
 };
 use cnpgi_operator::{
     registry::Registry,
-    routing::{Router, RoutingPolicy},
+    routing::{RoutedCluster, Router, RoutingPolicy},
     webhook,
 };
 use cnpgi_pluginhelper::{
@@ -24,7 +24,7 @@ use cnpgi_pluginhelper::{
     },
     testing::{ChildGuard, TestCertificates, connect_tls},
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::{
     fixtures,
@@ -91,10 +91,10 @@ pub(crate) async fn lifecycle_chain(n: usize, effort: Effort) -> anyhow::Result<
     let names = names(n);
     let (_plugins, registry) = setup::registry_with(&names).await?;
     let router = Router::new(registry, RoutingPolicy::default());
-    chain(&router, &fixtures::cluster(&names), effort).await
+    chain(&router, &RoutedCluster::new(fixtures::cluster(&names)), effort).await
 }
 
-async fn chain(router: &Router, cluster: &Value, effort: Effort) -> anyhow::Result<Samples> {
+async fn chain(router: &Router, cluster: &RoutedCluster, effort: Effort) -> anyhow::Result<Samples> {
     let pod = fixtures::pod();
     for _ in 0..effort.warmup {
         router.lifecycle_hook(cluster, &pod, Operation::Create).await?;
@@ -359,7 +359,7 @@ pub(crate) async fn connections(effort: Effort) -> anyhow::Result<Connections> {
     let names = names(1);
     let (_plugins, registry) = setup::registry_with(&names).await?;
     let router = Router::new(registry.clone(), RoutingPolicy::default());
-    let cluster = fixtures::cluster(&names);
+    let cluster = RoutedCluster::new(fixtures::cluster(&names));
     let pod = fixtures::pod();
     let client = registry.get(HELLO).map_err(anyhow::Error::from)?.client;
     for _ in 0..effort.warmup {
@@ -424,7 +424,7 @@ fn lookup_ns(registry: &Registry, names: &[String], rounds: usize) -> f64 {
 /// 6. Routing 3 enabled plugins with 3 registered, then with 100 registered.
 pub(crate) async fn scale(effort: Effort) -> anyhow::Result<Scale> {
     let enabled = names(3);
-    let cluster = fixtures::cluster(&enabled);
+    let cluster = RoutedCluster::new(fixtures::cluster(&enabled));
     let (mut plugins, registry) = setup::registry_with(&enabled).await?;
     let router = Router::new(registry.clone(), RoutingPolicy::default());
     let chain_small = chain(&router, &cluster, effort).await?;

@@ -147,7 +147,30 @@ pub fn parse_patch(bytes: &[u8]) -> Result<Patch, PatchError> {
 /// ```
 pub fn patched(object: &Value, patch: &Patch) -> Result<Value, PatchError> {
     let mut copy = object.clone();
-    json_patch::patch_unsafe(&mut copy, patch).map_err(|source| {
+    apply_unchecked(&mut copy, patch)?;
+    Ok(copy)
+}
+
+/// Applies `patch` to `doc` in place, without the copy that makes
+/// [`apply_patch`] atomic: on error `doc` may hold the operations before the
+/// failed one. For a caller that drops `doc` on error (a chain that fails
+/// as a whole). Never panics.
+///
+/// # Errors
+///
+/// [`PatchError::Apply`] naming the operation that failed.
+///
+/// ```
+/// use cnpgi_core::patch::{apply_unchecked, parse_patch};
+/// use serde_json::json;
+///
+/// let mut doc = json!({"a": 1});
+/// apply_unchecked(&mut doc, &parse_patch(br#"[{"op":"add","path":"/b","value":2}]"#)?)?;
+/// assert_eq!(doc, json!({"a": 1, "b": 2}));
+/// # Ok::<(), cnpgi_core::patch::PatchError>(())
+/// ```
+pub fn apply_unchecked(doc: &mut Value, patch: &Patch) -> Result<(), PatchError> {
+    json_patch::patch_unsafe(doc, patch).map_err(|source| {
         let op = patch.0.get(source.operation);
         PatchError::Apply {
             index: source.operation,
@@ -155,8 +178,7 @@ pub fn patched(object: &Value, patch: &Patch) -> Result<Value, PatchError> {
             path: source.path.to_string(),
             source,
         }
-    })?;
-    Ok(copy)
+    })
 }
 
 /// Applies a serialized JSON Patch to `doc`; empty bytes are a no-op.

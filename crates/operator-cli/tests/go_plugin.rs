@@ -13,6 +13,7 @@ use std::{
 
 use base64::Engine;
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
+use cnpgi_operator::routing::RoutedCluster;
 use cnpgi_operator::{
     pods,
     registry::{Registry, RegistryOptions},
@@ -111,16 +112,22 @@ async fn webhook_and_lifecycle_paths_through_a_go_plugin() {
     // Lifecycle: the reconciler's Pod carries the Go plugin's label, and a
     // parameter change shows as drift.
     let red = cluster(Some("red"));
-    let pod = pods::build_pod(&router, &red, 1).await.unwrap();
+    let pod = pods::build_pod(&router, &RoutedCluster::new(red.clone()), 1)
+        .await
+        .unwrap();
     assert_eq!(pod["metadata"]["labels"]["go-plugin"], "red");
     assert_eq!(pod["spec"]["containers"][0]["name"], "postgres");
-    let hash = pods::wanted_hash(&router, &red, 1).await.unwrap();
+    let hash = pods::wanted_hash(&router, &RoutedCluster::new(red.clone()), 1)
+        .await
+        .unwrap();
     assert_eq!(
         pod["metadata"]["annotations"][pods::PLUGINS_HASH_ANNOTATION],
         hash.as_str()
     );
     assert_ne!(
-        pods::wanted_hash(&router, &cluster(Some("blue")), 1).await.unwrap(),
+        pods::wanted_hash(&router, &RoutedCluster::new(cluster(Some("blue"))), 1)
+            .await
+            .unwrap(),
         hash
     );
 
@@ -136,7 +143,12 @@ async fn webhook_and_lifecycle_paths_through_a_go_plugin() {
         let router = router.clone();
         async move {
             router
-                .reconciler_hooks(HookPhase::Pre, kind, &cluster, &cluster)
+                .reconciler_hooks(
+                    HookPhase::Pre,
+                    kind,
+                    &RoutedCluster::new(cluster.clone()),
+                    &serde_json::to_vec(&cluster).unwrap(),
+                )
                 .await
                 .unwrap()
         }

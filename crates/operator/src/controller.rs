@@ -4,10 +4,14 @@
 //! each with a `postgres` container. A Pod is built from a template
 //! ([`crate::pods::instance_pod`]), passed through the lifecycle hooks of
 //! the enabled plugins that declared `("", "Pod", CREATE)`, and created. The Pod is
-//! annotated with a hash of what the plugins want (the `EVALUATE` chain on
-//! the template); on every reconcile that hash is computed again, and a Pod
-//! whose hash changed (a plugin parameter changed, a plugin was upgraded) is
-//! rolled: deleted and recreated, one at a time. `SetStatusInCluster`
+//! annotated with a hash of what the plugins want (the CREATE chain's
+//! result) and with the fingerprint of the inputs it was built from
+//! ([`crate::pods::inputs_fingerprint`]: the template, the Cluster's spec,
+//! labels and annotations, the enabled plugins' versions). When those inputs
+//! change, the plugins are asked again (the `EVALUATE` chain on the
+//! template), and a Pod whose hash changed (a plugin parameter changed, a
+//! plugin was upgraded) is rolled: deleted and recreated, one at a time. A
+//! reconcile of an unchanged Cluster makes no lifecycle call. `SetStatusInCluster`
 //! answers fill `status.pluginStatus[]`, a plugin removed from the Cluster
 //! is sent `Deregister` once, and a plugin failure sets a clear phase, a
 //! condition and an Event, creates nothing, and retries.
@@ -55,8 +59,8 @@ use cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind as HookKind;
 
 use crate::{
     crd::{Cluster, ClusterStatus, PluginStatus},
-    pods::{build_pod, wanted_hash},
-    routing::{HookOutcome, HookPhase, RouteError, Router},
+    pods::{PLUGINS_INPUTS_ANNOTATION, build_pod, inputs_fingerprint, wanted_hash},
+    routing::{HookOutcome, HookPhase, RouteError, RoutedCluster, Router},
 };
 
 /// Field manager of every write the reconciler makes (Pod creates, status
@@ -140,6 +144,9 @@ pub struct Context {
     pub resync: Duration,
     /// Consecutive API-error reconciles, by `namespace/name`.
     failures: Mutex<HashMap<String, u32>>,
+    /// By Cluster `namespace/name`, the inputs fingerprint under which each
+    /// live Pod (by uid) was last found up to date by an `EVALUATE`.
+    evaluated: Mutex<HashMap<String, HashMap<String, String>>>,
 }
 
 impl Context {
@@ -155,6 +162,7 @@ impl Context {
             router,
             resync: Duration::from_secs(300),
             failures: Mutex::new(HashMap::new()),
+            evaluated: Mutex::new(HashMap::new()),
         }
     }
 
@@ -168,6 +176,17 @@ impl Context {
         API_ERROR_BACKOFF_FIRST
             .saturating_mul(1 << exponent)
             .min(API_ERROR_BACKOFF_MAX)
+    }
+
+    fn evaluated_pods(&self, key: &str) -> HashMap<String, String> {
+        let evaluated = self.evaluated.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        evaluated.get(key).cloned().unwrap_or_default()
+    }
+
+    /// Replaces the Cluster's record, so Pods gone since are forgotten.
+    fn set_evaluated_pods(&self, key: &str, pods: HashMap<String, String>) {
+        let mut evaluated = self.evaluated.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        evaluated.insert(key.to_owned(), pods);
     }
 
     fn reset_backoff(&self, key: &str) {
@@ -315,12 +334,18 @@ async fn reconcile_pods(
     status: &mut ClusterStatus,
 ) -> Result<Action, ReconcileError> {
     let name = cluster.name_any();
-    let cluster_json = serde_json::to_value(cluster)?;
+    // Encoded once: every plugin call of this reconcile sends these bytes.
+    let cluster_json = RoutedCluster::new(serde_json::to_value(cluster)?);
     let wanted = cluster.spec.instances.max(0);
 
     match ctx
         .router
-        .reconciler_hooks(HookPhase::Pre, HookKind::Cluster, &cluster_json, &cluster_json)
+        .reconciler_hooks(
+            HookPhase::Pre,
+            HookKind::Cluster,
+            &cluster_json,
+            cluster_json.definition(),
+        )
         .await?
     {
         HookOutcome::Continue => {}
@@ -335,11 +360,12 @@ async fn reconcile_pods(
     }
 
     // Plugins removed from the Cluster are told once, then dropped from status.
-    let enabled: BTreeSet<String> = cnpgi_core::cluster::enabled_plugins(&cluster_json)
-        .into_iter()
-        .map(|p| p.name)
-        .collect();
-    for gone in status.plugin_status.iter().filter(|s| !enabled.contains(&s.name)) {
+    let enabled: BTreeSet<&str> = cluster_json.enabled().iter().map(|p| p.name.as_str()).collect();
+    for gone in status
+        .plugin_status
+        .iter()
+        .filter(|s| !enabled.contains(s.name.as_str()))
+    {
         match ctx.router.deregister(&gone.name, &cluster_json).await {
             Ok(()) => tracing::info!(cluster = %name, plugin = %gone.name, "plugin deregistered"),
             Err(error) => {
@@ -381,27 +407,11 @@ async fn reconcile_pods(
         }
     }
     // Drift: roll the first Pod the plugins want different, one at a time.
-    let mut rolled = false;
-    if to_create.is_empty() {
-        for (n, pod) in by_number.iter().filter(|(n, _)| **n <= wanted) {
-            let live = pod
-                .annotations()
-                .get(PLUGINS_HASH_ANNOTATION)
-                .cloned()
-                .unwrap_or_default();
-            if live != wanted_hash(&ctx.router, &cluster_json, *n).await? {
-                tracing::info!(cluster = %name, pod = %pod.name_any(), "plugins want a different Pod; rolling it");
-                pods.delete(&pod.name_any(), &DeleteParams::default())
-                    .await
-                    .map_err(ReconcileError::kube(
-                        "DeletePodFailed",
-                        format!("delete Pod {}", pod.name_any()),
-                    ))?;
-                rolled = true;
-                break;
-            }
-        }
-    }
+    let rolled = if to_create.is_empty() {
+        roll_first_drifted(ctx, &cluster_key(cluster), &cluster_json, pods, &by_number, wanted).await?
+    } else {
+        false
+    };
     let create = PostParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..PostParams::default()
@@ -417,7 +427,12 @@ async fn reconcile_pods(
 
     let post = ctx
         .router
-        .reconciler_hooks(HookPhase::Post, HookKind::Cluster, &cluster_json, &cluster_json)
+        .reconciler_hooks(
+            HookPhase::Post,
+            HookKind::Cluster,
+            &cluster_json,
+            cluster_json.definition(),
+        )
         .await?;
 
     // Plugin status: keep the previous status text when a plugin answers empty.
@@ -465,6 +480,46 @@ async fn reconcile_pods(
         HookOutcome::Continue | HookOutcome::Terminate { .. } if healthy => Action::requeue(ctx.resync),
         HookOutcome::Continue | HookOutcome::Terminate { .. } => Action::requeue(Duration::from_secs(5)),
     })
+}
+
+/// Deletes the first live Pod whose plugins' answer changed, so that it is
+/// recreated; `true` when one was. A Pod is evaluated (the `EVALUATE`
+/// chain) only when the inputs it was built from or last evaluated under
+/// changed.
+async fn roll_first_drifted(
+    ctx: &Context,
+    key: &str,
+    cluster: &RoutedCluster,
+    pods: &Api<Pod>,
+    by_number: &BTreeMap<i32, Pod>,
+    wanted: i32,
+) -> Result<bool, ReconcileError> {
+    let seen = ctx.evaluated_pods(key);
+    let mut up_to_date = HashMap::new();
+    let mut rolled = false;
+    for (n, pod) in by_number.iter().filter(|(n, _)| **n <= wanted) {
+        let uid = pod.uid().unwrap_or_else(|| pod.name_any());
+        let inputs = inputs_fingerprint(&ctx.router, cluster, *n);
+        let annotations = pod.annotations();
+        let unchanged = annotations.get(PLUGINS_INPUTS_ANNOTATION) == Some(&inputs) || seen.get(&uid) == Some(&inputs);
+        if !unchanged {
+            let live = annotations.get(PLUGINS_HASH_ANNOTATION).cloned().unwrap_or_default();
+            if live != wanted_hash(&ctx.router, cluster, *n).await? {
+                tracing::info!(cluster = %key, pod = %pod.name_any(), "plugins want a different Pod; rolling it");
+                pods.delete(&pod.name_any(), &DeleteParams::default())
+                    .await
+                    .map_err(ReconcileError::kube(
+                        "DeletePodFailed",
+                        format!("delete Pod {}", pod.name_any()),
+                    ))?;
+                rolled = true;
+                break;
+            }
+        }
+        up_to_date.insert(uid, inputs);
+    }
+    ctx.set_evaluated_pods(key, up_to_date);
+    Ok(rolled)
 }
 
 /// A hook's requeue delay; zero means "the operator's own", here 5 s.

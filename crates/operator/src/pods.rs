@@ -8,12 +8,17 @@ use cnpgi_proto::operator_lifecycle::v1::operator_operation_type::Type as Operat
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::routing::{RouteError, Router};
+use crate::routing::{Patched, RouteError, RoutedCluster, Router};
 
 pub use cnpgi_core::pod::{CLUSTER_LABEL, INSTANCE_LABEL, instance_pod};
 
 /// Annotation with the hash of what the plugins want for the Pod.
 pub const PLUGINS_HASH_ANNOTATION: &str = "cnpgi.io/pluginsHash";
+
+/// Annotation with the fingerprint of what the Pod was built from
+/// ([`inputs_fingerprint`]): while it still matches, the plugins need not be
+/// asked whether the Pod drifted.
+pub const PLUGINS_INPUTS_ANNOTATION: &str = "cnpgi.io/pluginsInputs";
 
 /// Hash of the parts of a Pod plugins may change: labels, annotations, spec.
 ///
@@ -69,41 +74,86 @@ fn write_canonical(value: &Value, hasher: &mut Sha256) {
 }
 
 /// What the plugins want for instance `n` now (the EVALUATE chain), as a hash.
-pub async fn wanted_hash(router: &Router, cluster: &Value, n: i32) -> Result<String, RouteError> {
+pub async fn wanted_hash(router: &Router, cluster: &RoutedCluster, n: i32) -> Result<String, RouteError> {
     let evaluated = router
-        .lifecycle_hook(cluster, &instance_pod(cluster, n), Operation::Evaluate)
+        .lifecycle_hook(cluster, &instance_pod(cluster.value(), n), Operation::Evaluate)
         .await?;
     Ok(plugins_hash(&evaluated.object))
 }
 
+/// The fingerprint of everything the plugins' answer for instance `n`
+/// depends on: the Pod template, the Cluster's identity, labels,
+/// annotations and spec (not its status, which the operator rewrites on
+/// every reconcile), and the name, version and lifecycle capabilities of each
+/// enabled plugin. Two equal fingerprints mean an `EVALUATE` would answer as
+/// before, so the reconciler skips it; it lives with the operator's build,
+/// unlike [`PLUGINS_HASH_ANNOTATION`] (an upgrade costs one evaluation
+/// round, not a roll).
+pub fn inputs_fingerprint(router: &Router, cluster: &RoutedCluster, n: i32) -> String {
+    let value = cluster.value();
+    let part = |pointer: &str| value.pointer(pointer).cloned().unwrap_or(Value::Null);
+    let plugins: Vec<Value> = cluster
+        .enabled()
+        .iter()
+        .map(|plugin| match router.registry().get(&plugin.name) {
+            Ok(routable) => json!([
+                plugin.name,
+                routable.info.metadata.version,
+                format!("{:?}", routable.info.lifecycle)
+            ]),
+            Err(_) => json!([plugin.name, null]),
+        })
+        .collect();
+    let inputs = json!({
+        "template": instance_pod(value, n),
+        "cluster": {
+            "name": part("/metadata/name"),
+            "namespace": part("/metadata/namespace"),
+            "labels": part("/metadata/labels"),
+            "annotations": part("/metadata/annotations"),
+            "spec": part("/spec"),
+        },
+        "plugins": plugins,
+    });
+    let mut hasher = Sha256::new();
+    write_canonical(&inputs, &mut hasher);
+    hasher.finalize().iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 /// The Pod to create for instance `n`: the template through the CREATE
-/// chain, annotated with [`wanted_hash`].
-pub async fn build_pod(router: &Router, cluster: &Value, n: i32) -> Result<Value, RouteError> {
+/// chain, annotated with the hash of the result and [`inputs_fingerprint`].
+pub async fn build_pod(router: &Router, cluster: &RoutedCluster, n: i32) -> Result<Value, RouteError> {
     Ok(build_pod_with_patches(router, cluster, n).await?.object)
 }
 
 /// Like [`build_pod`], keeping each plugin's patch (for `render --diff`).
-pub async fn build_pod_with_patches(
-    router: &Router,
-    cluster: &Value,
-    n: i32,
-) -> Result<crate::routing::Patched, RouteError> {
-    let hash = wanted_hash(router, cluster, n).await?;
+///
+/// One chain per Pod: the CREATE answer is what the plugins want, so its
+/// hash is the drift hash an `EVALUATE` of the same inputs gives later
+/// (CloudNativePG too compares a live Pod with the `EVALUATE` answer).
+pub async fn build_pod_with_patches(router: &Router, cluster: &RoutedCluster, n: i32) -> Result<Patched, RouteError> {
     let mut patched = router
-        .lifecycle_hook(cluster, &instance_pod(cluster, n), Operation::Create)
+        .lifecycle_hook(cluster, &instance_pod(cluster.value(), n), Operation::Create)
         .await?;
-    annotate_hash(&mut patched, hash)?;
+    let hash = plugins_hash(&patched.object);
+    annotate(
+        &mut patched,
+        [
+            (PLUGINS_HASH_ANNOTATION, hash),
+            (PLUGINS_INPUTS_ANNOTATION, inputs_fingerprint(router, cluster, n)),
+        ],
+    )?;
     Ok(patched)
 }
 
-/// Sets [`PLUGINS_HASH_ANNOTATION`] on the patched Pod, creating
-/// `metadata` and `metadata.annotations` when missing or null.
+/// Sets `annotations` on the patched Pod, creating `metadata` and
+/// `metadata.annotations` when missing or null.
 ///
 /// A patch may have turned the Pod, its `metadata` or its `annotations`
 /// into something else than an object: that is the plugin's unusable
 /// answer, blamed on the last plugin whose patch wrote there.
-fn annotate_hash(patched: &mut crate::routing::Patched, hash: String) -> Result<(), RouteError> {
-    let not_an_object = |patched: &crate::routing::Patched, what: &str, value: &Value| {
+fn annotate<const N: usize>(patched: &mut Patched, annotations: [(&str, String); N]) -> Result<(), RouteError> {
+    let not_an_object = |patched: &Patched, what: &str, value: &Value| {
         let wrote = |patch: &json_patch::Patch| {
             patch.0.iter().any(|op| {
                 let path = op.path().to_string();
@@ -146,7 +196,7 @@ fn annotate_hash(patched: &mut crate::routing::Patched, hash: String) -> Result<
         let metadata = metadata.clone();
         return Err(not_an_object(patched, "metadata", &metadata));
     };
-    let annotations = metadata
+    let existing = metadata
         .entry("annotations")
         .and_modify(|a| {
             if a.is_null() {
@@ -154,11 +204,13 @@ fn annotate_hash(patched: &mut crate::routing::Patched, hash: String) -> Result<
             }
         })
         .or_insert_with(|| json!({}));
-    let Some(annotations) = annotations.as_object_mut() else {
-        let annotations = annotations.clone();
-        return Err(not_an_object(patched, "metadata.annotations", &annotations));
+    let Some(existing) = existing.as_object_mut() else {
+        let existing = existing.clone();
+        return Err(not_an_object(patched, "metadata.annotations", &existing));
     };
-    annotations.insert(PLUGINS_HASH_ANNOTATION.to_owned(), Value::from(hash));
+    for (key, value) in annotations {
+        existing.insert(key.to_owned(), Value::from(value));
+    }
     Ok(())
 }
 
@@ -209,7 +261,7 @@ mod answers {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::routing::{Patched, PluginPatch, apply};
+    use crate::routing::{Patched, PluginPatch, apply_in_place};
 
     /// Any JSON value, nested a few levels, now and then a large string.
     fn any_json() -> impl Strategy<Value = Value> {
@@ -271,13 +323,12 @@ mod answers {
         };
         for (i, answer) in answers.iter().enumerate() {
             let plugin = format!("plugin-{i}");
-            let (object, patch) = apply(&plugin, "OperatorLifecycle/LifecycleHook", &patched.object, answer)
+            let patch = apply_in_place(&plugin, "OperatorLifecycle/LifecycleHook", &mut patched.object, answer)
                 .map_err(|e| e.to_string())?;
-            patched.object = object;
             patched.patches.push(PluginPatch { plugin, patch });
         }
         let hash = plugins_hash(&patched.object);
-        annotate_hash(&mut patched, hash.clone()).map_err(|e| e.to_string())?;
+        annotate(&mut patched, [(PLUGINS_HASH_ANNOTATION, hash.clone())]).map_err(|e| e.to_string())?;
         assert_eq!(
             patched.object.pointer("/metadata/annotations/cnpgi.io~1pluginsHash"),
             Some(&Value::from(hash))

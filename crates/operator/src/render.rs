@@ -12,7 +12,7 @@ use cnpgi_core::status::{PluginStatusUpdate, write_plugin_status};
 
 use crate::{
     pods::{build_pod_with_patches, instance_pod},
-    routing::{FieldError, PluginPatch, RouteError, Router},
+    routing::{FieldError, PluginPatch, RouteError, RoutedCluster, Router},
 };
 
 /// Why the pipeline stopped.
@@ -54,30 +54,36 @@ pub struct Rendered {
 
 /// Runs the pipeline on `cluster` (and `old`, for a change).
 pub async fn render(router: &Router, cluster: &Value, old: Option<&Value>) -> Result<Rendered, RenderError> {
-    let mutated = router.mutate_cluster(cluster).await?;
+    let mutated = router.mutate_cluster(&RoutedCluster::new(cluster.clone())).await?;
+    let routed = RoutedCluster::new(mutated.object);
     let errors = match old {
-        Some(old) => router.validate_change(old, &mutated.object).await?,
-        None => router.validate_create(&mutated.object).await?,
+        Some(old) => {
+            router
+                .validate_change(&RoutedCluster::new(old.clone()), &routed)
+                .await?
+        }
+        None => router.validate_create(&routed).await?,
     };
     if !errors.is_empty() {
         return Err(RenderError::Invalid(errors));
     }
-    let mut cluster_json = mutated.object;
-    let instances = cluster_json
+    let instances = routed
+        .value()
         .pointer("/spec/instances")
         .and_then(Value::as_i64)
         .unwrap_or(1)
         .clamp(0, 1000) as i32;
     let mut pods = Vec::new();
     for n in 1..=instances {
-        let patched = build_pod_with_patches(router, &cluster_json, n).await?;
+        let patched = build_pod_with_patches(router, &routed, n).await?;
         pods.push(RenderedPod {
-            template: instance_pod(&cluster_json, n),
+            template: instance_pod(routed.value(), n),
             pod: patched.object,
             patches: patched.patches,
         });
     }
-    let status = router.set_status(&cluster_json).await?;
+    let status = router.set_status(&routed).await?;
+    let mut cluster_json = routed.into_value();
     write_plugin_status(&mut cluster_json, &status);
     Ok(Rendered {
         original: cluster.clone(),

@@ -18,7 +18,7 @@ use std::{collections::BTreeSet, fmt, sync::Arc};
 use cnpgi_core::{
     cluster::{EnabledPlugin, enabled_plugins},
     echo::bounded_string,
-    patch::{parse_patch, patched},
+    patch::{apply_unchecked, parse_patch},
     path::field_path,
     status::{PluginStatusUpdate, parse_json_status, previous_statuses, write_plugin_status},
 };
@@ -138,6 +138,62 @@ impl fmt::Display for FieldError {
     }
 }
 
+/// A Cluster as routed to plugins: its JSON and that JSON serialised once,
+/// so that every call of a reconcile or an admission request sends the same
+/// bytes without encoding the Cluster again.
+///
+/// ```
+/// use cnpgi_operator::routing::RoutedCluster;
+///
+/// let cluster = RoutedCluster::new(serde_json::json!({"kind": "Cluster", "spec": {}}));
+/// assert_eq!(cluster.definition(), br#"{"kind":"Cluster","spec":{}}"#);
+/// assert_eq!(cluster.value()["kind"], "Cluster");
+/// ```
+#[derive(Debug, Clone)]
+pub struct RoutedCluster {
+    value: Value,
+    definition: Vec<u8>,
+    enabled: Vec<EnabledPlugin>,
+}
+
+impl RoutedCluster {
+    /// Encodes `value` once and reads the plugins it enables.
+    pub fn new(value: Value) -> Self {
+        Self {
+            // `Value`'s text form cannot fail, unlike the generic `to_vec`.
+            definition: value.to_string().into_bytes(),
+            enabled: enabled_plugins(&value),
+            value,
+        }
+    }
+
+    /// The Cluster as JSON.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// The Cluster as the bytes sent to plugins.
+    pub fn definition(&self) -> &[u8] {
+        &self.definition
+    }
+
+    /// The plugins it enables, in routing order.
+    pub fn enabled(&self) -> &[EnabledPlugin] {
+        &self.enabled
+    }
+
+    /// The Cluster as JSON, without copying it.
+    pub fn into_value(self) -> Value {
+        self.value
+    }
+}
+
+impl From<Value> for RoutedCluster {
+    fn from(value: Value) -> Self {
+        Self::new(value)
+    }
+}
+
 /// Routes operations through the registry's plugins.
 #[derive(Debug, Clone)]
 pub struct Router {
@@ -172,11 +228,11 @@ impl Router {
     /// `wants` checks, in routing order.
     fn targets(
         &self,
-        cluster: &Value,
+        cluster: &RoutedCluster,
         wants: impl Fn(&Routable) -> bool,
     ) -> Result<Vec<(EnabledPlugin, Routable)>, RouteError> {
         let mut targets = Vec::new();
-        for plugin in enabled_plugins(cluster) {
+        for plugin in cluster.enabled().iter().cloned() {
             let routable = self.registry.get(&plugin.name).map_err(RouteError::from);
             if let Some(routable) = self.tolerate(&plugin.name, routable)?
                 && wants(&routable)
@@ -188,11 +244,11 @@ impl Router {
     }
 
     /// Chains `MutateCluster` through every enabled plugin that implements it.
-    pub async fn mutate_cluster(&self, cluster: &Value) -> Result<Patched, RouteError> {
+    pub async fn mutate_cluster(&self, cluster: &RoutedCluster) -> Result<Patched, RouteError> {
         let targets = self.targets(cluster, |r| r.info.has_operator_rpc(RpcType::MutateCluster))?;
         self.chain(
             targets,
-            cluster,
+            cluster.value(),
             "Operator/MutateCluster",
             |routable, definition| async move {
                 let request = routable.client.request(OperatorMutateClusterRequest { definition });
@@ -204,7 +260,9 @@ impl Router {
     }
 
     /// Sends each target, in order, the object as patched by the targets
-    /// before it (through `call`), and applies its answer.
+    /// before it (through `call`), and applies its answer to one working
+    /// copy. A failed step fails the chain, so the copy needs no undo, except
+    /// for a fail-open plugin, whose step works on a copy of its own.
     async fn chain<F, Fut>(
         &self,
         targets: Vec<(EnabledPlugin, Routable)>,
@@ -221,15 +279,21 @@ impl Router {
             patches: Vec::new(),
         };
         for (plugin, routable) in targets {
+            let fail_open = self.policy.fail_open.contains(&plugin.name);
+            let before = fail_open.then(|| patched.object.clone());
             let step = async {
-                let encoded = serde_json::to_vec(&patched.object)?;
-                let answer = call(routable, encoded)
+                let answer = call(routable, patched.object.to_string().into_bytes())
                     .await
                     .map_err(|s| call_error(&plugin.name, rpc, s))?;
-                apply(&plugin.name, rpc, &patched.object, &answer)
+                apply_in_place(&plugin.name, rpc, &mut patched.object, &answer)
             };
-            if let Some((object, patch)) = self.tolerate(&plugin.name, step.await)? {
-                patched.object = object;
+            let outcome = step.await;
+            if outcome.is_err()
+                && let Some(before) = before
+            {
+                patched.object = before;
+            }
+            if let Some(patch) = self.tolerate(&plugin.name, outcome)? {
                 patched.patches.push(PluginPatch {
                     plugin: plugin.name,
                     patch,
@@ -262,12 +326,11 @@ impl Router {
 
     /// Asks every enabled plugin implementing `ValidateClusterCreate`; all
     /// the errors are returned together.
-    pub async fn validate_create(&self, cluster: &Value) -> Result<Vec<FieldError>, RouteError> {
-        let definition = serde_json::to_vec(cluster)?;
+    pub async fn validate_create(&self, cluster: &RoutedCluster) -> Result<Vec<FieldError>, RouteError> {
         let targets = self.targets(cluster, |r| r.info.has_operator_rpc(RpcType::ValidateClusterCreate))?;
         self.collect_errors(targets, "Operator/ValidateClusterCreate", |routable| {
             let request = routable.client.request(OperatorValidateClusterCreateRequest {
-                definition: definition.clone(),
+                definition: cluster.definition().to_vec(),
             });
             async move {
                 let answer = routable.client.operator().validate_cluster_create(request).await?;
@@ -279,14 +342,16 @@ impl Router {
 
     /// Asks every plugin enabled by the new Cluster implementing
     /// `ValidateClusterChange`; all the errors are returned together.
-    pub async fn validate_change(&self, old: &Value, new: &Value) -> Result<Vec<FieldError>, RouteError> {
-        let old_cluster = serde_json::to_vec(old)?;
-        let new_cluster = serde_json::to_vec(new)?;
+    pub async fn validate_change(
+        &self,
+        old: &RoutedCluster,
+        new: &RoutedCluster,
+    ) -> Result<Vec<FieldError>, RouteError> {
         let targets = self.targets(new, |r| r.info.has_operator_rpc(RpcType::ValidateClusterChange))?;
         self.collect_errors(targets, "Operator/ValidateClusterChange", |routable| {
             let request = routable.client.request(OperatorValidateClusterChangeRequest {
-                old_cluster: old_cluster.clone(),
-                new_cluster: new_cluster.clone(),
+                old_cluster: old.definition().to_vec(),
+                new_cluster: new.definition().to_vec(),
             });
             async move {
                 let answer = routable.client.operator().validate_cluster_change(request).await?;
@@ -301,12 +366,11 @@ impl Router {
     /// capabilities match the object's group, kind and the operation.
     pub async fn lifecycle_hook(
         &self,
-        cluster: &Value,
+        cluster: &RoutedCluster,
         object: &Value,
         operation: Operation,
     ) -> Result<Patched, RouteError> {
         let (group, kind) = group_kind(object);
-        let cluster_definition = serde_json::to_vec(cluster)?;
         let targets = self.targets(cluster, |r| r.info.matches_lifecycle(&group, &kind, operation))?;
         self.chain(
             targets,
@@ -317,7 +381,7 @@ impl Router {
                     operation_type: Some(OperatorOperationType {
                         r#type: operation.into(),
                     }),
-                    cluster_definition: cluster_definition.clone(),
+                    cluster_definition: cluster.definition().to_vec(),
                     object_definition,
                 });
                 async move {
@@ -340,9 +404,9 @@ impl Router {
     ///
     /// Returns the entries in routing order; `status` is the plugin's answer,
     /// or the previous status when it answered empty or was skipped.
-    pub async fn set_status(&self, cluster: &Value) -> Result<Vec<PluginStatusUpdate>, RouteError> {
+    pub async fn set_status(&self, cluster: &RoutedCluster) -> Result<Vec<PluginStatusUpdate>, RouteError> {
         let targets = self.targets(cluster, |_| true)?;
-        let previous = previous_statuses(cluster);
+        let previous = previous_statuses(cluster.value());
         let mut updates: Vec<PluginStatusUpdate> = targets
             .iter()
             .map(|(plugin, routable)| PluginStatusUpdate {
@@ -353,9 +417,9 @@ impl Router {
                 status: previous.get(plugin.name.as_str()).cloned(),
             })
             .collect();
-        let mut with_entries = cluster.clone();
+        let mut with_entries = cluster.value().clone();
         write_plugin_status(&mut with_entries, &updates);
-        let definition = serde_json::to_vec(&with_entries)?;
+        let definition = with_entries.to_string().into_bytes();
         for ((plugin, routable), update) in targets.into_iter().zip(&mut updates) {
             if !routable.info.has_operator_rpc(RpcType::SetStatusInCluster) {
                 continue;
@@ -378,7 +442,7 @@ impl Router {
 
     /// Tells `plugin` that `cluster` no longer uses it, when it implements
     /// `Deregister`.
-    pub async fn deregister(&self, plugin: &str, cluster: &Value) -> Result<(), RouteError> {
+    pub async fn deregister(&self, plugin: &str, cluster: &RoutedCluster) -> Result<(), RouteError> {
         let routable = self.registry.get(plugin)?;
         if !routable.info.has_operator_rpc(RpcType::Deregister) {
             return Ok(());
@@ -387,7 +451,7 @@ impl Router {
             .client
             .operator()
             .deregister(routable.client.request(DeregisterRequest {
-                definition: serde_json::to_vec(cluster)?,
+                definition: cluster.definition().to_vec(),
             }))
             .await
             .map_err(|s| call_error(plugin, "Operator/Deregister", s))?;
@@ -434,24 +498,22 @@ impl Router {
         &self,
         phase: HookPhase,
         kind: cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind,
-        cluster: &Value,
-        resource: &Value,
+        cluster: &RoutedCluster,
+        resource: &[u8],
     ) -> Result<HookOutcome, RouteError> {
         use cnpgi_proto::reconciler::v1::{ReconcilerHooksRequest, reconciler_hooks_result::Behavior};
         let targets = self.targets(cluster, |r| r.info.reconciler_kinds.contains(&kind))?;
         if targets.is_empty() {
             return Ok(HookOutcome::Continue);
         }
-        let cluster_definition = serde_json::to_vec(cluster)?;
-        let resource_definition = serde_json::to_vec(resource)?;
         let rpc = match phase {
             HookPhase::Pre => "ReconcilerHooks/Pre",
             HookPhase::Post => "ReconcilerHooks/Post",
         };
         for (plugin, routable) in targets {
             let request = routable.client.request(ReconcilerHooksRequest {
-                cluster_definition: cluster_definition.clone(),
-                resource_definition: resource_definition.clone(),
+                cluster_definition: cluster.definition().to_vec(),
+                resource_definition: resource.to_vec(),
             });
             let mut client = routable.client.reconciler();
             let answer = match phase {
@@ -488,21 +550,23 @@ fn call_error(plugin: &str, rpc: &'static str, status: tonic::Status) -> RouteEr
     }
 }
 
-/// Decodes a plugin's patch and applies it to a copy of `object`
-/// ([`cnpgi_core::patch`]: never panics); `object` is left as it is.
-pub(crate) fn apply(
+/// Decodes a plugin's patch and applies it to `object` in place
+/// ([`cnpgi_core::patch`]: never panics; on error `object` may be partly
+/// patched, see [`Router::chain`]).
+pub(crate) fn apply_in_place(
     plugin: &str,
     rpc: &'static str,
-    object: &Value,
+    object: &mut Value,
     patch: &[u8],
-) -> Result<(Value, json_patch::Patch), RouteError> {
+) -> Result<json_patch::Patch, RouteError> {
     let bad = |error: cnpgi_core::patch::PatchError| RouteError::BadAnswer {
         plugin: plugin.to_owned(),
         rpc,
         reason: bounded_string(error.to_string()),
     };
     let patch = parse_patch(patch).map_err(bad)?;
-    Ok((patched(object, &patch).map_err(bad)?, patch))
+    apply_unchecked(object, &patch).map_err(bad)?;
+    Ok(patch)
 }
 
 /// `None` for an empty answer (keep the current status), else the JSON object as text.
@@ -574,15 +638,20 @@ mod tests {
     }
 
     #[test]
-    fn patches_are_checked_and_applied_to_a_copy() {
-        let object = json!({"a": 1});
-        let (patched, _) = apply("p", "R", &object, br#"[{"op":"add","path":"/b","value":2}]"#).unwrap();
-        assert_eq!(patched, json!({"a": 1, "b": 2}));
-        let err = apply("p", "R", &object, br#"[{"op":"remove","path":"/zz"}]"#).unwrap_err();
+    fn patches_are_checked_and_applied() {
+        let apply = |patch: &[u8]| {
+            let mut object = json!({"a": 1});
+            apply_in_place("p", "R", &mut object, patch).map(|_| object)
+        };
+        assert_eq!(
+            apply(br#"[{"op":"add","path":"/b","value":2}]"#).unwrap(),
+            json!({"a": 1, "b": 2})
+        );
+        let err = apply(br#"[{"op":"remove","path":"/zz"}]"#).unwrap_err();
         assert!(err.to_string().contains("does not apply"), "{err}");
-        let err = apply("p", "R", &object, b"{").unwrap_err();
+        let err = apply(b"{").unwrap_err();
         assert!(err.to_string().contains("not an RFC 6902 JSON Patch"), "{err}");
-        assert_eq!(apply("p", "R", &object, b"").unwrap().0, object);
+        assert_eq!(apply(b"").unwrap(), json!({"a": 1}));
     }
 
     #[test]
@@ -614,7 +683,7 @@ mod tests {
         assert!(error.to_string().len() < 4 * 1024, "{}", error.to_string().len());
         let call = call_error("p", "Operator/MutateCluster", tonic::Status::internal(huge.clone()));
         assert!(call.to_string().len() < 2 * 1024, "{}", call.to_string().len());
-        let bad = apply("p", "R", &json!({}), format!("[{{\"op\": \"{huge}\"}}]").as_bytes()).unwrap_err();
+        let bad = apply_in_place("p", "R", &mut json!({}), format!("[{{\"op\": \"{huge}\"}}]").as_bytes()).unwrap_err();
         assert!(bad.to_string().len() < 2 * 1024, "{}", bad.to_string().len());
     }
 }

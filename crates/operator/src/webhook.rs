@@ -33,7 +33,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::{
-    routing::{FieldError, Router},
+    routing::{FieldError, RoutedCluster, Router},
     serving::{self, LimitedAcceptor, ServerLimits},
 };
 
@@ -133,9 +133,17 @@ async fn mutate(State(state): State<WebhookState>, body: Bytes) -> axum::respons
         Ok(None) => return answer(response, None),
         Err(e) => return answer(response.deny(format!("cannot read the Cluster: {e}")), None),
     };
-    match within(state.deadline, state.router.mutate_cluster(&cluster)).await {
+    match within(
+        state.deadline,
+        state.router.mutate_cluster(&RoutedCluster::new(cluster)),
+    )
+    .await
+    {
         Ok(Ok(patched)) => {
-            let patch = cnpgi_core::patch::create_patch(&cluster, &patched.object);
+            // The plugins' patches, in order, applied to the object under
+            // review: what the API server applies gives what they built,
+            // with no diff to compute.
+            let patch = json_patch::Patch(patched.patches.into_iter().flat_map(|p| p.patch.0).collect());
             answer(response, Some(&patch))
         }
         Ok(Err(error)) => {
@@ -156,7 +164,7 @@ async fn validate(State(state): State<WebhookState>, body: Bytes) -> axum::respo
         object_json(request.object.as_ref()),
         object_json(request.old_object.as_ref()),
     ) {
-        (Ok(new), Ok(old)) => (new, old),
+        (Ok(new), Ok(old)) => (new.map(RoutedCluster::new), old.map(RoutedCluster::new)),
         (Err(e), _) | (_, Err(e)) => return answer(response.deny(format!("cannot read the Cluster: {e}")), None),
     };
     let errors = match (&request.operation, new, old) {

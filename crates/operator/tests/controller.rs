@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use cnpgi_operator::routing::RoutedCluster;
 use std::{sync::Arc, time::Duration};
 
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
@@ -28,6 +29,10 @@ struct Plugins {
 }
 
 async fn plugins() -> Plugins {
+    plugins_observed(ClientOptions::default()).await
+}
+
+async fn plugins_observed(options: ClientOptions) -> Plugins {
     let dir = tempfile::tempdir().unwrap();
     let served = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
         .await
@@ -37,7 +42,7 @@ async fn plugins() -> Plugins {
     registry
         .add(
             "static",
-            PluginClient::new(HELLO, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
+            PluginClient::new(HELLO, Transport::Unix { path }, &options).unwrap(),
         )
         .await
         .unwrap();
@@ -63,7 +68,9 @@ async fn pods_are_built_through_the_lifecycle_chain() {
         1,
         json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"db\"}"}}]),
     );
-    let pod = pods::build_pod(&plugins.router, &cluster, 1).await.unwrap();
+    let pod = pods::build_pod(&plugins.router, &RoutedCluster::new(cluster.clone()), 1)
+        .await
+        .unwrap();
     assert_eq!(pod["metadata"]["name"], "cluster-example-1");
     assert_eq!(pod["metadata"]["labels"][CLUSTER_LABEL], "cluster-example");
     assert_eq!(pod["metadata"]["labels"]["team"], "db");
@@ -78,7 +85,9 @@ async fn pods_are_built_through_the_lifecycle_chain() {
         .to_owned();
 
     assert_eq!(
-        pods::wanted_hash(&plugins.router, &cluster, 1).await.unwrap(),
+        pods::wanted_hash(&plugins.router, &RoutedCluster::new(cluster.clone()), 1)
+            .await
+            .unwrap(),
         hash,
         "stable"
     );
@@ -87,7 +96,9 @@ async fn pods_are_built_through_the_lifecycle_chain() {
         json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"ops\"}"}}]),
     );
     assert_ne!(
-        pods::wanted_hash(&plugins.router, &changed, 1).await.unwrap(),
+        pods::wanted_hash(&plugins.router, &RoutedCluster::new(changed.clone()), 1)
+            .await
+            .unwrap(),
         hash,
         "a parameter change shows"
     );
@@ -393,4 +404,71 @@ async fn an_api_failure_is_surfaced_on_the_cluster_and_retried_with_backoff() {
         "{}",
         creates[0].query
     );
+}
+
+/// Counts the calls of each method.
+#[derive(Debug, Default)]
+struct Calls(std::sync::Mutex<std::collections::BTreeMap<String, usize>>);
+
+impl cnpgi_client::client::CallObserver for Calls {
+    fn call_ended(&self, _: &str, method: &str, _: Duration, _: Option<tonic::Code>) {
+        *self.0.lock().unwrap().entry(method.to_owned()).or_default() += 1;
+    }
+}
+
+impl Calls {
+    fn take(&self, method: &str) -> usize {
+        self.0.lock().unwrap().remove(method).unwrap_or(0)
+    }
+}
+
+/// Issue 14, point 3: one lifecycle chain per new Pod, and none for an
+/// unchanged Cluster; a change the Pods may depend on is evaluated once.
+#[tokio::test]
+async fn lifecycle_calls_only_when_the_inputs_changed() {
+    const HOOK: &str = "OperatorLifecycle/LifecycleHook";
+    let calls = Arc::new(Calls::default());
+    let plugins = plugins_observed(ClientOptions {
+        observer: calls.clone(),
+        ..ClientOptions::default()
+    })
+    .await;
+    let api = FakeApiServer::new();
+    let three = cluster_json(
+        3,
+        json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"db\"}"}}]),
+    );
+    let ctx = context(&plugins, &api, &three).await;
+    let reconcile = |value: &Value| {
+        let cluster: Arc<Cluster> = Arc::new(serde_json::from_value(value.clone()).unwrap());
+        let ctx = ctx.clone();
+        async move { controller::reconcile(cluster, ctx).await.unwrap() }
+    };
+
+    reconcile(&three).await;
+    assert_eq!(pod_names(&api).len(), 3);
+    assert_eq!(calls.take(HOOK), 3, "one CREATE chain per new Pod, no EVALUATE");
+
+    reconcile(&three).await;
+    reconcile(&three).await;
+    assert_eq!(calls.take(HOOK), 0, "an unchanged Cluster makes no lifecycle call");
+
+    // A label on the Cluster: the plugins might read it, so each Pod is
+    // evaluated once; hello-world's answer is the same, so nothing rolls.
+    let mut labelled = three.clone();
+    labelled["metadata"]["labels"] = json!({"tier": "gold"});
+    reconcile(&labelled).await;
+    assert_eq!(calls.take(HOOK), 3, "one EVALUATE per Pod");
+    assert!(api.recorded("DELETE", PODS).is_empty(), "no Pod rolled");
+    reconcile(&labelled).await;
+    assert_eq!(calls.take(HOOK), 0, "evaluated once per change");
+
+    // A parameter change: evaluated, and the first Pod rolled.
+    let changed = cluster_json(
+        3,
+        json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"ops\"}"}}]),
+    );
+    reconcile(&changed).await;
+    assert_eq!(calls.take(HOOK), 1, "the first Pod differs: rolled at once");
+    assert_eq!(api.recorded("DELETE", PODS).len(), 1);
 }

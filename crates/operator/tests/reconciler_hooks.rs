@@ -12,6 +12,7 @@ use std::{
 };
 
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
+use cnpgi_operator::routing::RoutedCluster;
 use cnpgi_operator::{
     registry::{Registry, RegistryOptions},
     routing::{HookOutcome, HookPhase, RouteError, Router, RoutingPolicy},
@@ -138,7 +139,12 @@ async fn continue_runs_every_plugin_and_requeue_stops_the_chain() {
     let all = cluster(&["c.example.com", "a.example.com", "b.example.com"]);
     let outcome = setup
         .router
-        .reconciler_hooks(HookPhase::Pre, Kind::Cluster, &all, &all)
+        .reconciler_hooks(
+            HookPhase::Pre,
+            Kind::Cluster,
+            &RoutedCluster::new(all.clone()),
+            &serde_json::to_vec(&all).unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -156,8 +162,8 @@ async fn continue_runs_every_plugin_and_requeue_stops_the_chain() {
         .reconciler_hooks(
             HookPhase::Post,
             Kind::Cluster,
-            &cluster(&["a.example.com", "c.example.com"]),
-            &all,
+            &RoutedCluster::new(cluster(&["a.example.com", "c.example.com"])),
+            &serde_json::to_vec(&all).unwrap(),
         )
         .await
         .unwrap();
@@ -167,7 +173,12 @@ async fn continue_runs_every_plugin_and_requeue_stops_the_chain() {
     // Nothing hooks Backups: no call at all.
     let outcome = setup
         .router
-        .reconciler_hooks(HookPhase::Pre, Kind::Backup, &all, &all)
+        .reconciler_hooks(
+            HookPhase::Pre,
+            Kind::Backup,
+            &RoutedCluster::new(all.clone()),
+            &serde_json::to_vec(&all).unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(outcome, HookOutcome::Continue);
@@ -180,7 +191,12 @@ async fn terminate_stops_the_chain_and_errors_fail_closed() {
     let both = cluster(&["a.example.com", "b.example.com"]);
     let outcome = setup
         .router
-        .reconciler_hooks(HookPhase::Pre, Kind::Cluster, &both, &both)
+        .reconciler_hooks(
+            HookPhase::Pre,
+            Kind::Cluster,
+            &RoutedCluster::new(both.clone()),
+            &serde_json::to_vec(&both).unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -194,7 +210,12 @@ async fn terminate_stops_the_chain_and_errors_fail_closed() {
     let only_b = cluster(&["b.example.com"]);
     let error = setup
         .router
-        .reconciler_hooks(HookPhase::Post, Kind::Cluster, &only_b, &only_b)
+        .reconciler_hooks(
+            HookPhase::Post,
+            Kind::Cluster,
+            &RoutedCluster::new(only_b.clone()),
+            &serde_json::to_vec(&only_b).unwrap(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(error, RouteError::Call { .. }), "{error}");

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use cnpgi_operator::routing::RoutedCluster;
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
@@ -136,7 +137,7 @@ async fn lifecycle_patches_chain_in_plugin_name_order() {
     // Listed out of order, and hello-world twice: the order is by name, once each.
     let cluster = cluster(json!([{"name": LABELER}, {"name": HELLO}, {"name": HELLO}]));
     let patched = router
-        .lifecycle_hook(&cluster, &pod(), Operation::Create)
+        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), &pod(), Operation::Create)
         .await
         .unwrap();
     let order: Vec<_> = patched.patches.iter().map(|p| p.plugin.as_str()).collect();
@@ -152,7 +153,7 @@ async fn lifecycle_patches_chain_in_plugin_name_order() {
 
     // EVALUATE only reaches plugins that declared it.
     let evaluated = router
-        .lifecycle_hook(&cluster, &pod(), Operation::Evaluate)
+        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), &pod(), Operation::Evaluate)
         .await
         .unwrap();
     let order: Vec<_> = evaluated.patches.iter().map(|p| p.plugin.as_str()).collect();
@@ -161,7 +162,7 @@ async fn lifecycle_patches_chain_in_plugin_name_order() {
     let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}});
     assert!(
         router
-            .lifecycle_hook(&cluster, &service, Operation::Create)
+            .lifecycle_hook(&RoutedCluster::new(cluster.clone()), &service, Operation::Create)
             .await
             .unwrap()
             .patches
@@ -175,7 +176,7 @@ async fn a_patch_that_does_not_apply_fails_closed_or_is_skipped_when_fail_open()
     let cluster = cluster(json!([{"name": HELLO}, {"name": BROKEN}]));
     let closed = Router::new(setup.registry.clone(), RoutingPolicy::default());
     let err = closed
-        .lifecycle_hook(&cluster, &pod(), Operation::Create)
+        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), &pod(), Operation::Create)
         .await
         .unwrap_err();
     assert_eq!(err.plugin(), Some(BROKEN));
@@ -187,7 +188,10 @@ async fn a_patch_that_does_not_apply_fails_closed_or_is_skipped_when_fail_open()
             fail_open: BTreeSet::from([BROKEN.to_owned()]),
         },
     );
-    let patched = open.lifecycle_hook(&cluster, &pod(), Operation::Create).await.unwrap();
+    let patched = open
+        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), &pod(), Operation::Create)
+        .await
+        .unwrap();
     assert_eq!(patched.patches.len(), 1);
     assert_eq!(patched.object["metadata"]["labels"]["plugin-metadata"], "default");
 }
@@ -197,13 +201,21 @@ async fn an_enabled_plugin_that_is_not_registered_fails_closed_and_a_disabled_on
     let setup = setup().await;
     let router = Router::new(setup.registry.clone(), RoutingPolicy::default());
     let missing = cluster(json!([{"name": HELLO}, {"name": "missing.example.com"}]));
-    let err = router.mutate_cluster(&missing).await.unwrap_err();
+    let err = router
+        .mutate_cluster(&RoutedCluster::new(missing.clone()))
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, RouteError::Unavailable(LookupError::Unknown { name }) if name == "missing.example.com"),
         "{err}"
     );
     let disabled = cluster(json!([{"name": HELLO}, {"name": "missing.example.com", "enabled": false}]));
-    assert!(router.mutate_cluster(&disabled).await.is_ok());
+    assert!(
+        router
+            .mutate_cluster(&RoutedCluster::new(disabled.clone()))
+            .await
+            .is_ok()
+    );
 }
 
 #[tokio::test]
@@ -212,16 +224,25 @@ async fn mutation_validation_and_status_through_hello_world() {
     let router = Router::new(setup.registry.clone(), RoutingPolicy::default());
 
     let plain = cluster(json!([{"name": HELLO}]));
-    let mutated = router.mutate_cluster(&plain).await.unwrap();
+    let mutated = router.mutate_cluster(&RoutedCluster::new(plain.clone())).await.unwrap();
     assert_eq!(mutated.patches.len(), 1);
     assert_eq!(
         mutated.object["spec"]["plugins"][0]["parameters"]["labels"],
         r#"{"plugin-metadata":"default"}"#
     );
-    assert!(router.validate_create(&mutated.object).await.unwrap().is_empty());
+    assert!(
+        router
+            .validate_create(&RoutedCluster::new(mutated.object.clone()))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     let mistake = cluster(json!([{"name": HELLO, "parameters": {"annotations": "{ this is a mistake"}}]));
-    let errors = router.validate_create(&mistake).await.unwrap();
+    let errors = router
+        .validate_create(&RoutedCluster::new(mistake.clone()))
+        .await
+        .unwrap();
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].plugin, HELLO);
     assert_eq!(errors[0].field, "spec.plugins[0].parameters.annotations");
@@ -233,11 +254,14 @@ async fn mutation_validation_and_status_through_hello_world() {
 
     let old = cluster(json!([{"name": HELLO, "parameters": {"labels": "{\"a\":\"b\"}"}}]));
     let new = cluster(json!([{"name": HELLO, "parameters": {"labels": "{\"a\":\"c\"}"}}]));
-    let errors = router.validate_change(&old, &new).await.unwrap();
+    let errors = router
+        .validate_change(&RoutedCluster::new(old.clone()), &RoutedCluster::new(new.clone()))
+        .await
+        .unwrap();
     assert_eq!(errors[0].field, "spec.plugins[0].parameters.labels");
     assert_eq!(errors[0].message, "Labels cannot be changed");
 
-    let statuses = router.set_status(&plain).await.unwrap();
+    let statuses = router.set_status(&RoutedCluster::new(plain.clone())).await.unwrap();
     assert_eq!(statuses.len(), 1);
     assert_eq!(statuses[0].name, HELLO);
     assert_eq!(statuses[0].status.as_deref(), Some(r#"{"enabled":true}"#));
@@ -261,7 +285,10 @@ async fn mutation_validation_and_status_through_hello_world() {
         {"name": "gone.example.com", "version": "1", "status": "{}"},
         {"name": HELLO, "version": "0.0.1", "status": "{\"enabled\":true}"},
     ]});
-    let statuses = router.set_status(&with_status).await.unwrap();
+    let statuses = router
+        .set_status(&RoutedCluster::new(with_status.clone()))
+        .await
+        .unwrap();
     assert_eq!(statuses.len(), 1);
     assert_eq!(statuses[0].status.as_deref(), Some(r#"{"enabled":true}"#));
     let mut written = with_status.clone();
@@ -277,5 +304,8 @@ async fn mutation_validation_and_status_through_hello_world() {
     );
 
     // hello-world does not implement Deregister: nothing is sent, nothing fails.
-    router.deregister(HELLO, &plain).await.unwrap();
+    router
+        .deregister(HELLO, &RoutedCluster::new(plain.clone()))
+        .await
+        .unwrap();
 }
