@@ -335,45 +335,82 @@ async fn reconcile_pods(
 ) -> Result<Action, ReconcileError> {
     let name = cluster.name_any();
     // Encoded once: every plugin call of this reconcile sends these bytes.
-    let cluster_json = RoutedCluster::new(serde_json::to_value(cluster)?);
+    let routed = RoutedCluster::new(serde_json::to_value(cluster)?);
     let wanted = cluster.spec.instances.max(0);
 
-    match ctx
-        .router
-        .reconciler_hooks(
-            HookPhase::Pre,
-            HookKind::Cluster,
-            &cluster_json,
-            cluster_json.definition(),
-        )
-        .await?
-    {
-        HookOutcome::Continue => {}
-        HookOutcome::Requeue { plugin, after } => {
-            tracing::info!(cluster = %name, %plugin, ?after, "a ReconcilerHooks Pre hook asked for a requeue");
-            return Ok(Action::requeue(requeue_delay(after)));
-        }
-        HookOutcome::Terminate { plugin } => {
-            tracing::info!(cluster = %name, %plugin, "a ReconcilerHooks Pre hook ended this reconcile");
-            return Ok(Action::await_change());
-        }
+    if let Some(action) = pre_hooks(ctx, &name, &routed).await? {
+        return Ok(action);
     }
+    deregister_removed(ctx, &name, &routed, status).await;
+    let by_number = list_instances(pods, &name).await?;
+    scale_down(pods, &name, &by_number, wanted).await?;
+    // Compute every missing Pod first, so that a plugin failure creates nothing.
+    let mut to_create = Vec::new();
+    for n in (1..=wanted).filter(|n| !by_number.contains_key(n)) {
+        to_create.push(build_pod(&ctx.router, &routed, n).await?);
+    }
+    // Drift: roll the first Pod the plugins want different, one at a time.
+    let rolled = to_create.is_empty()
+        && roll_first_drifted(ctx, &cluster_key(cluster), &routed, pods, &by_number, wanted).await?;
+    create_pods(pods, &name, to_create).await?;
+    let post = ctx
+        .router
+        .reconciler_hooks(HookPhase::Post, HookKind::Cluster, &routed, routed.definition())
+        .await?;
+    update_plugin_status(ctx, &routed, status).await?;
+    let healthy = set_phase(cluster, status, &by_number, wanted, rolled);
+    Ok(match post {
+        HookOutcome::Requeue { plugin, after } => {
+            tracing::info!(cluster = %name, %plugin, ?after, "a ReconcilerHooks Post hook asked for a requeue");
+            Action::requeue(requeue_delay(after))
+        }
+        HookOutcome::Continue | HookOutcome::Terminate { .. } if healthy => Action::requeue(ctx.resync),
+        HookOutcome::Continue | HookOutcome::Terminate { .. } => Action::requeue(Duration::from_secs(5)),
+    })
+}
 
-    // Plugins removed from the Cluster are told once, then dropped from status.
-    let enabled: BTreeSet<&str> = cluster_json.enabled().iter().map(|p| p.name.as_str()).collect();
+/// The `Pre` reconciler hooks: `Some(action)` when a plugin deferred or
+/// ended this reconcile.
+async fn pre_hooks(ctx: &Context, name: &str, routed: &RoutedCluster) -> Result<Option<Action>, ReconcileError> {
+    Ok(
+        match ctx
+            .router
+            .reconciler_hooks(HookPhase::Pre, HookKind::Cluster, routed, routed.definition())
+            .await?
+        {
+            HookOutcome::Continue => None,
+            HookOutcome::Requeue { plugin, after } => {
+                tracing::info!(cluster = %name, %plugin, ?after, "a ReconcilerHooks Pre hook asked for a requeue");
+                Some(Action::requeue(requeue_delay(after)))
+            }
+            HookOutcome::Terminate { plugin } => {
+                tracing::info!(cluster = %name, %plugin, "a ReconcilerHooks Pre hook ended this reconcile");
+                Some(Action::await_change())
+            }
+        },
+    )
+}
+
+/// Plugins removed from the Cluster are told once (`Deregister`; a failure
+/// is logged, not retried), then dropped from the status.
+async fn deregister_removed(ctx: &Context, name: &str, routed: &RoutedCluster, status: &ClusterStatus) {
+    let enabled: BTreeSet<&str> = routed.enabled().iter().map(|p| p.name.as_str()).collect();
     for gone in status
         .plugin_status
         .iter()
         .filter(|s| !enabled.contains(s.name.as_str()))
     {
-        match ctx.router.deregister(&gone.name, &cluster_json).await {
+        match ctx.router.deregister(&gone.name, routed).await {
             Ok(()) => tracing::info!(cluster = %name, plugin = %gone.name, "plugin deregistered"),
             Err(error) => {
                 tracing::warn!(cluster = %name, plugin = %gone.name, %error, "Deregister failed; not retried")
             }
         }
     }
+}
 
+/// The Cluster's instance Pods, by instance number.
+async fn list_instances(pods: &Api<Pod>, name: &str) -> Result<BTreeMap<i32, Pod>, ReconcileError> {
     let existing = pods
         .list(&ListParams::default().labels(&format!("{CLUSTER_LABEL}={name}")))
         .await
@@ -381,14 +418,19 @@ async fn reconcile_pods(
             "ListPodsFailed",
             format!("list the Pods of Cluster {name}"),
         ))?;
-    let mut by_number: BTreeMap<i32, Pod> = BTreeMap::new();
-    for pod in existing {
-        if let Some(n) = instance_number(&name, &pod) {
-            by_number.insert(n, pod);
-        }
-    }
+    Ok(existing
+        .into_iter()
+        .filter_map(|pod| Some((instance_number(name, &pod)?, pod)))
+        .collect())
+}
 
-    // Scale down: the highest instances go first.
+/// Deletes the instances above `wanted`, the highest first.
+async fn scale_down(
+    pods: &Api<Pod>,
+    name: &str,
+    by_number: &BTreeMap<i32, Pod>,
+    wanted: i32,
+) -> Result<(), ReconcileError> {
     for (n, pod) in by_number.iter().rev().filter(|(n, _)| **n > wanted) {
         tracing::info!(cluster = %name, instance = n, "scaling down");
         pods.delete(&pod.name_any(), &DeleteParams::default())
@@ -398,20 +440,11 @@ async fn reconcile_pods(
                 format!("delete Pod {}", pod.name_any()),
             ))?;
     }
+    Ok(())
+}
 
-    // Compute every missing Pod first, so that a plugin failure creates nothing.
-    let mut to_create = Vec::new();
-    for n in 1..=wanted {
-        if !by_number.contains_key(&n) {
-            to_create.push(build_pod(&ctx.router, &cluster_json, n).await?);
-        }
-    }
-    // Drift: roll the first Pod the plugins want different, one at a time.
-    let rolled = if to_create.is_empty() {
-        roll_first_drifted(ctx, &cluster_key(cluster), &cluster_json, pods, &by_number, wanted).await?
-    } else {
-        false
-    };
+/// Creates the Pods built by the plugins, as [`FIELD_MANAGER`].
+async fn create_pods(pods: &Api<Pod>, name: &str, to_create: Vec<serde_json::Value>) -> Result<(), ReconcileError> {
     let create = PostParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..PostParams::default()
@@ -424,19 +457,17 @@ async fn reconcile_pods(
             format!("create Pod {}", pod.name_any()),
         ))?;
     }
+    Ok(())
+}
 
-    let post = ctx
-        .router
-        .reconciler_hooks(
-            HookPhase::Post,
-            HookKind::Cluster,
-            &cluster_json,
-            cluster_json.definition(),
-        )
-        .await?;
-
-    // Plugin status: keep the previous status text when a plugin answers empty.
-    let updates = ctx.router.set_status(&cluster_json).await?;
+/// `status.pluginStatus` from `SetStatusInCluster`, keeping the previous
+/// status text when a plugin answers empty.
+async fn update_plugin_status(
+    ctx: &Context,
+    routed: &RoutedCluster,
+    status: &mut ClusterStatus,
+) -> Result<(), ReconcileError> {
+    let updates = ctx.router.set_status(routed).await?;
     let previous: BTreeMap<String, String> = status
         .plugin_status
         .iter()
@@ -455,13 +486,22 @@ async fn reconcile_pods(
             other: Default::default(),
         })
         .collect();
+    Ok(())
+}
 
+/// Phase, ready instances and the `Ready` condition; `true` when healthy.
+fn set_phase(
+    cluster: &Cluster,
+    status: &mut ClusterStatus,
+    by_number: &BTreeMap<i32, Pod>,
+    wanted: i32,
+    rolled: bool,
+) -> bool {
     let ready = by_number.iter().filter(|(n, p)| **n <= wanted && is_ready(p)).count();
     status.ready_instances = i32::try_from(ready).unwrap_or(i32::MAX);
     let healthy = !rolled && status.ready_instances == wanted;
     status.phase = Some(if healthy { "Healthy" } else { "Creating instances" }.into());
     status.phase_reason = None;
-    let generation = cluster.metadata.generation;
     set_condition(
         status,
         condition(
@@ -469,17 +509,10 @@ async fn reconcile_pods(
             healthy,
             if healthy { "InstancesReady" } else { "InstancesNotReady" },
             &format!("{}/{} instances ready", status.ready_instances, wanted),
-            generation,
+            cluster.metadata.generation,
         ),
     );
-    Ok(match post {
-        HookOutcome::Requeue { plugin, after } => {
-            tracing::info!(cluster = %name, %plugin, ?after, "a ReconcilerHooks Post hook asked for a requeue");
-            Action::requeue(requeue_delay(after))
-        }
-        HookOutcome::Continue | HookOutcome::Terminate { .. } if healthy => Action::requeue(ctx.resync),
-        HookOutcome::Continue | HookOutcome::Terminate { .. } => Action::requeue(Duration::from_secs(5)),
-    })
+    healthy
 }
 
 /// Deletes the first live Pod whose plugins' answer changed, so that it is
