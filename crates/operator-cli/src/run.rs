@@ -18,7 +18,10 @@ use cnpgi_client::client::ClientOptions;
 use cnpgi_operator::{
     controller::{self, Context},
     discovery::{
-        DiscoverySource, kubernetes::KubernetesServices, socket_dir::SocketDirectory, static_list::StaticList,
+        DiscoverySource,
+        kubernetes::KubernetesServices,
+        socket_dir::SocketDirectory,
+        static_list::{StaticList, StaticPlugin},
     },
     leader::{LeaderElector, LeaseOptions},
     metrics::Metrics,
@@ -312,67 +315,16 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         None
     };
 
-    // Discovery sources.
-    let mut sources: Vec<Box<dyn DiscoverySource>> = Vec::new();
-    if let (true, Some(client)) = (args.kubernetes_plugins, &client) {
-        for (name, address) in &dial_overrides {
-            tracing::info!(service = %name, %address, "dialing a plugin Service at an overridden address");
-        }
-        let mut services = KubernetesServices::new(
-            client.clone(),
-            &args.namespace,
-            "cnpgi-operator",
-            client_options.clone(),
-        );
-        services.dial_overrides = dial_overrides.clone();
-        sources.push(Box::new(services));
-    }
-    for dir in &args.plugins.plugin_dirs {
-        sources.push(Box::new(SocketDirectory {
-            options: client_options.clone(),
-            ..SocketDirectory::new(dir)
-        }));
-    }
-    if !static_plugins.is_empty() {
-        sources.push(Box::new(StaticList {
-            options: client_options.clone(),
-            ..StaticList::new(static_plugins)
-        }));
-    }
-    let discovery: Vec<_> = sources
-        .into_iter()
-        .map(|source| {
-            tracing::info!(source = %source.name(), "starting plugin discovery");
-            tokio::spawn(source.run(registry.clone()))
-        })
-        .collect();
-
+    let discovery = start_discovery(
+        &args,
+        client.as_ref(),
+        &registry,
+        &client_options,
+        dial_overrides,
+        static_plugins,
+    );
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = move || {
-        let mut stop_rx = stop_rx.clone();
-        async move {
-            let _ = stop_rx.wait_for(|stop| *stop).await;
-        }
-    };
-
-    // Health and metrics.
     let ready = Arc::new(AtomicBool::new(false));
-    let api = Arc::new(std::sync::Mutex::new(
-        client.as_ref().map(|_| "Kubernetes API not checked yet".to_owned()),
-    ));
-    let api_check = client
-        .clone()
-        .map(|client| tokio::spawn(check_api(client, api.clone())));
-    let health = Health {
-        ready: ready.clone(),
-        registry: Arc::new(prometheus),
-        api,
-    };
-    let health_app = HttpRouter::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
-        .with_state(health);
     let limits = ServerLimits {
         header_read_timeout: Duration::from_secs(args.http_header_read_timeout_seconds),
         idle_timeout: Duration::from_secs(args.http_idle_timeout_seconds),
@@ -380,71 +332,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         max_connections: args.http_max_connections,
         ..ServerLimits::default()
     };
-    let grace = Duration::from_secs(args.shutdown_grace_seconds);
-    let health_listener = std::net::TcpListener::bind(args.metrics_address)
-        .with_context(|| format!("cannot listen on {}", args.metrics_address))?;
-    tracing::info!(address = %args.metrics_address, "serving /healthz, /readyz and /metrics");
-    let health_handle = axum_server::Handle::new();
-    let health_server = {
-        let (handle, limits) = (health_handle.clone(), limits.clone());
-        tokio::spawn(async move { serving::serve_plain(health_listener, health_app, handle, &limits).await })
-    };
-
-    // Admission webhooks.
-    let webhook_handle = axum_server::Handle::new();
-    let webhook_server = if args.disable_webhooks {
-        None
-    } else {
-        let tls = ReloadingServerConfig::with_alpn(
-            ServerTlsFiles {
-                cert: args.webhook_cert_dir.join("tls.crt"),
-                key: args.webhook_cert_dir.join("tls.key"),
-                client_ca: None,
-            },
-            &[b"h2", b"http/1.1"],
-        )?;
-        let listener = std::net::TcpListener::bind(args.webhook_address)
-            .with_context(|| format!("cannot listen on {}", args.webhook_address))?;
-        let routes = webhook::routes(router.clone(), Duration::from_secs(args.webhook_deadline_seconds));
-        tracing::info!(address = %args.webhook_address, "serving admission webhooks");
-        let (handle, limits) = (webhook_handle.clone(), limits.clone());
-        Some(tokio::spawn(async move {
-            webhook::serve_https_with(listener, tls, routes, handle, &limits).await
-        }))
-    };
-
-    // Reconciler.
-    let controller_task = match (&client, args.disable_controller) {
-        (Some(client), false) => {
-            let ctx = Arc::new(Context::new(client.clone(), router.clone(), "cnpgi-operator"));
-            let namespace = args.watch_namespace.clone();
-            let elector = args.leader_elect.then(|| {
-                let mut options = LeaseOptions::new(&args.namespace, &args.leader_election_id, leader_identity());
-                options.lease_duration = Duration::from_secs(args.leader_election_lease_seconds);
-                options.renew_deadline = Duration::from_secs(args.leader_election_renew_deadline_seconds);
-                options.retry_period = Duration::from_secs(args.leader_election_retry_seconds);
-                LeaderElector::new(client.clone(), options)
-            });
-            let stopped = stopped.clone();
-            Some(tokio::spawn(async move {
-                let Some(mut elector) = elector else {
-                    controller::run(ctx, namespace.as_deref(), stopped()).await;
-                    return;
-                };
-                tokio::select! {
-                    () = elector.acquire() => {}
-                    () = stopped() => return,
-                }
-                tracing::info!("leading: reconciling Clusters");
-                tokio::select! {
-                    () = controller::run(ctx, namespace.as_deref(), stopped()) => elector.release().await,
-                    reason = elector.hold() => tracing::error!(%reason, "leadership lost: stopping"),
-                }
-            }))
-        }
-        _ => None,
-    };
-    let mut controller_task = controller_task;
+    let (health, api_check) = start_health_server(&args, client.as_ref(), ready.clone(), prometheus, &limits)?;
+    let webhook = start_webhook_server(&args, &router, &limits)?;
+    let mut controller_task = client
+        .as_ref()
+        .filter(|_| !args.disable_controller)
+        .map(|client| start_reconciler(&args, client, &router, stop_rx));
     ready.store(true, Ordering::SeqCst);
     tracing::info!("cnpgi-operator started");
 
@@ -461,18 +354,186 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     ready.store(false, Ordering::SeqCst);
     let _ = stop_tx.send(true);
-    webhook_handle.graceful_shutdown(Some(grace));
+    let grace = Duration::from_secs(args.shutdown_grace_seconds);
+    stop_within_grace(grace, webhook, controller_task, health).await?;
+    for task in discovery.into_iter().chain(api_check) {
+        task.abort();
+    }
+    outcome.map_err(anyhow::Error::msg)?;
+    tracing::info!("cnpgi-operator stopped");
+    Ok(())
+}
+
+/// A server task and the handle that stops it.
+type Server = (
+    tokio::task::JoinHandle<std::io::Result<()>>,
+    axum_server::Handle<SocketAddr>,
+);
+
+/// Starts every discovery source: labelled Services (with the dial
+/// overrides), socket directories and the static list.
+fn start_discovery(
+    args: &RunArgs,
+    client: Option<&kube::Client>,
+    registry: &Arc<Registry>,
+    client_options: &ClientOptions,
+    dial_overrides: BTreeMap<String, String>,
+    static_plugins: Vec<StaticPlugin>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut sources: Vec<Box<dyn DiscoverySource>> = Vec::new();
+    if let (true, Some(client)) = (args.kubernetes_plugins, client) {
+        for (name, address) in &dial_overrides {
+            tracing::info!(service = %name, %address, "dialing a plugin Service at an overridden address");
+        }
+        let mut services = KubernetesServices::new(
+            client.clone(),
+            &args.namespace,
+            "cnpgi-operator",
+            client_options.clone(),
+        );
+        services.dial_overrides = dial_overrides;
+        sources.push(Box::new(services));
+    }
+    for dir in &args.plugins.plugin_dirs {
+        sources.push(Box::new(SocketDirectory {
+            options: client_options.clone(),
+            ..SocketDirectory::new(dir)
+        }));
+    }
+    if !static_plugins.is_empty() {
+        sources.push(Box::new(StaticList {
+            options: client_options.clone(),
+            ..StaticList::new(static_plugins)
+        }));
+    }
+    sources
+        .into_iter()
+        .map(|source| {
+            tracing::info!(source = %source.name(), "starting plugin discovery");
+            tokio::spawn(source.run(registry.clone()))
+        })
+        .collect()
+}
+
+/// Serves `/healthz`, `/readyz` and `/metrics`; with a Kubernetes client,
+/// also starts the API check `/readyz` reflects.
+fn start_health_server(
+    args: &RunArgs,
+    client: Option<&kube::Client>,
+    ready: Arc<AtomicBool>,
+    prometheus: prometheus_client::registry::Registry,
+    limits: &ServerLimits,
+) -> anyhow::Result<(Server, Option<tokio::task::JoinHandle<()>>)> {
+    let api = Arc::new(std::sync::Mutex::new(
+        client.map(|_| "Kubernetes API not checked yet".to_owned()),
+    ));
+    let api_check = client.map(|client| tokio::spawn(check_api(client.clone(), api.clone())));
+    let health = Health {
+        ready,
+        registry: Arc::new(prometheus),
+        api,
+    };
+    let health_app = HttpRouter::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(health);
+    let health_listener = std::net::TcpListener::bind(args.metrics_address)
+        .with_context(|| format!("cannot listen on {}", args.metrics_address))?;
+    tracing::info!(address = %args.metrics_address, "serving /healthz, /readyz and /metrics");
+    let handle = axum_server::Handle::new();
+    let task = {
+        let (handle, limits) = (handle.clone(), limits.clone());
+        tokio::spawn(async move { serving::serve_plain(health_listener, health_app, handle, &limits).await })
+    };
+    Ok(((task, handle), api_check))
+}
+
+/// Serves the admission webhooks over HTTPS, unless disabled.
+fn start_webhook_server(args: &RunArgs, router: &Router, limits: &ServerLimits) -> anyhow::Result<Option<Server>> {
+    if args.disable_webhooks {
+        return Ok(None);
+    }
+    let tls = ReloadingServerConfig::with_alpn(
+        ServerTlsFiles {
+            cert: args.webhook_cert_dir.join("tls.crt"),
+            key: args.webhook_cert_dir.join("tls.key"),
+            client_ca: None,
+        },
+        &[b"h2", b"http/1.1"],
+    )?;
+    let listener = std::net::TcpListener::bind(args.webhook_address)
+        .with_context(|| format!("cannot listen on {}", args.webhook_address))?;
+    let routes = webhook::routes(router.clone(), Duration::from_secs(args.webhook_deadline_seconds));
+    tracing::info!(address = %args.webhook_address, "serving admission webhooks");
+    let handle = axum_server::Handle::new();
+    let task = {
+        let (handle, limits) = (handle.clone(), limits.clone());
+        tokio::spawn(async move { webhook::serve_https_with(listener, tls, routes, handle, &limits).await })
+    };
+    Ok(Some((task, handle)))
+}
+
+/// Runs the reconciler until `stop` turns true: at once, or while holding
+/// the leader Lease (returning when leadership is lost).
+fn start_reconciler(
+    args: &RunArgs,
+    client: &kube::Client,
+    router: &Router,
+    stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let stopped = move || {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        }
+    };
+    let ctx = Arc::new(Context::new(client.clone(), router.clone(), "cnpgi-operator"));
+    let namespace = args.watch_namespace.clone();
+    let elector = args.leader_elect.then(|| {
+        let mut options = LeaseOptions::new(&args.namespace, &args.leader_election_id, leader_identity());
+        options.lease_duration = Duration::from_secs(args.leader_election_lease_seconds);
+        options.renew_deadline = Duration::from_secs(args.leader_election_renew_deadline_seconds);
+        options.retry_period = Duration::from_secs(args.leader_election_retry_seconds);
+        LeaderElector::new(client.clone(), options)
+    });
+    tokio::spawn(async move {
+        let Some(mut elector) = elector else {
+            controller::run(ctx, namespace.as_deref(), stopped()).await;
+            return;
+        };
+        tokio::select! {
+            () = elector.acquire() => {}
+            () = stopped() => return,
+        }
+        tracing::info!("leading: reconciling Clusters");
+        tokio::select! {
+            () = controller::run(ctx, namespace.as_deref(), stopped()) => elector.release().await,
+            reason = elector.hold() => tracing::error!(%reason, "leadership lost: stopping"),
+        }
+    })
+}
+
+/// Stops everything within the grace (and a second): the servers through
+/// their handles; the reconciler, which may be stuck retrying an
+/// unreachable API server, is abandoned past it.
+async fn stop_within_grace(
+    grace: Duration,
+    webhook: Option<Server>,
+    controller: Option<tokio::task::JoinHandle<()>>,
+    (health_task, health_handle): Server,
+) -> anyhow::Result<()> {
+    if let Some((_, handle)) = &webhook {
+        handle.graceful_shutdown(Some(grace));
+    }
     health_handle.graceful_shutdown(Some(grace));
-    // Everything stops within the grace (and a second): the servers through
-    // their handles; the reconciler, which may be stuck retrying an
-    // unreachable API server, is abandoned past it.
     let deadline = tokio::time::Instant::now() + grace + Duration::from_secs(1);
-    if let Some(server) = webhook_server {
-        tokio::time::timeout_at(deadline, server)
+    if let Some((task, _)) = webhook {
+        tokio::time::timeout_at(deadline, task)
             .await
             .context("the webhook server did not stop within the grace period")???;
     }
-    if let Some(mut controller) = controller_task {
+    if let Some(mut controller) = controller {
         match tokio::time::timeout_at(deadline, &mut controller).await {
             Ok(result) => result?,
             Err(_) => {
@@ -481,14 +542,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     }
-    tokio::time::timeout_at(deadline, health_server)
+    tokio::time::timeout_at(deadline, health_task)
         .await
         .context("the health and metrics server did not stop within the grace period")???;
-    for task in discovery.into_iter().chain(api_check) {
-        task.abort();
-    }
-    outcome.map_err(anyhow::Error::msg)?;
-    tracing::info!("cnpgi-operator stopped");
     Ok(())
 }
 
