@@ -3,8 +3,14 @@
 
 use std::sync::Arc;
 
+use std::collections::HashMap;
+
 use cnpgi_proto::{
-    identity::v1::{GetPluginCapabilitiesRequest, identity_server::Identity},
+    identity::v1::{
+        EnrichConfigurationRequest, GetPluginCapabilitiesRequest, OperationType, identity_server::Identity,
+        postgres_server::Postgres,
+    },
+    metrics::v1::{CollectMetric, CollectMetricsRequest, DefineMetricsRequest, Metric, metrics_server::Metrics},
     operator::v1::{
         OperatorCapabilitiesRequest, OperatorMutateClusterRequest, OperatorValidateClusterChangeRequest,
         OperatorValidateClusterCreateRequest, SetStatusInClusterRequest, ValidationError, operator_server::Operator,
@@ -13,15 +19,21 @@ use cnpgi_proto::{
         OperatorLifecycleCapabilities, OperatorLifecycleCapabilitiesRequest, OperatorLifecycleRequest,
         OperatorOperationType, operator_lifecycle_server::OperatorLifecycle,
     },
+    reconciler::v1::{ReconcilerHooksRequest, reconciler_hooks_server::ReconcilerHooks},
 };
 use serde_json::Value;
 use tonic::{Request, Status};
 
-use super::{LifecycleService, OperatorService, PluginIdentity, Shared};
+use super::{
+    BackupService, LifecycleService, MetricsService, OperatorService, PluginIdentity, PostgresOperation,
+    PostgresService, ReconcilerService, RestoreJobService, Shared, WalService,
+};
 use crate::{
     capabilities::{self, Operation, OperatorRpc, ServiceType},
     parameters::Parameters,
-    patch, status,
+    patch,
+    reconciler::Hook,
+    status,
 };
 
 /// A [`Plugin`](super::Plugin) called in-process, from
@@ -92,6 +104,36 @@ impl<P: Parameters> LocalPlugin<P> {
     /// The OperatorLifecycle service, to call as over gRPC.
     pub fn lifecycle_service(&self) -> LifecycleService<P> {
         LifecycleService(self.shared.clone())
+    }
+
+    /// The ReconcilerHooks service, to call as over gRPC.
+    pub fn reconciler_service(&self) -> ReconcilerService<P> {
+        ReconcilerService(self.shared.clone())
+    }
+
+    /// The WAL service, to call as over gRPC.
+    pub fn wal_service(&self) -> WalService<P> {
+        WalService(self.shared.clone())
+    }
+
+    /// The Backup service, to call as over gRPC.
+    pub fn backup_service(&self) -> BackupService<P> {
+        BackupService(self.shared.clone())
+    }
+
+    /// The RestoreJobHooks service, to call as over gRPC.
+    pub fn restore_job_service(&self) -> RestoreJobService<P> {
+        RestoreJobService(self.shared.clone())
+    }
+
+    /// The Metrics service, to call as over gRPC.
+    pub fn metrics_service(&self) -> MetricsService<P> {
+        MetricsService(self.shared.clone())
+    }
+
+    /// The Postgres service, to call as over gRPC.
+    pub fn postgres_service(&self) -> PostgresService<P> {
+        PostgresService(self.shared.clone())
     }
 
     /// The services `GetPluginCapabilities` advertises.
@@ -203,5 +245,86 @@ impl<P: Parameters> LocalPlugin<P> {
         };
         let answer = self.lifecycle_service().lifecycle_hook(Request::new(request)).await?;
         applied(object, &answer.into_inner().json_patch)
+    }
+
+    /// `ReconcilerHooks/Pre` (or `Post`, when `post`) for `object`, the
+    /// Cluster or a Backup, as CloudNativePG reads the answer.
+    ///
+    /// # Errors
+    ///
+    /// The `Status` the plugin answers.
+    pub async fn reconcile(&self, post: bool, cluster: &Value, object: &Value) -> Result<Hook, Status> {
+        let request = Request::new(ReconcilerHooksRequest {
+            cluster_definition: bytes(cluster),
+            resource_definition: bytes(object),
+        });
+        let service = self.reconciler_service();
+        let answer = if post {
+            service.post(request).await?
+        } else {
+            service.pre(request).await?
+        };
+        Ok(Hook::from(&answer.into_inner()))
+    }
+
+    /// `EnrichConfiguration` of `configs`: the map answered, `None` for "no
+    /// change".
+    ///
+    /// # Errors
+    ///
+    /// The `Status` the plugin answers.
+    pub async fn enrich_configuration(
+        &self,
+        operation: PostgresOperation,
+        cluster: &Value,
+        configs: &HashMap<String, String>,
+    ) -> Result<Option<HashMap<String, String>>, Status> {
+        let request = EnrichConfigurationRequest {
+            configs: configs.clone(),
+            cluster_definition: bytes(cluster),
+            operation_type: Some(OperationType {
+                r#type: operation.into(),
+            }),
+        };
+        let answer = self
+            .postgres_service()
+            .enrich_configuration(Request::new(request))
+            .await?;
+        let configs = answer.into_inner().configs;
+        Ok((!configs.is_empty()).then_some(configs))
+    }
+
+    /// `Metrics/Define`.
+    ///
+    /// # Errors
+    ///
+    /// The `Status` the plugin answers.
+    pub async fn define_metrics(&self, cluster: &Value) -> Result<Vec<Metric>, Status> {
+        let request = DefineMetricsRequest {
+            cluster_definition: bytes(cluster),
+        };
+        Ok(self
+            .metrics_service()
+            .define(Request::new(request))
+            .await?
+            .into_inner()
+            .metrics)
+    }
+
+    /// `Metrics/Collect`.
+    ///
+    /// # Errors
+    ///
+    /// The `Status` the plugin answers.
+    pub async fn collect_metrics(&self, cluster: &Value) -> Result<Vec<CollectMetric>, Status> {
+        let request = CollectMetricsRequest {
+            cluster_definition: bytes(cluster),
+        };
+        Ok(self
+            .metrics_service()
+            .collect(Request::new(request))
+            .await?
+            .into_inner()
+            .metrics)
     }
 }

@@ -58,7 +58,7 @@
 //! mixes in a hand-written tonic service, and `create_main_cmd` with
 //! hand-written services gives full control.
 
-use std::{future::Future, pin::Pin, sync::Arc};
+use std::{collections::BTreeMap, future::Future, pin::Pin, sync::Arc};
 
 use cnpgi_proto::identity::v1::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest, GetPluginMetadataResponse,
@@ -75,13 +75,25 @@ use crate::{
     validation,
 };
 
+mod backup;
 mod lifecycle;
 mod local;
+mod metrics;
 mod operator;
+mod postgres;
+mod reconciler;
+mod restore_job;
+mod wal;
 
+pub use backup::{BackupCall, BackupService};
 pub use lifecycle::LifecycleService;
 pub use local::LocalPlugin;
+pub use metrics::{MetricsCall, MetricsService, Sample};
 pub use operator::OperatorService;
+pub use postgres::{PostgresOperation, PostgresService};
+pub use reconciler::{ReconcilerCall, ReconcilerService};
+pub use restore_job::{RestoreJobCall, RestoreJobService};
+pub use wal::{SetFirstRequiredCall, WalArchiveCall, WalRestoreCall, WalService, WalStatusCall};
 
 /// What a handler's future resolves to.
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Status>> + Send>>;
@@ -125,6 +137,12 @@ impl<P: Parameters> std::fmt::Debug for Plugin<P> {
 struct Handlers<P> {
     operator: operator::Handlers<P>,
     lifecycle: lifecycle::Handlers<P>,
+    reconciler: reconciler::Handlers<P>,
+    wal: wal::Handlers<P>,
+    backup: Option<backup::Handler<P>>,
+    restore_job: Option<restore_job::Handler<P>>,
+    metrics: Option<metrics::Handlers<P>>,
+    postgres: Option<postgres::Handler<P>>,
 }
 
 impl<P> Default for Handlers<P> {
@@ -132,6 +150,12 @@ impl<P> Default for Handlers<P> {
         Self {
             operator: operator::Handlers::default(),
             lifecycle: lifecycle::Handlers::default(),
+            reconciler: reconciler::Handlers::default(),
+            wal: wal::Handlers::default(),
+            backup: None,
+            restore_job: None,
+            metrics: None,
+            postgres: None,
         }
     }
 }
@@ -149,6 +173,39 @@ impl<P: Parameters> Shared<P> {
     fn parameters(&self, cluster: &Cluster) -> Result<P, Status> {
         P::from_cluster(cluster, &self.name).map_err(|errors| validation::to_status(&errors))
     }
+
+    /// As [`Shared::parameters`], for the calls made on behalf of a Cluster
+    /// that may only name this plugin as a recovery source: its
+    /// `spec.plugins` entry, else its `spec.externalClusters[].plugin` entry,
+    /// else `fallback` (the map sent in the request).
+    fn source_parameters(&self, cluster: &Cluster, fallback: &BTreeMap<String, String>) -> Result<P, Status> {
+        let parsed = if let Some(entry) = cluster.plugin(&self.name) {
+            P::parse(entry.index, entry.parameters())
+        } else if let Some(params) = external_cluster_parameters(cluster, &self.name) {
+            P::parse(0, &params)
+        } else {
+            P::parse(0, fallback)
+        };
+        parsed.map_err(|errors| validation::to_status(&errors))
+    }
+}
+
+/// The parameters of the `plugin` of the external cluster that names this
+/// plugin, if any (they are not part of the typed Cluster view).
+fn external_cluster_parameters(cluster: &Cluster, name: &str) -> Option<BTreeMap<String, String>> {
+    let externals = cluster.spec.other.get("externalClusters")?.as_array()?;
+    let plugin = externals
+        .iter()
+        .filter_map(|external| external.get("plugin"))
+        .find(|plugin| plugin.get("name").and_then(serde_json::Value::as_str) == Some(name))?;
+    let params = plugin.get("parameters").and_then(serde_json::Value::as_object);
+    Some(
+        params
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .collect(),
+    )
 }
 
 impl<P: Parameters> Plugin<P> {
@@ -232,6 +289,12 @@ impl<P: Parameters> Plugin<P> {
                 ServiceType::OperatorService,
                 !operator::rpcs::<P>(&h.operator).is_empty(),
             ),
+            (ServiceType::ReconcilerHooks, !h.reconciler.is_empty()),
+            (ServiceType::WalService, !h.wal.is_empty()),
+            (ServiceType::BackupService, h.backup.is_some()),
+            (ServiceType::RestoreJob, h.restore_job.is_some()),
+            (ServiceType::Metrics, h.metrics.is_some()),
+            (ServiceType::Postgres, h.postgres.is_some()),
         ]
         .into_iter()
         .filter_map(|(service, registered)| registered.then_some(service))
@@ -285,8 +348,13 @@ impl<P: Parameters> Plugin<P> {
         let shared = self.shared();
         let register = move |builder: &mut RoutesBuilder| {
             use cnpgi_proto::{
+                backup::v1::backup_server::BackupServer,
+                identity::v1::postgres_server::PostgresServer,
+                metrics::v1::metrics_server::MetricsServer,
                 operator::v1::operator_server::OperatorServer,
                 operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycleServer,
+                reconciler::v1::reconciler_hooks_server::ReconcilerHooksServer,
+                wal::v1::{restore_job_hooks_server::RestoreJobHooksServer, wal_server::WalServer},
             };
             let h = &shared.handlers;
             // A service added by hand takes the place of the declarative one.
@@ -302,6 +370,24 @@ impl<P: Parameters> Plugin<P> {
                 !operator::rpcs::<P>(&h.operator).is_empty(),
             ) {
                 builder.add_service(OperatorServer::new(OperatorService(s())));
+            }
+            if declarative(ServiceType::ReconcilerHooks, !h.reconciler.is_empty()) {
+                builder.add_service(ReconcilerHooksServer::new(ReconcilerService(s())));
+            }
+            if declarative(ServiceType::WalService, !h.wal.is_empty()) {
+                builder.add_service(WalServer::new(WalService(s())));
+            }
+            if declarative(ServiceType::BackupService, h.backup.is_some()) {
+                builder.add_service(BackupServer::new(BackupService(s())));
+            }
+            if declarative(ServiceType::RestoreJob, h.restore_job.is_some()) {
+                builder.add_service(RestoreJobHooksServer::new(RestoreJobService(s())));
+            }
+            if declarative(ServiceType::Metrics, h.metrics.is_some()) {
+                builder.add_service(MetricsServer::new(MetricsService(s())));
+            }
+            if declarative(ServiceType::Postgres, h.postgres.is_some()) {
+                builder.add_service(PostgresServer::new(PostgresService(s())));
             }
             for (_, route) in routes {
                 route(builder);
