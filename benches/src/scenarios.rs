@@ -18,6 +18,7 @@ use cnpgi_operator::{
     webhook,
 };
 use cnpgi_pluginhelper::{
+    parameters::Parameters,
     proto::operator_lifecycle::v1::{
         OperatorLifecycleRequest, OperatorOperationType, operator_lifecycle_client::OperatorLifecycleClient,
         operator_operation_type::Type as Operation,
@@ -455,7 +456,7 @@ pub(crate) async fn breakdown(effort: Effort) -> anyhow::Result<(Samples, Sample
     let pod = fixtures::pod();
     let cluster_bytes = serde_json::to_vec(&cluster)?;
     let pod_bytes = serde_json::to_vec(&pod)?;
-    let lifecycle = cnpg_i_hello_world::lifecycle::Lifecycle;
+    let lifecycle = cnpg_i_hello_world::plugin().local().lifecycle_service();
     let mut handler = Samples::with_capacity(effort.calls);
     let mut patch = Vec::new();
     for _ in 0..effort.calls {
@@ -595,7 +596,9 @@ pub(crate) fn handler_steps(effort: Effort) -> anyhow::Result<Vec<(&'static str,
         (
             "read the parameters (schema parse)",
             median(&mut || {
-                std::hint::black_box(cnpg_i_hello_world::config::Configuration::from_cluster(&decoded).ok());
+                std::hint::black_box(
+                    <cnpg_i_hello_world::config::Config as Parameters>::from_cluster(&decoded, HELLO).ok(),
+                );
             }),
         ),
         (

@@ -5,17 +5,12 @@ use std::{net::SocketAddr, sync::Arc};
 use cnpgi_client::client::{ClientOptions, PluginClient, TlsTransport, Transport};
 use cnpgi_operator::registry::{Registry, RegistryOptions};
 use cnpgi_pluginhelper::{
-    proto::{
-        identity::v1::plugin_capability::service::Type as ServiceType,
-        operator::v1::operator_server::OperatorServer,
-        operator_lifecycle::v1::{
-            OperatorLifecycleCapabilitiesRequest, OperatorLifecycleCapabilitiesResponse, OperatorLifecycleRequest,
-            OperatorLifecycleResponse,
-            operator_lifecycle_server::{OperatorLifecycle, OperatorLifecycleServer},
-        },
+    proto::operator_lifecycle::v1::{
+        OperatorLifecycleCapabilitiesRequest, OperatorLifecycleCapabilitiesResponse, OperatorLifecycleRequest,
+        OperatorLifecycleResponse,
+        operator_lifecycle_server::{OperatorLifecycle, OperatorLifecycleServer},
     },
-    server::PluginServer,
-    testing::{TestCertificates, TestIdentity, TestPlugin},
+    testing::{TestCertificates, TestPlugin},
 };
 use cnpgi_tls::{pem, server::ReloadingServerConfig};
 use tonic::{Request, Response, Status};
@@ -23,19 +18,9 @@ use tonic::{Request, Response, Status};
 /// The real hello-world plugin's name.
 pub(crate) const HELLO: &str = cnpg_i_hello_world::metadata::PLUGIN_NAME;
 
-/// A plugin running hello-world's Operator and OperatorLifecycle code under
-/// another name (so that several can be chained); `HELLO` is the real one.
+/// The hello-world plugin under another name (so that several can be chained); `HELLO` is the real one.
 pub(crate) async fn start_plugin(name: &str) -> anyhow::Result<TestPlugin> {
-    if name == HELLO {
-        return Ok(TestPlugin::start_tls(cnpg_i_hello_world::server()).await?);
-    }
-    let identity = TestIdentity::new(name)
-        .with_service(ServiceType::OperatorService)
-        .with_service(ServiceType::LifecycleService);
-    let server = PluginServer::new(identity)
-        .add_service(OperatorServer::new(cnpg_i_hello_world::operator::Operator))
-        .add_service(OperatorLifecycleServer::new(cnpg_i_hello_world::lifecycle::Lifecycle));
-    Ok(TestPlugin::start_tls(server).await?)
+    Ok(TestPlugin::start_tls(cnpg_i_hello_world::plugin().renamed(name).server()).await?)
 }
 
 /// The operator's client for a test plugin, over mTLS.

@@ -31,12 +31,19 @@
 
 #![forbid(unsafe_code)]
 
+// So that `#[derive(Parameters)]`'s `::cnpgi_pluginhelper` paths resolve in
+// this crate's own tests.
+#[cfg(test)]
+extern crate self as cnpgi_pluginhelper;
+
 mod authority;
 pub mod cmd;
 pub mod logging;
 pub mod metrics;
 mod middleware;
+pub mod object;
 pub mod parameters;
+pub mod plugin;
 pub mod postgres;
 pub mod reconciler;
 pub mod server;

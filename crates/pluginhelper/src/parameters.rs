@@ -1,17 +1,18 @@
 //! Declared, typed plugin parameters.
 //!
 //! A plugin's configuration is the `parameters` map (string to string) of its
-//! entry in `spec.plugins[]`. A [`ParameterSchema`] declares the parameters a
-//! plugin understands, with their type, whether they are required, their
-//! default, and simple constraints. From it:
+//! entry in `spec.plugins[]`. There are two ways to declare what a plugin
+//! understands; both report **every** problem at once, as CNPG-I
+//! [`ValidationError`]s with machinery's path
+//! `["spec", "plugins", "<plugin index>", "<parameter>"]` and the raw value,
+//! and both give the defaults that `MutateCluster` writes back:
 //!
-//! * [`ParameterSchema::parse`] checks a parameter map and returns **every**
-//!   problem at once, as CNPG-I [`ValidationError`]s with the conventional
-//!   `["<plugin index>", "<parameter>"]` path, ready for
-//!   `ValidateClusterCreate`/`ValidateClusterChange`; on success it gives typed
-//!   [`Parameters`];
-//! * [`ParameterSchema::with_defaults`] fills the defaults in, for
-//!   `MutateCluster`.
+//! * a struct with `#[derive(Parameters)]` ([`Parameters`]): each field is a
+//!   parameter, parsed into its type; this is what the declarative
+//!   [`Plugin`](crate::plugin::Plugin) uses;
+//! * a [`ParameterSchema`] built at run time: [`ParameterSchema::parse`] gives
+//!   [`ParsedParameters`], read by name and type;
+//!   [`ParameterSchema::with_defaults`] fills the defaults in.
 //!
 //! A parameter whose value is the empty string counts as missing.
 //!
@@ -57,6 +58,13 @@ use std::ops::{Bound, RangeBounds};
 use serde::de::DeserializeOwned;
 
 use crate::validation::{ValidationError, parameter_error};
+
+mod typed;
+/// Derives [`Parameters`] for a struct; see the trait for the attributes.
+pub use cnpgi_pluginhelper_derive::Parameters;
+#[doc(hidden)]
+pub use typed::Reader;
+pub use typed::{ParameterInfo, ParameterValue, Parameters, from_json, from_str_value};
 
 /// The type of a declared parameter.
 #[derive(Clone, Copy, Debug)]
@@ -366,7 +374,7 @@ impl ParameterSchema {
         &self,
         plugin_index: usize,
         params: &BTreeMap<String, String>,
-    ) -> Result<Parameters, Vec<ValidationError>> {
+    ) -> Result<ParsedParameters, Vec<ValidationError>> {
         let mut errors = Vec::new();
         let mut values = BTreeMap::new();
         for parameter in &self.parameters {
@@ -431,7 +439,7 @@ impl ParameterSchema {
             }
         }
         if errors.is_empty() {
-            Ok(Parameters { values })
+            Ok(ParsedParameters { values })
         } else {
             Err(errors)
         }
@@ -479,9 +487,9 @@ struct Slot {
 /// and type.
 ///
 /// Parameters declared `required()` or with a default are always set; an
-/// optional parameter without default may not be ([`Parameters::is_set`]).
+/// optional parameter without default may not be ([`ParsedParameters::is_set`]).
 #[derive(Clone, Debug)]
-pub struct Parameters {
+pub struct ParsedParameters {
     values: BTreeMap<String, Slot>,
 }
 
@@ -535,7 +543,7 @@ impl From<ParameterError> for tonic::Status {
     }
 }
 
-impl Parameters {
+impl ParsedParameters {
     /// The value of `name`, checked to be declared as `requested` and set.
     fn value(&self, name: &str, requested: Tag) -> Result<&Typed, ParameterError> {
         let slot = self
@@ -619,7 +627,7 @@ impl Parameters {
     }
 }
 
-/// `value` is not of the `requested` type (`Parameters::value` has already
+/// `value` is not of the `requested` type (`ParsedParameters::value` has already
 /// checked it is, so this is only a defensive fallback).
 fn wrong_type(name: &str, value: &Typed, requested: Tag) -> ParameterError {
     ParameterError::WrongType {

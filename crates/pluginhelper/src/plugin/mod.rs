@@ -1,0 +1,440 @@
+//! The declarative plugin API: a plugin is its metadata, its [`Parameters`]
+//! and the handlers it registers.
+//!
+//! Registering a handler **is** the capability declaration: the Identity
+//! service advertises exactly the services that have handlers, and each
+//! service's `GetCapabilities` exactly the RPCs, kinds and operations
+//! registered, so capabilities cannot drift from the code. The SDK decodes
+//! the requests, finds this plugin's entry in the Cluster, parses its
+//! parameters, calls the handler with plain typed values, and turns the
+//! result into the answer (JSON patches computed by diffing what the handler
+//! changed, statuses, validation errors in machinery's convention, gRPC
+//! codes).
+//!
+//! Declaring [`Parameters`] alone already gives `ValidateClusterCreate` and
+//! `ValidateClusterChange` (every parameter error, and changes of
+//! `immutable` parameters) and `MutateCluster` (the defaults written back).
+//!
+//! ```no_run
+//! use cnpgi_pluginhelper::{
+//!     capabilities::Operation,
+//!     parameters::Parameters,
+//!     plugin::Plugin,
+//!     proto::identity::v1::GetPluginMetadataResponse,
+//! };
+//!
+//! #[derive(Parameters)]
+//! struct Config {
+//!     /// The label every instance Pod gets.
+//!     #[param(default = "blue")]
+//!     color: String,
+//! }
+//!
+//! fn plugin() -> Plugin<Config> {
+//!     Plugin::<Config>::new(GetPluginMetadataResponse {
+//!         name: "color.example.com".into(),
+//!         version: "0.1.0".into(),
+//!         ..Default::default()
+//!     })
+//!     .lifecycle_pod([Operation::Create, Operation::Evaluate], |_cluster, config, pod| {
+//!         pod["metadata"]["labels"]["color"] = config.color.clone().into();
+//!         Ok(())
+//!     })
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     plugin().command().execute()
+//! }
+//! ```
+//!
+//! Handlers of the Operator, OperatorLifecycle and Postgres services
+//! transform values and are plain functions; handlers of the services that
+//! do I/O (ReconcilerHooks, WAL, Backup, RestoreJobHooks, Metrics, and
+//! Operator's `Deregister`) are `async` and receive their inputs by value.
+//! Either can be unit-tested by calling it directly, or through the real
+//! dispatch without a server with [`Plugin::local`].
+//!
+//! The low-level building blocks stay available: [`Plugin::add_service`]
+//! mixes in a hand-written tonic service, and `create_main_cmd` with
+//! hand-written services gives full control.
+
+use std::{collections::BTreeMap, future::Future, pin::Pin, sync::Arc};
+
+use cnpgi_proto::identity::v1::{
+    GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest, GetPluginMetadataResponse,
+    ProbeRequest, ProbeResponse, identity_server,
+};
+use tonic::{Request, Response, Status, server::NamedService, service::RoutesBuilder};
+
+use crate::{
+    capabilities::{self, ServiceType},
+    cluster::Cluster,
+    cmd::PluginCommand,
+    parameters::Parameters,
+    server::PluginServer,
+    validation,
+};
+
+mod backup;
+mod lifecycle;
+mod local;
+mod metrics;
+mod operator;
+mod postgres;
+mod reconciler;
+mod restore_job;
+mod wal;
+
+pub use backup::{BackupCall, BackupService};
+pub use lifecycle::LifecycleService;
+pub use local::LocalPlugin;
+pub use metrics::{MetricsCall, MetricsService, Sample};
+pub use operator::OperatorService;
+pub use postgres::{PostgresOperation, PostgresService};
+pub use reconciler::{ReconcilerCall, ReconcilerService};
+pub use restore_job::{RestoreJobCall, RestoreJobService};
+pub use wal::{SetFirstRequiredCall, WalArchiveCall, WalRestoreCall, WalService, WalStatusCall};
+
+/// What a handler's future resolves to.
+type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Status>> + Send>>;
+/// An `async` handler, stored.
+type AsyncHandler<I, T> = Arc<dyn Fn(I) -> BoxFuture<T> + Send + Sync>;
+
+/// Boxes an `async` handler.
+fn boxed<I, T, F, Fut>(handler: F) -> AsyncHandler<I, T>
+where
+    F: Fn(I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<T, Status>> + Send + 'static,
+{
+    Arc::new(move |input| Box::pin(handler(input)))
+}
+
+/// A hand-written service, registered as it is.
+type Route = Box<dyn FnOnce(&mut RoutesBuilder) + Send>;
+
+/// A CNPG-I plugin described declaratively: metadata, parameters `P`, and
+/// handlers. See the [module documentation](self).
+pub struct Plugin<P: Parameters = ()> {
+    metadata: GetPluginMetadataResponse,
+    ready: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+    handlers: Handlers<P>,
+    /// Services advertised besides the ones with handlers, in order.
+    advertised: Vec<ServiceType>,
+    /// Hand-written services, by the type they are advertised as.
+    routes: Vec<(ServiceType, Route)>,
+}
+
+impl<P: Parameters> std::fmt::Debug for Plugin<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.metadata.name)
+            .field("services", &self.services())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Every registered handler.
+struct Handlers<P> {
+    operator: operator::Handlers<P>,
+    lifecycle: lifecycle::Handlers<P>,
+    reconciler: reconciler::Handlers<P>,
+    wal: wal::Handlers<P>,
+    backup: Option<backup::Handler<P>>,
+    restore_job: Option<restore_job::Handler<P>>,
+    metrics: Option<metrics::Handlers<P>>,
+    postgres: Option<postgres::Handler<P>>,
+}
+
+impl<P> Default for Handlers<P> {
+    fn default() -> Self {
+        Self {
+            operator: operator::Handlers::default(),
+            lifecycle: lifecycle::Handlers::default(),
+            reconciler: reconciler::Handlers::default(),
+            wal: wal::Handlers::default(),
+            backup: None,
+            restore_job: None,
+            metrics: None,
+            postgres: None,
+        }
+    }
+}
+
+/// What the services share: the plugin name (to find its entry in a
+/// Cluster) and the handlers.
+struct Shared<P> {
+    name: String,
+    handlers: Handlers<P>,
+}
+
+impl<P: Parameters> Shared<P> {
+    /// This plugin's parameters in `cluster` (its `spec.plugins` entry; none
+    /// when it is not listed), or `INVALID_ARGUMENT` listing every error.
+    fn parameters(&self, cluster: &Cluster) -> Result<P, Status> {
+        P::from_cluster(cluster, &self.name).map_err(|errors| validation::to_status(&errors))
+    }
+
+    /// As [`Shared::parameters`], for the calls made on behalf of a Cluster
+    /// that may only name this plugin as a recovery source: its
+    /// `spec.plugins` entry, else its `spec.externalClusters[].plugin` entry,
+    /// else `fallback` (the map sent in the request).
+    fn source_parameters(&self, cluster: &Cluster, fallback: &BTreeMap<String, String>) -> Result<P, Status> {
+        let parsed = if let Some(entry) = cluster.plugin(&self.name) {
+            P::parse(entry.index, entry.parameters())
+        } else if let Some(params) = external_cluster_parameters(cluster, &self.name) {
+            P::parse(0, &params)
+        } else {
+            P::parse(0, fallback)
+        };
+        parsed.map_err(|errors| validation::to_status(&errors))
+    }
+}
+
+/// The parameters of the `plugin` of the external cluster that names this
+/// plugin, if any (they are not part of the typed Cluster view).
+fn external_cluster_parameters(cluster: &Cluster, name: &str) -> Option<BTreeMap<String, String>> {
+    let externals = cluster.spec.other.get("externalClusters")?.as_array()?;
+    let plugin = externals
+        .iter()
+        .filter_map(|external| external.get("plugin"))
+        .find(|plugin| plugin.get("name").and_then(serde_json::Value::as_str) == Some(name))?;
+    let params = plugin.get("parameters").and_then(serde_json::Value::as_object);
+    Some(
+        params
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .collect(),
+    )
+}
+
+impl<P: Parameters> Plugin<P> {
+    /// A plugin with this metadata (`name` and `version` at least), its
+    /// parameters `P` (`()` for none), and no handler yet.
+    pub fn new(metadata: GetPluginMetadataResponse) -> Self {
+        Self {
+            metadata,
+            ready: None,
+            handlers: Handlers::default(),
+            advertised: Vec::new(),
+            routes: Vec::new(),
+        }
+    }
+
+    /// The metadata `GetPluginMetadata` answers.
+    pub fn metadata(&self) -> &GetPluginMetadataResponse {
+        &self.metadata
+    }
+
+    /// Serves under another name (and reads the entry of that name in
+    /// Clusters): for running several copies of a plugin in tests.
+    pub fn renamed(mut self, name: impl Into<String>) -> Self {
+        self.metadata.name = name.into();
+        self
+    }
+
+    /// What `Probe` answers; ready by default. A plugin that needs to warm up
+    /// answers `false` until it can work, and is sent no call meanwhile.
+    pub fn ready_when(mut self, ready: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        self.ready = Some(Arc::new(ready));
+        self
+    }
+
+    /// Advertises a service that has no RPC of its own, such as
+    /// [`ServiceType::InstanceSidecarInjection`] (the plugin's sidecar gets
+    /// the Postgres and Metrics calls in instance Pods).
+    pub fn advertise(mut self, service: ServiceType) -> Self {
+        if !self.advertised.contains(&service) {
+            self.advertised.push(service);
+        }
+        self
+    }
+
+    /// Registers a hand-written tonic service and advertises it as `service`;
+    /// it answers its own `GetCapabilities`, and takes the place of the
+    /// handlers registered for that type of service, if any.
+    pub fn add_service<S>(mut self, service: ServiceType, server: S) -> Self
+    where
+        S: tower_service::Service<
+                http::Request<tonic::body::Body>,
+                Response = http::Response<tonic::body::Body>,
+                Error = std::convert::Infallible,
+            > + NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        self = self.advertise(service);
+        self.routes.push((
+            service,
+            Box::new(move |routes: &mut RoutesBuilder| {
+                routes.add_service(server);
+            }),
+        ));
+        self
+    }
+
+    /// The services advertised by `GetPluginCapabilities`: the ones with
+    /// handlers in a fixed order (OperatorLifecycle, Operator,
+    /// ReconcilerHooks, WAL, Backup, RestoreJobHooks, Metrics, Postgres),
+    /// then the ones added with [`Plugin::advertise`] or
+    /// [`Plugin::add_service`], in that order.
+    pub fn services(&self) -> Vec<ServiceType> {
+        let h = &self.handlers;
+        let mut services: Vec<ServiceType> = [
+            (ServiceType::LifecycleService, !h.lifecycle.is_empty()),
+            (
+                ServiceType::OperatorService,
+                !operator::rpcs::<P>(&h.operator).is_empty(),
+            ),
+            (ServiceType::ReconcilerHooks, !h.reconciler.is_empty()),
+            (ServiceType::WalService, !h.wal.is_empty()),
+            (ServiceType::BackupService, h.backup.is_some()),
+            (ServiceType::RestoreJob, h.restore_job.is_some()),
+            (ServiceType::Metrics, h.metrics.is_some()),
+            (ServiceType::Postgres, h.postgres.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(service, registered)| registered.then_some(service))
+        .collect();
+        for service in &self.advertised {
+            if !services.contains(service) {
+                services.push(*service);
+            }
+        }
+        services
+    }
+
+    /// The plugin as a server, e.g. for `testing::TestPlugin`.
+    pub fn server(self) -> PluginServer<PluginIdentity> {
+        let (identity, register) = self.into_parts();
+        PluginServer::new(identity).register(register)
+    }
+
+    /// The `plugin` command of the binary (`<binary> plugin [FLAGS]`).
+    pub fn command(self) -> PluginCommand<PluginIdentity> {
+        let (identity, register) = self.into_parts();
+        crate::create_main_cmd(identity, register)
+    }
+
+    /// The plugin without a server: its services called in-process through
+    /// the same dispatch code, for unit tests.
+    pub fn local(self) -> LocalPlugin<P> {
+        let identity = self.identity();
+        LocalPlugin::new(identity, self.shared())
+    }
+
+    fn identity(&self) -> PluginIdentity {
+        PluginIdentity {
+            metadata: self.metadata.clone(),
+            capabilities: self.services().into_iter().map(capabilities::service).collect(),
+            ready: self.ready.clone(),
+        }
+    }
+
+    fn shared(self) -> Arc<Shared<P>> {
+        Arc::new(Shared {
+            name: self.metadata.name,
+            handlers: self.handlers,
+        })
+    }
+
+    /// The Identity implementation, and what registers the other services.
+    fn into_parts(mut self) -> (PluginIdentity, impl FnOnce(&mut RoutesBuilder)) {
+        let identity = self.identity();
+        let routes = std::mem::take(&mut self.routes);
+        let shared = self.shared();
+        let register = move |builder: &mut RoutesBuilder| {
+            use cnpgi_proto::{
+                backup::v1::backup_server::BackupServer,
+                identity::v1::postgres_server::PostgresServer,
+                metrics::v1::metrics_server::MetricsServer,
+                operator::v1::operator_server::OperatorServer,
+                operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycleServer,
+                reconciler::v1::reconciler_hooks_server::ReconcilerHooksServer,
+                wal::v1::{restore_job_hooks_server::RestoreJobHooksServer, wal_server::WalServer},
+            };
+            let h = &shared.handlers;
+            // A service added by hand takes the place of the declarative one.
+            let declarative = |service: ServiceType, registered: bool| {
+                registered && !routes.iter().any(|(hand_written, _)| *hand_written == service)
+            };
+            let s = || shared.clone();
+            if declarative(ServiceType::LifecycleService, !h.lifecycle.is_empty()) {
+                builder.add_service(OperatorLifecycleServer::new(LifecycleService(s())));
+            }
+            if declarative(
+                ServiceType::OperatorService,
+                !operator::rpcs::<P>(&h.operator).is_empty(),
+            ) {
+                builder.add_service(OperatorServer::new(OperatorService(s())));
+            }
+            if declarative(ServiceType::ReconcilerHooks, !h.reconciler.is_empty()) {
+                builder.add_service(ReconcilerHooksServer::new(ReconcilerService(s())));
+            }
+            if declarative(ServiceType::WalService, !h.wal.is_empty()) {
+                builder.add_service(WalServer::new(WalService(s())));
+            }
+            if declarative(ServiceType::BackupService, h.backup.is_some()) {
+                builder.add_service(BackupServer::new(BackupService(s())));
+            }
+            if declarative(ServiceType::RestoreJob, h.restore_job.is_some()) {
+                builder.add_service(RestoreJobHooksServer::new(RestoreJobService(s())));
+            }
+            if declarative(ServiceType::Metrics, h.metrics.is_some()) {
+                builder.add_service(MetricsServer::new(MetricsService(s())));
+            }
+            if declarative(ServiceType::Postgres, h.postgres.is_some()) {
+                builder.add_service(PostgresServer::new(PostgresService(s())));
+            }
+            for (_, route) in routes {
+                route(builder);
+            }
+        };
+        (identity, register)
+    }
+}
+
+/// The Identity service of a declarative [`Plugin`]: its metadata, the
+/// services it has handlers for, and its readiness.
+#[derive(Clone)]
+pub struct PluginIdentity {
+    metadata: GetPluginMetadataResponse,
+    capabilities: Vec<cnpgi_proto::identity::v1::PluginCapability>,
+    ready: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+}
+
+impl std::fmt::Debug for PluginIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginIdentity")
+            .field("name", &self.metadata.name)
+            .field("capabilities", &self.capabilities)
+            .finish_non_exhaustive()
+    }
+}
+
+#[tonic::async_trait]
+impl identity_server::Identity for PluginIdentity {
+    async fn get_plugin_metadata(
+        &self,
+        _: Request<GetPluginMetadataRequest>,
+    ) -> Result<Response<GetPluginMetadataResponse>, Status> {
+        Ok(Response::new(self.metadata.clone()))
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        Ok(Response::new(GetPluginCapabilitiesResponse {
+            capabilities: self.capabilities.clone(),
+        }))
+    }
+
+    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+        let ready = self.ready.as_ref().is_none_or(|ready| ready());
+        Ok(Response::new(ProbeResponse { ready }))
+    }
+}

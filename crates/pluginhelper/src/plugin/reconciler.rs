@@ -1,0 +1,148 @@
+//! The ReconcilerHooks service of a declarative plugin: `Pre` and `Post`
+//! hooks per kind of reconciled object.
+
+use std::{future::Future, sync::Arc};
+
+use cnpgi_proto::reconciler::v1::{
+    ReconcilerHooksCapabilitiesRequest, ReconcilerHooksCapabilitiesResult, ReconcilerHooksRequest,
+    ReconcilerHooksResult, reconciler_hooks_server,
+};
+use serde_json::Value;
+use tonic::{Request, Response, Status};
+
+use super::{AsyncHandler, Plugin, Shared, boxed};
+use crate::{
+    capabilities::ReconcilerKind,
+    cluster::{Cluster, decode_cluster, decode_object},
+    parameters::Parameters,
+    reconciler::{self, Hook},
+};
+
+/// What a reconciler hook receives.
+#[derive(Debug, Clone)]
+pub struct ReconcilerCall<P> {
+    /// The Cluster.
+    pub cluster: Cluster,
+    /// This plugin's parameters in it.
+    pub parameters: P,
+    /// The object being reconciled (the Cluster, or a Backup), as received.
+    pub object: Value,
+}
+
+type HookFn<P> = AsyncHandler<ReconcilerCall<P>, Hook>;
+
+/// The `Pre` and `Post` hooks registered, by kind.
+pub(super) struct Handlers<P> {
+    pre: Vec<(ReconcilerKind, HookFn<P>)>,
+    post: Vec<(ReconcilerKind, HookFn<P>)>,
+}
+
+impl<P> Default for Handlers<P> {
+    fn default() -> Self {
+        Self {
+            pre: Vec::new(),
+            post: Vec::new(),
+        }
+    }
+}
+
+impl<P> Handlers<P> {
+    pub(super) fn is_empty(&self) -> bool {
+        self.pre.is_empty() && self.post.is_empty()
+    }
+
+    /// The kinds with a hook, in the protocol's order.
+    fn kinds(&self) -> Vec<ReconcilerKind> {
+        let mut kinds: Vec<ReconcilerKind> = self.pre.iter().chain(&self.post).map(|(kind, _)| *kind).collect();
+        kinds.sort_by_key(|kind| *kind as i32);
+        kinds.dedup();
+        kinds
+    }
+}
+
+impl<P: Parameters> Plugin<P> {
+    fn reconciler_hook<F, Fut>(mut self, post: bool, kind: ReconcilerKind, hook: F) -> Self
+    where
+        F: Fn(ReconcilerCall<P>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Hook, Status>> + Send + 'static,
+    {
+        if kind != ReconcilerKind::Unspecified {
+            let hooks = if post {
+                &mut self.handlers.reconciler.post
+            } else {
+                &mut self.handlers.reconciler.pre
+            };
+            hooks.retain(|(registered, _)| *registered != kind);
+            hooks.push((kind, boxed(hook)));
+        }
+        self
+    }
+
+    /// A hook run before the operator reconciles an object of `kind`; its
+    /// [`Hook`] answer says whether the operator goes on, requeues, or stops.
+    /// Objects of a kind without a `Pre` hook get `Continue`.
+    pub fn reconciler_pre<F, Fut>(self, kind: ReconcilerKind, hook: F) -> Self
+    where
+        F: Fn(ReconcilerCall<P>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Hook, Status>> + Send + 'static,
+    {
+        self.reconciler_hook(false, kind, hook)
+    }
+
+    /// A hook run after the operator reconciled an object of `kind`.
+    pub fn reconciler_post<F, Fut>(self, kind: ReconcilerKind, hook: F) -> Self
+    where
+        F: Fn(ReconcilerCall<P>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Hook, Status>> + Send + 'static,
+    {
+        self.reconciler_hook(true, kind, hook)
+    }
+}
+
+/// The ReconcilerHooks service of a [`Plugin`], dispatching to its hooks.
+pub struct ReconcilerService<P>(pub(super) Arc<Shared<P>>);
+
+impl<P: Parameters> ReconcilerService<P> {
+    async fn call(&self, post: bool, request: ReconcilerHooksRequest) -> Result<ReconcilerHooksResult, Status> {
+        let object = decode_object(&request.resource_definition, "reconciled object")?;
+        let kind = match object.get("kind").and_then(Value::as_str) {
+            Some("Cluster") => ReconcilerKind::Cluster,
+            Some("Backup") => ReconcilerKind::Backup,
+            _ => ReconcilerKind::Unspecified,
+        };
+        let handlers = &self.0.handlers.reconciler;
+        let hooks = if post { &handlers.post } else { &handlers.pre };
+        let Some((_, hook)) = hooks.iter().find(|(registered, _)| *registered == kind) else {
+            return Ok(Hook::Continue.into());
+        };
+        let cluster = decode_cluster(&request.cluster_definition)?;
+        let parameters = self.0.parameters(&cluster)?;
+        let answer = hook(ReconcilerCall {
+            cluster,
+            parameters,
+            object,
+        })
+        .await?;
+        Ok(answer.into())
+    }
+}
+
+#[tonic::async_trait]
+impl<P: Parameters> reconciler_hooks_server::ReconcilerHooks for ReconcilerService<P> {
+    async fn get_capabilities(
+        &self,
+        _: Request<ReconcilerHooksCapabilitiesRequest>,
+    ) -> Result<Response<ReconcilerHooksCapabilitiesResult>, Status> {
+        Ok(Response::new(reconciler::capabilities(
+            self.0.handlers.reconciler.kinds(),
+        )))
+    }
+
+    async fn pre(&self, request: Request<ReconcilerHooksRequest>) -> Result<Response<ReconcilerHooksResult>, Status> {
+        self.call(false, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn post(&self, request: Request<ReconcilerHooksRequest>) -> Result<Response<ReconcilerHooksResult>, Status> {
+        self.call(true, request.into_inner()).await.map(Response::new)
+    }
+}

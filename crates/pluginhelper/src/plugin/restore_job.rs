@@ -1,0 +1,80 @@
+//! The RestoreJobHooks service of a declarative plugin: filling PGDATA in
+//! the recovery Job.
+
+use std::{future::Future, sync::Arc};
+
+use cnpgi_proto::wal::v1::{
+    RestoreJobHooksCapabilitiesRequest, RestoreJobHooksCapabilitiesResult, RestoreRequest, RestoreResponse,
+    restore_job_hooks_capability::Kind, restore_job_hooks_server,
+};
+use tonic::{Request, Response, Status};
+
+use super::{AsyncHandler, Plugin, Shared, boxed};
+use crate::{
+    capabilities::restore_job_hook,
+    cluster::{Cluster, decode_cluster},
+    parameters::Parameters,
+};
+
+/// What the restore hook receives.
+#[derive(Debug, Clone)]
+pub struct RestoreJobCall<P> {
+    /// The Cluster being bootstrapped.
+    pub cluster: Cluster,
+    /// This plugin's parameters: its `spec.plugins` entry, else the
+    /// `plugin` of the external cluster that names it (the recovery source).
+    pub parameters: P,
+    /// Whether to refuse restoring into a non-empty WAL archive (unset by
+    /// CloudNativePG 1.29).
+    pub check_empty_wal_archive: Option<bool>,
+}
+
+pub(super) type Handler<P> = AsyncHandler<RestoreJobCall<P>, RestoreResponse>;
+
+impl<P: Parameters> Plugin<P> {
+    /// Restores PGDATA in the `full-recovery` Job, then answers the lines to
+    /// append to the configuration (`restore_config`) and the environment of
+    /// the recovering PostgreSQL (`envs`, `K=V`).
+    pub fn restore_job<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(RestoreJobCall<P>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<RestoreResponse, Status>> + Send + 'static,
+    {
+        self.handlers.restore_job = Some(boxed(handler));
+        self
+    }
+}
+
+/// The RestoreJobHooks service of a [`Plugin`], dispatching to its handler.
+pub struct RestoreJobService<P>(pub(super) Arc<Shared<P>>);
+
+#[tonic::async_trait]
+impl<P: Parameters> restore_job_hooks_server::RestoreJobHooks for RestoreJobService<P> {
+    async fn get_capabilities(
+        &self,
+        _: Request<RestoreJobHooksCapabilitiesRequest>,
+    ) -> Result<Response<RestoreJobHooksCapabilitiesResult>, Status> {
+        Ok(Response::new(RestoreJobHooksCapabilitiesResult {
+            capabilities: vec![restore_job_hook(Kind::Restore)],
+        }))
+    }
+
+    async fn restore(&self, request: Request<RestoreRequest>) -> Result<Response<RestoreResponse>, Status> {
+        let handler = self
+            .0
+            .handlers
+            .restore_job
+            .as_ref()
+            .ok_or_else(|| Status::unimplemented("RestoreJobHooks.Restore is not implemented by this plugin"))?;
+        let request = request.into_inner();
+        let cluster = decode_cluster(&request.cluster_definition)?;
+        let parameters = self.0.source_parameters(&cluster, &Default::default())?;
+        let answer = handler(RestoreJobCall {
+            cluster,
+            parameters,
+            check_empty_wal_archive: request.check_empty_wal_archive,
+        })
+        .await?;
+        Ok(Response::new(answer))
+    }
+}
