@@ -2,16 +2,26 @@
 //!
 //! A CNPG-I plugin is a gRPC server that an operator (CloudNativePG, or
 //! `cnpgi-operator` from this project) calls to validate and default
-//! Clusters and to patch the objects it writes. This crate is what
-//! cnpg-i-machinery's `pluginhelper` is to Go plugin authors:
+//! Clusters and to patch the objects it writes.
+//!
+//! Start with [`plugin`]: a plugin is its metadata, its
+//! [`Parameters`](parameters::Parameters) (`#[derive(Parameters)]`) and the
+//! handlers it registers for any CNPG-I service; the SDK derives the
+//! capabilities from the handlers and does the decoding, the lookup of the
+//! plugin's entry, the diffing and the status codes.
+//!
+//! Under it are the low-level building blocks, public for full control (what
+//! cnpg-i-machinery's `pluginhelper` is to Go plugin authors):
 //!
 //! * [`create_main_cmd`]: the `plugin` command of a plugin binary, serving
 //!   over mutual TLS (TLS 1.3, client certificate required, files re-read on
 //!   rotation) or a Unix socket, with health, reflection, per-call logs,
 //!   panic recovery and graceful shutdown ([`server`], [`cmd`]);
 //! * [`cluster`]: lenient Cluster decoding and the plugin's own entry;
-//! * [`parameters`]: a declared parameter schema yielding validation errors
-//!   and defaults; [`validation`]: `ValidationError` builders;
+//! * [`parameters`]: typed parameters or a run-time schema, yielding
+//!   validation errors and defaults; [`validation`]: `ValidationError`
+//!   builders;
+//! * [`object`]: editing objects as JSON;
 //! * [`patch`]: RFC 6902 JSON patches from before/after JSON;
 //! * [`capabilities`]: capability messages for `GetCapabilities` answers;
 //! * [`sidecar`]: sidecar injection into instance Pods;
@@ -27,7 +37,8 @@
 //! [`cluster`], [`patch`], [`capabilities`] and [`status`] are `cnpgi-core`'s
 //! modules, re-exported: the operator side uses the very same code.
 //!
-//! See `examples/hello-world` in the repository for a complete plugin.
+//! See `examples/hello-world` (declarative) and `examples/low-level`
+//! (hand-written services) in the repository for complete plugins.
 
 #![forbid(unsafe_code)]
 

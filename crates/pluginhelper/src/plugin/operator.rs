@@ -266,11 +266,10 @@ impl<P: Parameters> operator_server::Operator for OperatorService<P> {
                 "plugin entry not found: status.pluginStatus has no entry named {name}"
             ))
         })?;
-        let set_status = self.handlers().set_status.as_ref();
-        let wanted = set_status.map(|handler| handler(&cluster)).transpose()?;
-        let Some(wanted) = wanted else {
+        let Some(set_status) = &self.handlers().set_status else {
             return Ok(Response::new(status::no_op()));
         };
+        let wanted = set_status(&cluster)?;
         if entry.status_json().ok().flatten().as_ref() == Some(&wanted) {
             return Ok(Response::new(status::no_op()));
         }
