@@ -45,6 +45,10 @@ struct Args {
     /// Only print where a one-plugin lifecycle call spends its CPU time.
     #[arg(long)]
     breakdown: bool,
+    /// A Go hello-world on cnpg-i-machinery (tests/interop's `gohello`,
+    /// built with `go build`): adds its one-plugin row to scenario 2.
+    #[arg(long)]
+    go_plugin: Option<PathBuf>,
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -163,6 +167,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let ratio = samples.p50().as_secs_f64() / (n as f64 * floor_p50.as_secs_f64());
         println!(
             "| {n} | {} | {} | {:.0} | {ratio:.2} | 1.3 | {} |",
+            fmt(samples.p50()),
+            fmt(samples.p99()),
+            samples.rate(),
+            verdict(ratio <= 1.3)
+        );
+    }
+    if let Some(go_plugin) = &args.go_plugin {
+        let samples = scenarios::go_plugin_chain(go_plugin, effort).await?;
+        let ratio = samples.p50().as_secs_f64() / floor_p50.as_secs_f64();
+        println!(
+            "| 1, Go hello-world on cnpg-i-machinery (same client and router) | {} | {} | {:.0} | {ratio:.2} | 1.3 | {} |",
             fmt(samples.p50()),
             fmt(samples.p99()),
             samples.rate(),

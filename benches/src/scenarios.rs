@@ -624,3 +624,45 @@ pub(crate) fn handler_steps(effort: Effort) -> anyhow::Result<Vec<(&'static str,
         ),
     ])
 }
+
+/// 2b. The one-plugin chain of scenario 2, through a Go plugin on
+/// cnpg-i-machinery (`binary`, e.g. tests/interop's `gohello`) started as a
+/// process over mutual TLS, with the same client and router.
+pub(crate) async fn go_plugin_chain(binary: &Path, effort: Effort) -> anyhow::Result<Samples> {
+    let certs = TestCertificates::generate("go-plugin.example.com")?;
+    let address = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let _plugin = ChildGuard::spawn(
+        Command::new(binary)
+            .arg("plugin")
+            .arg(format!("--server-address={address}"))
+            .arg(format!("--server-cert={}", certs.server.cert_path.display()))
+            .arg(format!("--server-key={}", certs.server.key_path.display()))
+            .arg(format!("--client-cert={}", certs.client.cert_path.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+    .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", binary.display()))?;
+    let started = Instant::now();
+    while tokio::net::TcpStream::connect(address).await.is_err() {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} does not listen on {address} after 10 s",
+            binary.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let transport = Transport::Tls(cnpgi_client::client::TlsTransport {
+        address: address.to_string(),
+        server_name: certs.server_name.clone(),
+        client_cert: cnpgi_tls::pem::read_certificates(&certs.client.cert_path, "client certificate")?,
+        client_key: cnpgi_tls::pem::read_private_key(&certs.client.key_path, "client key")?,
+        server_cert: cnpgi_tls::pem::read_certificates(&certs.server.cert_path, "server certificate")?,
+    });
+    let registry = Arc::new(Registry::new(cnpgi_operator::registry::RegistryOptions::default()));
+    registry
+        .add("bench", PluginClient::new(HELLO, transport, &ClientOptions::default())?)
+        .await?;
+    anyhow::ensure!(registry.get(HELLO).is_ok(), "the Go plugin is not routable");
+    let router = Router::new(registry, RoutingPolicy::default());
+    chain(&router, &RoutedCluster::new(fixtures::cluster(&names(1))), effort).await
+}
