@@ -1,16 +1,32 @@
-//! Instance Pods: the template ([`cnpgi_core::pod`]) through the plugins'
-//! lifecycle chain, and the drift hash.
+//! Instance Pods: the template ([`cnpgi_core::pod`]) with the PostgreSQL
+//! configuration the plugins enriched, through the plugins' lifecycle chain,
+//! and the drift hash.
+//!
+//! The configuration (`spec.postgresql.parameters` through every enabled
+//! plugin's `Postgres.EnrichConfiguration`, CloudNativePG's rule: the last
+//! non-empty answer wins) is written, when not empty, as the JSON object
+//! (keys sorted) of the annotation [`CONFIGURATION_ANNOTATION`], before the
+//! lifecycle hooks run: the hooks see it, and the drift hash covers it, so a
+//! change of the parameters or of a plugin's answer rolls the Pods.
 //!
 //! Shared by the reconciler and the local mode, on the Cluster as JSON (so
 //! that plugins see every field the user wrote).
 
-use cnpgi_proto::operator_lifecycle::v1::operator_operation_type::Type as Operation;
+use std::collections::BTreeMap;
+
+use cnpgi_proto::{
+    identity::v1::operation_type::Type as OperationType,
+    operator_lifecycle::v1::operator_operation_type::Type as Operation,
+};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::routing::{RouteError, Router};
 
-pub use cnpgi_core::pod::{CLUSTER_LABEL, INSTANCE_LABEL, instance_pod};
+pub use cnpgi_core::{
+    pod::{CLUSTER_LABEL, INSTANCE_LABEL, instance_pod},
+    postgres::CONFIGURATION_ANNOTATION,
+};
 
 /// Annotation with the hash of what the plugins want for the Pod.
 pub const PLUGINS_HASH_ANNOTATION: &str = "cnpgi.io/pluginsHash";
@@ -68,32 +84,68 @@ fn write_canonical(value: &Value, hasher: &mut Sha256) {
     }
 }
 
-/// What the plugins want for instance `n` now (the EVALUATE chain), as a hash.
-pub async fn wanted_hash(router: &Router, cluster: &Value, n: i32) -> Result<String, RouteError> {
-    let evaluated = router
-        .lifecycle_hook(cluster, &instance_pod(cluster, n), Operation::Evaluate)
-        .await?;
+/// The PostgreSQL configuration of the instances: `spec.postgresql.parameters`
+/// through the plugins' `EnrichConfiguration` (`TYPE_RECONCILE`).
+pub async fn postgresql_configuration(
+    router: &Router,
+    cluster: &Value,
+) -> Result<BTreeMap<String, String>, RouteError> {
+    router
+        .enrich_configuration(
+            cluster,
+            &cnpgi_core::postgres::parameters(cluster),
+            OperationType::Reconcile,
+        )
+        .await
+}
+
+/// The template of instance `n` before the lifecycle hooks: [`instance_pod`]
+/// with [`CONFIGURATION_ANNOTATION`] when the configuration is not empty.
+pub async fn instance_template(router: &Router, cluster: &Value, n: i32) -> Result<Value, RouteError> {
+    let mut pod = instance_pod(cluster, n);
+    let configuration = postgresql_configuration(router, cluster).await?;
+    if !configuration.is_empty()
+        && let Some(annotations) = pod.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut)
+    {
+        annotations.insert(
+            CONFIGURATION_ANNOTATION.to_owned(),
+            Value::from(serde_json::to_string(&configuration)?),
+        );
+    }
+    Ok(pod)
+}
+
+/// The hash of what the plugins want for `template` (the EVALUATE chain).
+async fn evaluated_hash(router: &Router, cluster: &Value, template: &Value) -> Result<String, RouteError> {
+    let evaluated = router.lifecycle_hook(cluster, template, Operation::Evaluate).await?;
     Ok(plugins_hash(&evaluated.object))
 }
 
-/// The Pod to create for instance `n`: the template through the CREATE
-/// chain, annotated with [`wanted_hash`].
-pub async fn build_pod(router: &Router, cluster: &Value, n: i32) -> Result<Value, RouteError> {
-    Ok(build_pod_with_patches(router, cluster, n).await?.object)
+/// What the plugins want for instance `n` now (the EVALUATE chain on
+/// [`instance_template`]), as a hash.
+pub async fn wanted_hash(router: &Router, cluster: &Value, n: i32) -> Result<String, RouteError> {
+    let template = instance_template(router, cluster, n).await?;
+    evaluated_hash(router, cluster, &template).await
 }
 
-/// Like [`build_pod`], keeping each plugin's patch (for `render --diff`).
+/// The Pod to create for instance `n`: [`instance_template`] through the
+/// CREATE chain, annotated with [`wanted_hash`].
+pub async fn build_pod(router: &Router, cluster: &Value, n: i32) -> Result<Value, RouteError> {
+    Ok(build_pod_with_patches(router, cluster, n).await?.1.object)
+}
+
+/// Like [`build_pod`], with the template and each plugin's patch (for
+/// `render --diff`).
 pub async fn build_pod_with_patches(
     router: &Router,
     cluster: &Value,
     n: i32,
-) -> Result<crate::routing::Patched, RouteError> {
-    let hash = wanted_hash(router, cluster, n).await?;
-    let mut patched = router
-        .lifecycle_hook(cluster, &instance_pod(cluster, n), Operation::Create)
-        .await?;
+) -> Result<(Value, crate::routing::Patched), RouteError> {
+    let template = instance_template(router, cluster, n).await?;
+    let hash = evaluated_hash(router, cluster, &template).await?;
+    let mut patched = router.lifecycle_hook(cluster, &template, Operation::Create).await?;
     annotate_hash(&mut patched, hash)?;
-    Ok(patched)
+    Ok((template, patched))
 }
 
 /// Sets [`PLUGINS_HASH_ANNOTATION`] on the patched Pod, creating

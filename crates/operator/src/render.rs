@@ -3,15 +3,16 @@
 //!
 //! In the operator's order: the `MutateCluster` chain, then
 //! `ValidateClusterCreate` (or `ValidateClusterChange` against an old
-//! Cluster), then the instance Pods through the lifecycle `CREATE` chain,
-//! then `SetStatusInCluster`.
+//! Cluster), then the instance Pods (their PostgreSQL configuration through
+//! `EnrichConfiguration`) through the lifecycle `CREATE` chain, then
+//! `SetStatusInCluster`.
 
 use serde_json::Value;
 
 use cnpgi_core::status::{PluginStatusUpdate, write_plugin_status};
 
 use crate::{
-    pods::{build_pod_with_patches, instance_pod},
+    pods::build_pod_with_patches,
     routing::{FieldError, PluginPatch, RouteError, Router},
 };
 
@@ -29,7 +30,8 @@ pub enum RenderError {
 /// One instance Pod, and the patch each plugin made to it.
 #[derive(Debug, Clone)]
 pub struct RenderedPod {
-    /// The template before plugins.
+    /// The template before the lifecycle hooks (with the PostgreSQL
+    /// configuration the plugins enriched, see [`crate::pods`]).
     pub template: Value,
     /// The Pod the operator would create.
     pub pod: Value,
@@ -70,9 +72,9 @@ pub async fn render(router: &Router, cluster: &Value, old: Option<&Value>) -> Re
         .clamp(0, 1000) as i32;
     let mut pods = Vec::new();
     for n in 1..=instances {
-        let patched = build_pod_with_patches(router, &cluster_json, n).await?;
+        let (template, patched) = build_pod_with_patches(router, &cluster_json, n).await?;
         pods.push(RenderedPod {
-            template: instance_pod(&cluster_json, n),
+            template,
             pod: patched.object,
             patches: patched.patches,
         });
