@@ -40,8 +40,13 @@ use std::{
 };
 
 use cnpgi_proto::{
-    identity::v1::identity_client::IdentityClient, operator::v1::operator_client::OperatorClient,
+    backup::v1::backup_client::BackupClient,
+    identity::v1::{identity_client::IdentityClient, postgres_client::PostgresClient},
+    metrics::v1::metrics_client::MetricsClient,
+    operator::v1::operator_client::OperatorClient,
     operator_lifecycle::v1::operator_lifecycle_client::OperatorLifecycleClient,
+    reconciler::v1::reconciler_hooks_client::ReconcilerHooksClient,
+    wal::v1::{restore_job_hooks_client::RestoreJobHooksClient, wal_client::WalClient},
 };
 use cnpgi_tls::{
     client::{TlsConnectorService, client_config, server_name},
@@ -124,10 +129,15 @@ impl Transport {
     }
 }
 
+/// [`ClientOptions::call_timeout`] for calls without a deadline.
+pub const NO_DEADLINE: Duration = Duration::MAX;
+
 /// Tunables of a plugin connection.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
     /// Deadline of every call. Default 30 s, as upstream CloudNativePG.
+    /// [`NO_DEADLINE`] sets none: CloudNativePG's choice over Unix sockets,
+    /// for calls that last as long as their work (a base backup).
     pub call_timeout: Duration,
     /// Deadline to establish a connection (TCP and TLS). Default 10 s.
     pub connect_timeout: Duration,
@@ -198,13 +208,15 @@ impl PluginClient {
             // The connector dials the socket; the URI only names the authority.
             Transport::Unix { .. } => "http://localhost".to_owned(),
         };
-        let endpoint = Endpoint::from_shared(endpoint_uri)
-            .map_err(|e| ClientError::Address {
-                plugin: name.to_owned(),
-                address: address.clone(),
-                reason: e.to_string(),
-            })?
-            .timeout(options.call_timeout)
+        let mut endpoint = Endpoint::from_shared(endpoint_uri).map_err(|e| ClientError::Address {
+            plugin: name.to_owned(),
+            address: address.clone(),
+            reason: e.to_string(),
+        })?;
+        if options.call_timeout != NO_DEADLINE {
+            endpoint = endpoint.timeout(options.call_timeout);
+        }
+        let endpoint = endpoint
             .connect_timeout(options.connect_timeout)
             .http2_keep_alive_interval(options.keepalive_interval)
             .keep_alive_timeout(options.keepalive_timeout)
@@ -260,10 +272,13 @@ impl PluginClient {
     }
 
     /// Wraps a message in a request carrying the call deadline (sent to the
-    /// plugin as `grpc-timeout`, and enforced here too).
+    /// plugin as `grpc-timeout`, and enforced here too); none under
+    /// [`NO_DEADLINE`].
     pub fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
-        request.set_timeout(self.call_timeout);
+        if self.call_timeout != NO_DEADLINE {
+            request.set_timeout(self.call_timeout);
+        }
         request
     }
 
@@ -283,10 +298,33 @@ impl PluginClient {
     }
 
     /// A ReconcilerHooks client on the shared channel.
-    pub fn reconciler(
-        &self,
-    ) -> cnpgi_proto::reconciler::v1::reconciler_hooks_client::ReconcilerHooksClient<InstrumentedChannel> {
-        cnpgi_proto::reconciler::v1::reconciler_hooks_client::ReconcilerHooksClient::new(self.channel.clone())
+    pub fn reconciler(&self) -> ReconcilerHooksClient<InstrumentedChannel> {
+        ReconcilerHooksClient::new(self.channel.clone())
+    }
+
+    /// A WAL client on the shared channel.
+    pub fn wal(&self) -> WalClient<InstrumentedChannel> {
+        WalClient::new(self.channel.clone())
+    }
+
+    /// A Backup client on the shared channel.
+    pub fn backup(&self) -> BackupClient<InstrumentedChannel> {
+        BackupClient::new(self.channel.clone())
+    }
+
+    /// A RestoreJobHooks client on the shared channel.
+    pub fn restore_job(&self) -> RestoreJobHooksClient<InstrumentedChannel> {
+        RestoreJobHooksClient::new(self.channel.clone())
+    }
+
+    /// A Postgres (`EnrichConfiguration`) client on the shared channel.
+    pub fn postgres(&self) -> PostgresClient<InstrumentedChannel> {
+        PostgresClient::new(self.channel.clone())
+    }
+
+    /// A Metrics client on the shared channel.
+    pub fn metrics(&self) -> MetricsClient<InstrumentedChannel> {
+        MetricsClient::new(self.channel.clone())
     }
 }
 

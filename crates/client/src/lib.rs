@@ -11,7 +11,11 @@
 //!   deadline on every call and a [`client::CallObserver`] told about each;
 //! * [`probe`]: the CNPG-I probing sequence and the capabilities it yields
 //!   ([`probe::PluginInfo`]);
-//! * [`conformance`]: the conformance suite of `cnpgi-operator check-plugin`.
+//! * [`conformance`]: the conformance suite of `cnpgi-operator check-plugin`;
+//! * [`instance`]: the instance side, beside PostgreSQL: WAL archiving and
+//!   restoring, backups, restores and metrics through the plugins of a socket
+//!   directory (`cnpgi-operator wal-archive`, `wal-restore`, `backup`,
+//!   `restore`, `metrics`).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,4 +35,5 @@
 
 pub mod client;
 pub mod conformance;
+pub mod instance;
 pub mod probe;

@@ -2,18 +2,28 @@
 //!
 //! After connecting, the operator asks, in this order: `GetPluginMetadata`,
 //! `GetPluginCapabilities`, then `GetCapabilities` of each advertised service
-//! it knows (Operator, then OperatorLifecycle, then ReconcilerHooks). The
-//! answers are kept as a
-//! [`PluginInfo`] and only refreshed when the connection is rebuilt.
+//! (Operator, OperatorLifecycle, WAL, Backup, ReconcilerHooks,
+//! RestoreJobHooks, Postgres, Metrics: CloudNativePG's `LoadPlugin` order).
+//! The answers are kept as a [`PluginInfo`] and only refreshed when the
+//! connection is rebuilt. A short-lived caller that needs one service
+//! (`wal-archive` runs once per WAL segment) asks only for it with
+//! [`probe_only`].
 
 use cnpgi_core::capabilities::{
-    self, Operation, OperatorRpc as RpcType, ReconcilerKind as HookKind, ServiceType, matches_lifecycle,
+    self, BackupRpc, MetricsRpc, Operation, OperatorRpc as RpcType, PostgresRpc, ReconcilerKind as HookKind,
+    RestoreJobKind, ServiceType, WalRpc, matches_lifecycle,
 };
 use cnpgi_proto::{
-    identity::v1::{GetPluginCapabilitiesRequest, GetPluginMetadataRequest, GetPluginMetadataResponse, ProbeRequest},
+    backup::v1::BackupCapabilitiesRequest,
+    identity::v1::{
+        GetPluginCapabilitiesRequest, GetPluginMetadataRequest, GetPluginMetadataResponse, PostgresCapabilitiesRequest,
+        ProbeRequest,
+    },
+    metrics::v1::MetricsCapabilitiesRequest,
     operator::v1::OperatorCapabilitiesRequest,
     operator_lifecycle::v1::{OperatorLifecycleCapabilities, OperatorLifecycleCapabilitiesRequest},
     reconciler::v1::ReconcilerHooksCapabilitiesRequest,
+    wal::v1::{RestoreJobHooksCapabilitiesRequest, WalCapabilitiesRequest},
 };
 
 use crate::client::PluginClient;
@@ -32,6 +42,16 @@ pub struct PluginInfo {
     /// The kinds of object whose reconciliation the plugin hooks into
     /// (empty without the ReconcilerHooks service).
     pub reconciler_kinds: Vec<HookKind>,
+    /// The WAL RPCs advertised (empty without the WAL service).
+    pub wal_rpcs: Vec<WalRpc>,
+    /// The Backup RPCs advertised (empty without the Backup service).
+    pub backup_rpcs: Vec<BackupRpc>,
+    /// What the plugin's RestoreJobHooks handle (empty without that service).
+    pub restore_job_kinds: Vec<RestoreJobKind>,
+    /// The Postgres RPCs advertised (empty without the Postgres service).
+    pub postgres_rpcs: Vec<PostgresRpc>,
+    /// The Metrics RPCs advertised (empty without the Metrics service).
+    pub metrics_rpcs: Vec<MetricsRpc>,
 }
 
 impl PluginInfo {
@@ -116,9 +136,38 @@ impl ProbeError {
     }
 }
 
+/// Every service with a `GetCapabilities` RPC, in the order probed.
+pub const ALL_SERVICES: &[ServiceType] = &[
+    ServiceType::OperatorService,
+    ServiceType::LifecycleService,
+    ServiceType::WalService,
+    ServiceType::BackupService,
+    ServiceType::ReconcilerHooks,
+    ServiceType::RestoreJob,
+    ServiceType::Postgres,
+    ServiceType::Metrics,
+];
+
 /// Runs the probing sequence on `client`, checking that the plugin's name is
-/// valid and is the name the client was created for.
+/// valid and is the name the client was created for; the capabilities of
+/// every advertised service are asked for.
 pub async fn probe(client: &PluginClient) -> Result<PluginInfo, ProbeError> {
+    probe_only(client, ALL_SERVICES).await
+}
+
+/// [`probe`], asking only for the capabilities of `wanted` services (when
+/// advertised); the others' stay empty in the answer.
+///
+/// ```no_run
+/// # async fn example(client: cnpgi_client::client::PluginClient) -> Result<(), cnpgi_client::probe::ProbeError> {
+/// use cnpgi_client::probe::probe_only;
+/// use cnpgi_core::capabilities::{ServiceType, WalRpc};
+///
+/// let info = probe_only(&client, &[ServiceType::WalService]).await?;
+/// let archives = info.wal_rpcs.contains(&WalRpc::ArchiveWal);
+/// # let _ = archives; Ok(()) }
+/// ```
+pub async fn probe_only(client: &PluginClient, wanted: &[ServiceType]) -> Result<PluginInfo, ProbeError> {
     let metadata = client
         .identity()
         .get_plugin_metadata(client.request(GetPluginMetadataRequest {}))
@@ -147,9 +196,21 @@ pub async fn probe(client: &PluginClient) -> Result<PluginInfo, ProbeError> {
             .capabilities,
     );
 
-    let mut operator_rpcs = Vec::new();
-    if services.contains(&ServiceType::OperatorService) {
-        operator_rpcs = capabilities::operator_rpcs_of(
+    let asks = |service: ServiceType| wanted.contains(&service) && services.contains(&service);
+    let mut info = PluginInfo {
+        metadata,
+        services: services.clone(),
+        operator_rpcs: Vec::new(),
+        lifecycle: Vec::new(),
+        reconciler_kinds: Vec::new(),
+        wal_rpcs: Vec::new(),
+        backup_rpcs: Vec::new(),
+        restore_job_kinds: Vec::new(),
+        postgres_rpcs: Vec::new(),
+        metrics_rpcs: Vec::new(),
+    };
+    if asks(ServiceType::OperatorService) {
+        info.operator_rpcs = capabilities::operator_rpcs_of(
             &client
                 .operator()
                 .get_capabilities(client.request(OperatorCapabilitiesRequest {}))
@@ -159,10 +220,8 @@ pub async fn probe(client: &PluginClient) -> Result<PluginInfo, ProbeError> {
                 .capabilities,
         );
     }
-
-    let mut lifecycle = Vec::new();
-    if services.contains(&ServiceType::LifecycleService) {
-        lifecycle = client
+    if asks(ServiceType::LifecycleService) {
+        info.lifecycle = client
             .lifecycle()
             .get_capabilities(client.request(OperatorLifecycleCapabilitiesRequest {}))
             .await
@@ -170,10 +229,30 @@ pub async fn probe(client: &PluginClient) -> Result<PluginInfo, ProbeError> {
             .into_inner()
             .lifecycle_capabilities;
     }
-
-    let mut reconciler_kinds = Vec::new();
-    if services.contains(&ServiceType::ReconcilerHooks) {
-        reconciler_kinds = capabilities::reconciler_kinds_of(
+    if asks(ServiceType::WalService) {
+        info.wal_rpcs = capabilities::wal_rpcs_of(
+            &client
+                .wal()
+                .get_capabilities(client.request(WalCapabilitiesRequest {}))
+                .await
+                .map_err(|s| ProbeError::rpc(client, "WAL/GetCapabilities", s))?
+                .into_inner()
+                .capabilities,
+        );
+    }
+    if asks(ServiceType::BackupService) {
+        info.backup_rpcs = capabilities::backup_rpcs_of(
+            &client
+                .backup()
+                .get_capabilities(client.request(BackupCapabilitiesRequest {}))
+                .await
+                .map_err(|s| ProbeError::rpc(client, "Backup/GetCapabilities", s))?
+                .into_inner()
+                .capabilities,
+        );
+    }
+    if asks(ServiceType::ReconcilerHooks) {
+        info.reconciler_kinds = capabilities::reconciler_kinds_of(
             &client
                 .reconciler()
                 .get_capabilities(client.request(ReconcilerHooksCapabilitiesRequest {}))
@@ -183,14 +262,40 @@ pub async fn probe(client: &PluginClient) -> Result<PluginInfo, ProbeError> {
                 .reconciler_capabilities,
         );
     }
-
-    Ok(PluginInfo {
-        metadata,
-        services,
-        operator_rpcs,
-        lifecycle,
-        reconciler_kinds,
-    })
+    if asks(ServiceType::RestoreJob) {
+        info.restore_job_kinds = capabilities::restore_job_kinds_of(
+            &client
+                .restore_job()
+                .get_capabilities(client.request(RestoreJobHooksCapabilitiesRequest {}))
+                .await
+                .map_err(|s| ProbeError::rpc(client, "RestoreJobHooks/GetCapabilities", s))?
+                .into_inner()
+                .capabilities,
+        );
+    }
+    if asks(ServiceType::Postgres) {
+        info.postgres_rpcs = capabilities::postgres_rpcs_of(
+            &client
+                .postgres()
+                .get_capabilities(client.request(PostgresCapabilitiesRequest {}))
+                .await
+                .map_err(|s| ProbeError::rpc(client, "Postgres/GetCapabilities", s))?
+                .into_inner()
+                .capabilities,
+        );
+    }
+    if asks(ServiceType::Metrics) {
+        info.metrics_rpcs = capabilities::metrics_rpcs_of(
+            &client
+                .metrics()
+                .get_capabilities(client.request(MetricsCapabilitiesRequest {}))
+                .await
+                .map_err(|s| ProbeError::rpc(client, "Metrics/GetCapabilities", s))?
+                .into_inner()
+                .capabilities,
+        );
+    }
+    Ok(info)
 }
 
 /// Asks `Probe`: `Ok(true)` when the plugin says it is ready.

@@ -33,14 +33,24 @@ use cnpgi_proto::{
     wal::v1::{RestoreJobHooksCapability, WalCapability, wal_capability},
 };
 
+/// The Backup RPCs a plugin advertises (`BackupCapability.RPC.Type`).
+pub use cnpgi_proto::backup::v1::backup_capability::rpc::Type as BackupRpc;
 /// The services a plugin advertises (`PluginCapability.Service.Type`).
 pub use cnpgi_proto::identity::v1::plugin_capability::service::Type as ServiceType;
+/// The Postgres RPCs a plugin advertises (`PostgresCapability.RPC.Type`).
+pub use cnpgi_proto::identity::v1::postgres_capability::rpc::Type as PostgresRpc;
+/// The Metrics RPCs a plugin advertises (`MetricsCapability.RPC.Type`).
+pub use cnpgi_proto::metrics::v1::metrics_capability::rpc::Type as MetricsRpc;
 /// The Operator RPCs a plugin advertises (`OperatorCapability.RPC.Type`).
 pub use cnpgi_proto::operator::v1::operator_capability::rpc::Type as OperatorRpc;
 /// The operations a lifecycle hook is called for (`OperatorOperationType.Type`).
 pub use cnpgi_proto::operator_lifecycle::v1::operator_operation_type::Type as Operation;
 /// The kinds of object whose reconciliation a plugin hooks into.
 pub use cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind as ReconcilerKind;
+/// What a plugin's `RestoreJobHooks` handle (`RestoreJobHooksCapability.Kind`).
+pub use cnpgi_proto::wal::v1::restore_job_hooks_capability::Kind as RestoreJobKind;
+/// The WAL RPCs a plugin advertises (`WALCapability.RPC.Type`).
+pub use cnpgi_proto::wal::v1::wal_capability::rpc::Type as WalRpc;
 
 /// A capability entry that does not say what it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -216,6 +226,94 @@ pub fn reconciler_kind(capability: &ReconcilerHooksCapability) -> Result<Reconci
     known(capability.kind, ReconcilerKind::Unspecified)
 }
 
+/// The WAL RPC a `WALCapability` advertises.
+///
+/// # Errors
+///
+/// [`CapabilityError`] when it has no type, or an unspecified or unknown one.
+///
+/// ```
+/// use cnpgi_core::capabilities::{wal_rpc, wal_rpc_type, WalRpc};
+///
+/// assert_eq!(wal_rpc_type(&wal_rpc(WalRpc::RestoreWal)), Ok(WalRpc::RestoreWal));
+/// ```
+pub fn wal_rpc_type(capability: &WalCapability) -> Result<WalRpc, CapabilityError> {
+    match &capability.r#type {
+        Some(wal_capability::Type::Rpc(rpc)) => known(rpc.r#type, WalRpc::Unspecified),
+        None => Err(CapabilityError::Missing),
+    }
+}
+
+/// The Backup RPC a `BackupCapability` advertises.
+///
+/// # Errors
+///
+/// [`CapabilityError`] when it has no type, or an unspecified or unknown one.
+pub fn backup_rpc_type(capability: &BackupCapability) -> Result<BackupRpc, CapabilityError> {
+    match &capability.r#type {
+        Some(backup_capability::Type::Rpc(rpc)) => known(rpc.r#type, BackupRpc::Unspecified),
+        None => Err(CapabilityError::Missing),
+    }
+}
+
+/// The kind a `RestoreJobHooksCapability` handles.
+///
+/// # Errors
+///
+/// [`CapabilityError::Unknown`] for an unspecified or unknown kind.
+pub fn restore_job_kind(capability: &RestoreJobHooksCapability) -> Result<RestoreJobKind, CapabilityError> {
+    known(capability.kind, RestoreJobKind::Unspecified)
+}
+
+/// The Postgres RPC a `PostgresCapability` advertises.
+///
+/// # Errors
+///
+/// [`CapabilityError`] when it has no type, or an unspecified or unknown one.
+pub fn postgres_rpc_type(capability: &PostgresCapability) -> Result<PostgresRpc, CapabilityError> {
+    match &capability.r#type {
+        Some(postgres_capability::Type::Rpc(rpc)) => known(rpc.r#type, PostgresRpc::Unspecified),
+        None => Err(CapabilityError::Missing),
+    }
+}
+
+/// The Metrics RPC a `MetricsCapability` advertises.
+///
+/// # Errors
+///
+/// [`CapabilityError`] when it has no type, or an unspecified or unknown one.
+pub fn metrics_rpc_type(capability: &MetricsCapability) -> Result<MetricsRpc, CapabilityError> {
+    match &capability.r#type {
+        Some(metrics_capability::Type::Rpc(rpc)) => known(rpc.r#type, MetricsRpc::Unspecified),
+        None => Err(CapabilityError::Missing),
+    }
+}
+
+/// The WAL RPCs advertised, in order; unknown entries left out.
+pub fn wal_rpcs_of(capabilities: &[WalCapability]) -> Vec<WalRpc> {
+    capabilities.iter().filter_map(|c| wal_rpc_type(c).ok()).collect()
+}
+
+/// The Backup RPCs advertised, in order; unknown entries left out.
+pub fn backup_rpcs_of(capabilities: &[BackupCapability]) -> Vec<BackupRpc> {
+    capabilities.iter().filter_map(|c| backup_rpc_type(c).ok()).collect()
+}
+
+/// The restore-job kinds handled, in order; unknown entries left out.
+pub fn restore_job_kinds_of(capabilities: &[RestoreJobHooksCapability]) -> Vec<RestoreJobKind> {
+    capabilities.iter().filter_map(|c| restore_job_kind(c).ok()).collect()
+}
+
+/// The Postgres RPCs advertised, in order; unknown entries left out.
+pub fn postgres_rpcs_of(capabilities: &[PostgresCapability]) -> Vec<PostgresRpc> {
+    capabilities.iter().filter_map(|c| postgres_rpc_type(c).ok()).collect()
+}
+
+/// The Metrics RPCs advertised, in order; unknown entries left out.
+pub fn metrics_rpcs_of(capabilities: &[MetricsCapability]) -> Vec<MetricsRpc> {
+    capabilities.iter().filter_map(|c| metrics_rpc_type(c).ok()).collect()
+}
+
 /// The services advertised, in order; entries that do not name a known
 /// service are left out.
 ///
@@ -385,6 +483,42 @@ mod tests {
         assert_eq!(
             restore_job_hook(RestoreKind::Restore).kind,
             i32::from(RestoreKind::Restore)
+        );
+    }
+
+    #[test]
+    fn the_other_services_capabilities_are_read_back_in_order() {
+        assert_eq!(
+            wal_rpcs_of(&[
+                wal_rpc(WalRpc::RestoreWal),
+                WalCapability::default(),
+                wal_rpc(WalRpc::ArchiveWal)
+            ]),
+            [WalRpc::RestoreWal, WalRpc::ArchiveWal]
+        );
+        assert_eq!(wal_rpc_type(&WalCapability::default()), Err(CapabilityError::Missing));
+        assert_eq!(
+            backup_rpcs_of(&[backup_rpc(BackupRpc::Backup), backup_rpc(BackupRpc::Unspecified)]),
+            [BackupRpc::Backup]
+        );
+        assert_eq!(
+            restore_job_kinds_of(&[
+                RestoreJobHooksCapability { kind: 7 },
+                restore_job_hook(RestoreJobKind::Restore)
+            ]),
+            [RestoreJobKind::Restore]
+        );
+        assert_eq!(
+            postgres_rpcs_of(&[postgres_rpc(PostgresRpc::EnrichConfiguration)]),
+            [PostgresRpc::EnrichConfiguration]
+        );
+        assert_eq!(
+            metrics_rpc_type(&metrics_rpc(MetricsRpc::Unspecified)),
+            Err(CapabilityError::Unknown(0))
+        );
+        assert_eq!(
+            metrics_rpcs_of(&[metrics_rpc(MetricsRpc::Metrics)]),
+            [MetricsRpc::Metrics]
         );
     }
 }

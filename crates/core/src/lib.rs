@@ -19,6 +19,9 @@
 //! * [`status`]: `SetStatusInCluster` answers and the `pluginStatus` entries
 //!   an operator writes;
 //! * [`pod`]: the instance Pod template, before plugins;
+//! * [`postgres`]: what a Cluster says about its PostgreSQL instances (WAL
+//!   archiver, restore plugins, recovery target, parameters) and
+//!   configuration-file quoting;
 //! * [`names`]: plugin-name rules and gRPC service names;
 //! * [`echo`]: bounding the input that errors and logs repeat (1 KiB).
 //!
@@ -42,4 +45,5 @@ pub mod names;
 pub mod patch;
 pub mod path;
 pub mod pod;
+pub mod postgres;
 pub mod status;

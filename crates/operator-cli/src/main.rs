@@ -4,11 +4,15 @@
 //!   reconciles Clusters, and exposes `/healthz`, `/readyz` and `/metrics`;
 //! * `cnpgi-operator crd`: prints the Cluster CRD;
 //! * `cnpgi-operator render`: runs a Cluster file through the plugins locally;
-//! * `cnpgi-operator check-plugin`: the conformance suite for any plugin.
+//! * `cnpgi-operator check-plugin`: the conformance suite for any plugin;
+//! * `cnpgi-operator wal-archive`, `wal-restore`, `backup`, `restore`,
+//!   `metrics`: the instance side, beside a PostgreSQL, through the plugins
+//!   of a socket directory (no Kubernetes).
 
 #![forbid(unsafe_code)]
 
 mod check;
+mod instance;
 mod logging;
 mod plugins;
 mod render;
@@ -37,6 +41,28 @@ enum Command {
     Render(Box<render::RenderArgs>),
     /// Check that plugins conform to CNPG-I (prints a table; exit 1 on failure).
     CheckPlugin(Box<check::CheckArgs>),
+    /// Archive a WAL file through the plugins (PostgreSQL's archive_command).
+    ///
+    /// Calls WAL.Archive on every plugin the Cluster enables that has a socket
+    /// and advertises TYPE_ARCHIVE_WAL, in name order; the first error fails.
+    /// Exit 0 only when archived.
+    /// Example: archive_command = 'cnpgi-operator wal-archive %p', with
+    /// CNPGI_CLUSTER and CNPGI_PLUGIN_DIR in PostgreSQL's environment.
+    WalArchive(Box<instance::wal::ArchiveArgs>),
+    /// Restore a WAL file through the plugins (PostgreSQL's restore_command).
+    ///
+    /// Asks WAL.Restore of the enabled plugins (and those of
+    /// spec.externalClusters[].plugin) that advertise TYPE_RESTORE_WAL, in name
+    /// order, until one has it. Exit 1 when none has it: PostgreSQL carries on.
+    /// Example: restore_command = 'cnpgi-operator wal-restore %f %p'.
+    WalRestore(Box<instance::wal::RestoreArgs>),
+    /// Take a base backup through a plugin (Backup.Backup); prints the result as JSON.
+    Backup(Box<instance::backup::BackupArgs>),
+    /// Restore PGDATA through a plugin (RestoreJobHooks.Restore) and write the
+    /// recovery configuration; prints the plugin's environment variables.
+    Restore(Box<instance::backup::RestoreArgs>),
+    /// Serve the plugins' metrics (Metrics.Define and Collect) on /metrics.
+    Metrics(Box<instance::metrics::MetricsArgs>),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +79,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Render(args) => return local(Box::pin(render::render(*args))),
         Command::CheckPlugin(args) => return local(Box::pin(check::check(*args))),
+        Command::WalArchive(args) => return instance::run(instance::wal::archive(*args)),
+        Command::WalRestore(args) => return instance::run(instance::wal::restore(*args)),
+        Command::Backup(args) => return instance::run(instance::backup::run_backup(*args)),
+        Command::Restore(args) => return instance::run(instance::backup::run_restore(*args)),
+        Command::Metrics(args) => return instance::run(instance::metrics::run_metrics(*args)),
         Command::Crd => cnpgi_operator::crd::crd_yaml()
             .map(|yaml| print!("{yaml}"))
             .map_err(anyhow::Error::from),

@@ -112,12 +112,12 @@ async fn webhook_and_lifecycle_paths_through_a_go_plugin() {
     // Lifecycle: the reconciler's Pod carries the Go plugin's label, and a
     // parameter change shows as drift.
     let red = cluster(Some("red"));
-    let pod = pods::build_pod(&router, &RoutedCluster::new(red.clone()), 1)
+    let pod = pods::build_pod(&router, &RoutedCluster::new(red.clone()), &Default::default(), 1)
         .await
         .unwrap();
     assert_eq!(pod["metadata"]["labels"]["go-plugin"], "red");
     assert_eq!(pod["spec"]["containers"][0]["name"], "postgres");
-    let hash = pods::wanted_hash(&router, &RoutedCluster::new(red.clone()), 1)
+    let hash = pods::wanted_hash(&router, &RoutedCluster::new(red.clone()), &Default::default(), 1)
         .await
         .unwrap();
     assert_eq!(
@@ -125,9 +125,14 @@ async fn webhook_and_lifecycle_paths_through_a_go_plugin() {
         hash.as_str()
     );
     assert_ne!(
-        pods::wanted_hash(&router, &RoutedCluster::new(cluster(Some("blue"))), 1)
-            .await
-            .unwrap(),
+        pods::wanted_hash(
+            &router,
+            &RoutedCluster::new(cluster(Some("blue"))),
+            &Default::default(),
+            1
+        )
+        .await
+        .unwrap(),
         hash
     );
 

@@ -262,3 +262,47 @@ fn deeply_nested_yaml_is_refused_naming_the_file() {
         );
     }
 }
+
+/// `spec.postgresql.parameters` through the plugins' EnrichConfiguration,
+/// on every Pod, with hello-world's lifecycle hooks applied as well.
+#[test]
+fn the_enriched_postgresql_configuration_is_on_the_pods() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster.yaml");
+    std::fs::write(
+        &cluster,
+        format!(
+            "apiVersion: cnpgi.io/v1\nkind: Cluster\nmetadata:\n  name: pg\nspec:\n  instances: 2\n  postgresql:\n    parameters:\n      max_connections: \"200\"\n  plugins:\n  - name: {HELLO}\n  - name: cnpgi-dir-plugin.example.com\n    parameters:\n      enrich: wal_level=logical,archive_timeout=60s\n"
+        ),
+    )
+    .unwrap();
+    let output = render(&[
+        cluster.to_str().unwrap(),
+        &exec_flag(),
+        &format!("--plugin-exec={}", workspace_binary("cnpgi-dir-plugin").display()),
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let documents = documents(&output.stdout);
+    assert_eq!(documents.len(), 3, "the Cluster and two Pods");
+    for pod in &documents[1..] {
+        assert_eq!(
+            pod["metadata"]["annotations"]["cnpgi.io/postgresqlConfiguration"],
+            r#"{"archive_timeout":"60s","max_connections":"200","wal_level":"logical"}"#,
+            "{pod}"
+        );
+        assert!(pod["metadata"]["annotations"]["cnpgi.io/pluginsHash"].is_string());
+        assert_eq!(
+            pod["spec"]["initContainers"][0]["name"], "pauser",
+            "hello-world's hooks still ran"
+        );
+    }
+    // The template shown by --diff carries it: the lifecycle hooks see it.
+    let diff = render(&[
+        cluster.to_str().unwrap(),
+        &exec_flag(),
+        &format!("--plugin-exec={}", workspace_binary("cnpgi-dir-plugin").display()),
+        "--diff",
+    ]);
+    let text = String::from_utf8_lossy(&diff.stdout);
+    assert!(text.contains("cnpgi.io/postgresqlConfiguration"), "{text}");
+}

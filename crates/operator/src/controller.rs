@@ -59,7 +59,7 @@ use cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind as HookKind;
 
 use crate::{
     crd::{Cluster, ClusterStatus, PluginStatus},
-    pods::{PLUGINS_INPUTS_ANNOTATION, build_pod, inputs_fingerprint, wanted_hash},
+    pods::{PLUGINS_INPUTS_ANNOTATION, build_pod, inputs_fingerprint, postgresql_configuration, wanted_hash},
     routing::{HookOutcome, HookPhase, RouteError, RoutedCluster, Router},
 };
 
@@ -344,14 +344,27 @@ async fn reconcile_pods(
     deregister_removed(ctx, &name, &routed, status).await;
     let by_number = list_instances(pods, &name).await?;
     scale_down(pods, &name, &by_number, wanted).await?;
+    // The enriched PostgreSQL configuration, asked only when a Pod is built
+    // or evaluated, once.
+    let configuration = Configuration::default();
     // Compute every missing Pod first, so that a plugin failure creates nothing.
     let mut to_create = Vec::new();
     for n in (1..=wanted).filter(|n| !by_number.contains_key(n)) {
-        to_create.push(build_pod(&ctx.router, &routed, n).await?);
+        let configuration = configuration.get(ctx, &routed).await?;
+        to_create.push(build_pod(&ctx.router, &routed, configuration, n).await?);
     }
     // Drift: roll the first Pod the plugins want different, one at a time.
     let rolled = to_create.is_empty()
-        && roll_first_drifted(ctx, &cluster_key(cluster), &routed, pods, &by_number, wanted).await?;
+        && roll_first_drifted(
+            ctx,
+            &cluster_key(cluster),
+            &routed,
+            &configuration,
+            pods,
+            &by_number,
+            wanted,
+        )
+        .await?;
     create_pods(pods, &name, to_create).await?;
     let post = ctx
         .router
@@ -523,6 +536,7 @@ async fn roll_first_drifted(
     ctx: &Context,
     key: &str,
     cluster: &RoutedCluster,
+    configuration: &Configuration,
     pods: &Api<Pod>,
     by_number: &BTreeMap<i32, Pod>,
     wanted: i32,
@@ -537,7 +551,8 @@ async fn roll_first_drifted(
         let unchanged = annotations.get(PLUGINS_INPUTS_ANNOTATION) == Some(&inputs) || seen.get(&uid) == Some(&inputs);
         if !unchanged {
             let live = annotations.get(PLUGINS_HASH_ANNOTATION).cloned().unwrap_or_default();
-            if live != wanted_hash(&ctx.router, cluster, *n).await? {
+            let configuration = configuration.get(ctx, cluster).await?;
+            if live != wanted_hash(&ctx.router, cluster, configuration, *n).await? {
                 tracing::info!(cluster = %key, pod = %pod.name_any(), "plugins want a different Pod; rolling it");
                 pods.delete(&pod.name_any(), &DeleteParams::default())
                     .await
@@ -553,6 +568,19 @@ async fn roll_first_drifted(
     }
     ctx.set_evaluated_pods(key, up_to_date);
     Ok(rolled)
+}
+
+/// The PostgreSQL configuration of one reconcile, through the plugins'
+/// `EnrichConfiguration` on first use.
+#[derive(Default)]
+struct Configuration(tokio::sync::OnceCell<BTreeMap<String, String>>);
+
+impl Configuration {
+    async fn get(&self, ctx: &Context, cluster: &RoutedCluster) -> Result<&BTreeMap<String, String>, RouteError> {
+        self.0
+            .get_or_try_init(|| postgresql_configuration(&ctx.router, cluster))
+            .await
+    }
 }
 
 /// A hook's requeue delay; zero means "the operator's own", here 5 s.

@@ -48,6 +48,27 @@ pub struct ClusterSpec {
     /// The CNPG-I plugins this Cluster uses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<PluginConfiguration>,
+    /// PostgreSQL's configuration (CloudNativePG's shape).
+    #[serde(default, skip_serializing_if = "PostgresConfiguration::is_empty")]
+    pub postgresql: PostgresConfiguration,
+}
+
+/// `spec.postgresql`: the PostgreSQL configuration of the instances.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PostgresConfiguration {
+    /// PostgreSQL configuration parameters. Plugins advertising the Postgres
+    /// service may change them (`EnrichConfiguration`); the result is the
+    /// instance Pods' `cnpgi.io/postgresqlConfiguration` annotation.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub parameters: std::collections::BTreeMap<String, String>,
+}
+
+impl PostgresConfiguration {
+    /// Whether nothing is configured (the field is then not serialised).
+    pub fn is_empty(&self) -> bool {
+        self.parameters.is_empty()
+    }
 }
 
 /// What the operator observed.
@@ -94,6 +115,22 @@ mod tests {
             assert!(plugin.get(field).is_some(), "{field} missing: {plugin}");
         }
         assert!(crd.spec.versions[0].subresources.as_ref().unwrap().status.is_some());
+    }
+
+    #[test]
+    fn postgresql_parameters_have_cloudnative_pgs_shape() {
+        let spec: ClusterSpec = serde_json::from_value(serde_json::json!({
+            "postgresql": {"parameters": {"shared_buffers": "256MB"}}
+        }))
+        .unwrap();
+        assert_eq!(spec.postgresql.parameters["shared_buffers"], "256MB");
+        let schema = serde_json::to_value(&Cluster::crd().spec.versions[0].schema).unwrap();
+        let parameters =
+            &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["postgresql"]["properties"]["parameters"];
+        assert_eq!(parameters["additionalProperties"]["type"], "string", "{parameters}");
+        // Absent stays absent: Clusters written before the field serialise as they did.
+        let bare: ClusterSpec = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert!(serde_json::to_value(&bare).unwrap().get("postgresql").is_none());
     }
 
     #[test]

@@ -1,16 +1,32 @@
-//! Instance Pods: the template ([`cnpgi_core::pod`]) through the plugins'
-//! lifecycle chain, and the drift hash.
+//! Instance Pods: the template ([`cnpgi_core::pod`]) with the PostgreSQL
+//! configuration the plugins enriched, through the plugins' lifecycle chain,
+//! and the drift hash.
+//!
+//! The configuration (`spec.postgresql.parameters` through every enabled
+//! plugin's `Postgres.EnrichConfiguration`, CloudNativePG's rule: the last
+//! non-empty answer wins) is written, when not empty, as the JSON object
+//! (keys sorted) of the annotation [`CONFIGURATION_ANNOTATION`], before the
+//! lifecycle hooks run: the hooks see it, and the drift hash covers it, so a
+//! change of the parameters or of a plugin's answer rolls the Pods.
 //!
 //! Shared by the reconciler and the local mode, on the Cluster as JSON (so
 //! that plugins see every field the user wrote).
 
-use cnpgi_proto::operator_lifecycle::v1::operator_operation_type::Type as Operation;
+use std::collections::BTreeMap;
+
+use cnpgi_proto::{
+    identity::v1::operation_type::Type as OperationType,
+    operator_lifecycle::v1::operator_operation_type::Type as Operation,
+};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::routing::{Patched, RouteError, RoutedCluster, Router};
 
-pub use cnpgi_core::pod::{CLUSTER_LABEL, INSTANCE_LABEL, instance_pod};
+pub use cnpgi_core::{
+    pod::{CLUSTER_LABEL, INSTANCE_LABEL, instance_pod},
+    postgres::CONFIGURATION_ANNOTATION,
+};
 
 /// Annotation with the hash of what the plugins want for the Pod.
 pub const PLUGINS_HASH_ANNOTATION: &str = "cnpgi.io/pluginsHash";
@@ -73,22 +89,63 @@ fn write_canonical(value: &Value, hasher: &mut Sha256) {
     }
 }
 
-/// What the plugins want for instance `n` now (the EVALUATE chain), as a hash.
-pub async fn wanted_hash(router: &Router, cluster: &RoutedCluster, n: i32) -> Result<String, RouteError> {
-    let evaluated = router
-        .lifecycle_hook(cluster, &instance_pod(cluster.value(), n), Operation::Evaluate)
-        .await?;
+/// The PostgreSQL configuration of the instances: `spec.postgresql.parameters`
+/// through the plugins' `EnrichConfiguration` (`TYPE_RECONCILE`). One call
+/// chain per reconcile: every Pod's template shares it.
+pub async fn postgresql_configuration(
+    router: &Router,
+    cluster: &RoutedCluster,
+) -> Result<BTreeMap<String, String>, RouteError> {
+    router
+        .enrich_configuration(
+            cluster,
+            &cnpgi_core::postgres::parameters(cluster.value()),
+            OperationType::Reconcile,
+        )
+        .await
+}
+
+/// The template of instance `n` before the lifecycle hooks: [`instance_pod`]
+/// with [`CONFIGURATION_ANNOTATION`] when `configuration` is not empty.
+pub fn instance_template(
+    cluster: &RoutedCluster,
+    configuration: &BTreeMap<String, String>,
+    n: i32,
+) -> Result<Value, RouteError> {
+    let mut pod = instance_pod(cluster.value(), n);
+    if !configuration.is_empty()
+        && let Some(annotations) = pod.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut)
+    {
+        annotations.insert(
+            CONFIGURATION_ANNOTATION.to_owned(),
+            Value::from(serde_json::to_string(configuration)?),
+        );
+    }
+    Ok(pod)
+}
+
+/// What the plugins want for instance `n` now (the EVALUATE chain on
+/// [`instance_template`]), as a hash.
+pub async fn wanted_hash(
+    router: &Router,
+    cluster: &RoutedCluster,
+    configuration: &BTreeMap<String, String>,
+    n: i32,
+) -> Result<String, RouteError> {
+    let template = instance_template(cluster, configuration, n)?;
+    let evaluated = router.lifecycle_hook(cluster, &template, Operation::Evaluate).await?;
     Ok(plugins_hash(&evaluated.object))
 }
 
-/// The fingerprint of everything the plugins' answer for instance `n`
-/// depends on: the Pod template, the Cluster's identity, labels,
+/// The fingerprint of everything the plugins' answers for instance `n`
+/// depend on: the Pod template, the Cluster's identity, labels,
 /// annotations and spec (not its status, which the operator rewrites on
-/// every reconcile), and the name, version and lifecycle capabilities of each
-/// enabled plugin. Two equal fingerprints mean an `EVALUATE` would answer as
-/// before, so the reconciler skips it; it lives with the operator's build,
-/// unlike [`PLUGINS_HASH_ANNOTATION`] (an upgrade costs one evaluation
-/// round, not a roll).
+/// every reconcile), and the name, version and capabilities of each enabled
+/// plugin (so the `EnrichConfiguration` answer too, for plugins that answer
+/// alike for alike inputs). Two equal fingerprints mean an `EVALUATE` would
+/// answer as before, so the reconciler skips it; it lives with the
+/// operator's build, unlike [`PLUGINS_HASH_ANNOTATION`] (an upgrade costs
+/// one evaluation round, not a roll).
 pub fn inputs_fingerprint(router: &Router, cluster: &RoutedCluster, n: i32) -> String {
     let value = cluster.value();
     let part = |pointer: &str| value.pointer(pointer).cloned().unwrap_or(Value::Null);
@@ -99,7 +156,7 @@ pub fn inputs_fingerprint(router: &Router, cluster: &RoutedCluster, n: i32) -> S
             Ok(routable) => json!([
                 plugin.name,
                 routable.info.metadata.version,
-                format!("{:?}", routable.info.lifecycle)
+                format!("{:?}", routable.info)
             ]),
             Err(_) => json!([plugin.name, null]),
         })
@@ -120,21 +177,35 @@ pub fn inputs_fingerprint(router: &Router, cluster: &RoutedCluster, n: i32) -> S
     hasher.finalize().iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// The Pod to create for instance `n`: the template through the CREATE
-/// chain, annotated with the hash of the result and [`inputs_fingerprint`].
-pub async fn build_pod(router: &Router, cluster: &RoutedCluster, n: i32) -> Result<Value, RouteError> {
-    Ok(build_pod_with_patches(router, cluster, n).await?.object)
+/// The Pod to create for instance `n`: [`instance_template`] through the
+/// CREATE chain, annotated with the hash of the result and
+/// [`inputs_fingerprint`].
+pub async fn build_pod(
+    router: &Router,
+    cluster: &RoutedCluster,
+    configuration: &BTreeMap<String, String>,
+    n: i32,
+) -> Result<Value, RouteError> {
+    Ok(build_pod_with_patches(router, cluster, configuration, n)
+        .await?
+        .1
+        .object)
 }
 
-/// Like [`build_pod`], keeping each plugin's patch (for `render --diff`).
+/// Like [`build_pod`], with the template and each plugin's patch (for
+/// `render --diff`).
 ///
 /// One chain per Pod: the CREATE answer is what the plugins want, so its
 /// hash is the drift hash an `EVALUATE` of the same inputs gives later
 /// (CloudNativePG too compares a live Pod with the `EVALUATE` answer).
-pub async fn build_pod_with_patches(router: &Router, cluster: &RoutedCluster, n: i32) -> Result<Patched, RouteError> {
-    let mut patched = router
-        .lifecycle_hook(cluster, &instance_pod(cluster.value(), n), Operation::Create)
-        .await?;
+pub async fn build_pod_with_patches(
+    router: &Router,
+    cluster: &RoutedCluster,
+    configuration: &BTreeMap<String, String>,
+    n: i32,
+) -> Result<(Value, Patched), RouteError> {
+    let template = instance_template(cluster, configuration, n)?;
+    let mut patched = router.lifecycle_hook(cluster, &template, Operation::Create).await?;
     let hash = plugins_hash(&patched.object);
     annotate(
         &mut patched,
@@ -143,7 +214,7 @@ pub async fn build_pod_with_patches(router: &Router, cluster: &RoutedCluster, n:
             (PLUGINS_INPUTS_ANNOTATION, inputs_fingerprint(router, cluster, n)),
         ],
     )?;
-    Ok(patched)
+    Ok((template, patched))
 }
 
 /// Sets `annotations` on the patched Pod, creating `metadata` and

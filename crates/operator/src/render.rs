@@ -3,15 +3,16 @@
 //!
 //! In the operator's order: the `MutateCluster` chain, then
 //! `ValidateClusterCreate` (or `ValidateClusterChange` against an old
-//! Cluster), then the instance Pods through the lifecycle `CREATE` chain,
-//! then `SetStatusInCluster`.
+//! Cluster), then the instance Pods (their PostgreSQL configuration through
+//! `EnrichConfiguration`) through the lifecycle `CREATE` chain, then
+//! `SetStatusInCluster`.
 
 use serde_json::Value;
 
 use cnpgi_core::status::{PluginStatusUpdate, write_plugin_status};
 
 use crate::{
-    pods::{build_pod_with_patches, instance_pod},
+    pods::{build_pod_with_patches, postgresql_configuration},
     routing::{FieldError, PluginPatch, RouteError, RoutedCluster, Router},
 };
 
@@ -29,7 +30,8 @@ pub enum RenderError {
 /// One instance Pod, and the patch each plugin made to it.
 #[derive(Debug, Clone)]
 pub struct RenderedPod {
-    /// The template before plugins.
+    /// The template before the lifecycle hooks (with the PostgreSQL
+    /// configuration the plugins enriched, see [`crate::pods`]).
     pub template: Value,
     /// The Pod the operator would create.
     pub pod: Value,
@@ -74,10 +76,11 @@ pub async fn render(router: &Router, cluster: &Value, old: Option<&Value>) -> Re
         .unwrap_or(1)
         .clamp(0, 1000) as i32;
     let mut pods = Vec::new();
+    let configuration = postgresql_configuration(router, &routed).await?;
     for n in 1..=instances {
-        let patched = build_pod_with_patches(router, &routed, n).await?;
+        let (template, patched) = build_pod_with_patches(router, &routed, &configuration, n).await?;
         pods.push(RenderedPod {
-            template: instance_pod(routed.value(), n),
+            template,
             pod: patched.object,
             patches: patched.patches,
         });

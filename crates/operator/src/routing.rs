@@ -13,7 +13,11 @@
 //! plugin is listed in [`RoutingPolicy::fail_open`], in which case it is
 //! skipped with a warning.
 
-use std::{collections::BTreeSet, fmt, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    sync::Arc,
+};
 
 use cnpgi_core::{
     cluster::{EnabledPlugin, enabled_plugins},
@@ -456,6 +460,55 @@ impl Router {
             .await
             .map_err(|s| call_error(plugin, "Operator/Deregister", s))?;
         Ok(())
+    }
+}
+
+impl Router {
+    /// `Postgres.EnrichConfiguration` with CloudNativePG's rule: every enabled
+    /// plugin advertising `TYPE_POSTGRES` and `TYPE_ENRICH_CONFIGURATION` is
+    /// asked in routing order, **each with the original** `configs`; an
+    /// empty answer changes nothing, a non-empty one replaces the whole map,
+    /// so the last non-empty answer wins.
+    pub async fn enrich_configuration(
+        &self,
+        cluster: &RoutedCluster,
+        configs: &BTreeMap<String, String>,
+        operation: cnpgi_proto::identity::v1::operation_type::Type,
+    ) -> Result<BTreeMap<String, String>, RouteError> {
+        use cnpgi_core::capabilities::{PostgresRpc, ServiceType};
+        use cnpgi_proto::identity::v1::{EnrichConfigurationRequest, OperationType};
+        let targets = self.targets(cluster, |r| {
+            r.info.has_service(ServiceType::Postgres)
+                && r.info.postgres_rpcs.contains(&PostgresRpc::EnrichConfiguration)
+        })?;
+        let mut result = configs.clone();
+        if targets.is_empty() {
+            return Ok(result);
+        }
+        let original: std::collections::HashMap<String, String> =
+            configs.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (plugin, routable) in targets {
+            let request = routable.client.request(EnrichConfigurationRequest {
+                configs: original.clone(),
+                cluster_definition: cluster.definition().to_vec(),
+                operation_type: Some(OperationType {
+                    r#type: operation.into(),
+                }),
+            });
+            let answer = routable
+                .client
+                .postgres()
+                .enrich_configuration(request)
+                .await
+                .map(|answer| answer.into_inner().configs)
+                .map_err(|s| call_error(&plugin.name, "Postgres/EnrichConfiguration", s));
+            if let Some(answer) = self.tolerate(&plugin.name, answer)?
+                && !answer.is_empty()
+            {
+                result = answer.into_iter().collect();
+            }
+        }
+        Ok(result)
     }
 }
 

@@ -68,9 +68,14 @@ async fn pods_are_built_through_the_lifecycle_chain() {
         1,
         json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"db\"}"}}]),
     );
-    let pod = pods::build_pod(&plugins.router, &RoutedCluster::new(cluster.clone()), 1)
-        .await
-        .unwrap();
+    let pod = pods::build_pod(
+        &plugins.router,
+        &RoutedCluster::new(cluster.clone()),
+        &Default::default(),
+        1,
+    )
+    .await
+    .unwrap();
     assert_eq!(pod["metadata"]["name"], "cluster-example-1");
     assert_eq!(pod["metadata"]["labels"][CLUSTER_LABEL], "cluster-example");
     assert_eq!(pod["metadata"]["labels"]["team"], "db");
@@ -85,9 +90,14 @@ async fn pods_are_built_through_the_lifecycle_chain() {
         .to_owned();
 
     assert_eq!(
-        pods::wanted_hash(&plugins.router, &RoutedCluster::new(cluster.clone()), 1)
-            .await
-            .unwrap(),
+        pods::wanted_hash(
+            &plugins.router,
+            &RoutedCluster::new(cluster.clone()),
+            &Default::default(),
+            1
+        )
+        .await
+        .unwrap(),
         hash,
         "stable"
     );
@@ -96,9 +106,14 @@ async fn pods_are_built_through_the_lifecycle_chain() {
         json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"ops\"}"}}]),
     );
     assert_ne!(
-        pods::wanted_hash(&plugins.router, &RoutedCluster::new(changed.clone()), 1)
-            .await
-            .unwrap(),
+        pods::wanted_hash(
+            &plugins.router,
+            &RoutedCluster::new(changed.clone()),
+            &Default::default(),
+            1
+        )
+        .await
+        .unwrap(),
         hash,
         "a parameter change shows"
     );

@@ -1,0 +1,91 @@
+//! The instance commands: what CloudNativePG's instance manager does with
+//! the plugins beside PostgreSQL, for a PostgreSQL without Kubernetes
+//! (`wal-archive`, `wal-restore`, `backup`, `restore`, `metrics`). The
+//! calls themselves are `cnpgi_client::instance`'s.
+
+pub(crate) mod backup;
+pub(crate) mod metrics;
+pub(crate) mod wal;
+
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use clap::Args;
+use cnpgi_client::{
+    client::{ClientOptions, NO_DEADLINE},
+    instance::InstanceOptions,
+};
+use serde_json::Value;
+
+/// Where the Cluster and the plugins are.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct InstanceFlags {
+    /// The Cluster (YAML or JSON) whose `spec.plugins` the instance uses.
+    #[arg(long, env = "CNPGI_CLUSTER", value_name = "FILE")]
+    pub(crate) cluster: PathBuf,
+
+    /// Directory of the plugins' Unix sockets (each named after its plugin).
+    #[arg(long, env = "CNPGI_PLUGIN_DIR", value_name = "DIR", default_value = "/plugins")]
+    pub(crate) plugin_dir: PathBuf,
+}
+
+impl InstanceFlags {
+    /// The Cluster file, as JSON.
+    pub(crate) fn read_cluster(&self) -> anyhow::Result<Value> {
+        let text = std::fs::read_to_string(&self.cluster)
+            .with_context(|| format!("cannot read the Cluster {}", self.cluster.display()))?;
+        let cluster = crate::render::parse_yaml(&self.cluster, &text)?;
+        anyhow::ensure!(
+            cluster.is_object(),
+            "{} does not hold an object",
+            self.cluster.display()
+        );
+        Ok(cluster)
+    }
+
+    /// The options of the calls, with `timeout` as the deadline of each
+    /// (`None`: no deadline).
+    pub(crate) fn options(&self, timeout: Option<Duration>) -> InstanceOptions {
+        InstanceOptions {
+            socket_dir: self.plugin_dir.clone(),
+            client: ClientOptions {
+                call_timeout: timeout.unwrap_or(NO_DEADLINE),
+                connect_timeout: Duration::from_secs(5),
+                ..ClientOptions::default()
+            },
+        }
+    }
+}
+
+/// `path` made absolute against the working directory (PGDATA, when
+/// PostgreSQL runs the command), without resolving links.
+pub(crate) fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    if path.is_absolute() {
+        return Ok(path.to_owned());
+    }
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    Ok(cwd.join(path))
+}
+
+/// A deadline flag: `0` means none.
+pub(crate) fn deadline(seconds: u64) -> Option<Duration> {
+    (seconds > 0).then(|| Duration::from_secs(seconds))
+}
+
+/// Runs an instance command on a single-threaded runtime: these commands
+/// run once per WAL segment, so start-up is kept small. No signal handler:
+/// they start no process, and PostgreSQL tells a `restore_command` killed by
+/// a signal from one that failed.
+pub(crate) fn run(work: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(work),
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
