@@ -58,7 +58,7 @@ fn hello_world_passes_every_check() {
 fn the_summary_ends_with_a_newline() {
     let output = check("cnpg-i-hello-world", None);
     let table = String::from_utf8_lossy(&output.stdout);
-    assert!(table.ends_with("22 passed, 0 failed\n"), "{table:?}");
+    assert!(table.ends_with("28 passed, 0 failed\n"), "{table:?}");
 }
 
 #[test]
@@ -153,4 +153,104 @@ fn deeply_nested_cluster_file_is_refused_naming_the_file() {
         stderr.contains(path.to_str().unwrap()) && stderr.contains("nested more than 256 levels deep"),
         "{stderr}"
     );
+}
+
+/// A plugin serving WAL, Backup, RestoreJobHooks, Postgres and Metrics,
+/// given the Cluster with its parameters: every service checked, all pass.
+#[test]
+fn every_advertised_service_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster.yaml");
+    std::fs::write(
+        &cluster,
+        format!(
+            "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata:\n  name: pg\nspec:\n  plugins:\n  - name: cnpgi-dir-plugin.example.com\n    parameters:\n      archive: {}\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let output = check_with("cnpgi-dir-plugin", None, &["--cluster", cluster.to_str().unwrap()]);
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{table}");
+    assert!(table.contains(" 0 failed\n"), "{table}");
+    for (check, detail) in [
+        (
+            "advertised WAL service answers GetCapabilities",
+            "TYPE_ARCHIVE_WAL, TYPE_RESTORE_WAL",
+        ),
+        ("WAL/Archive: garbage Cluster is refused", "INVALID_ARGUMENT"),
+        ("WAL/Restore: a file the archive lacks is refused", "NOT_FOUND"),
+        ("Backup/Backup: garbage Cluster is refused", "INVALID_ARGUMENT"),
+        (
+            "RestoreJobHooks/Restore: garbage Cluster is refused",
+            "INVALID_ARGUMENT",
+        ),
+        (
+            "EnrichConfiguration: answers nothing or the complete map",
+            "empty (no change)",
+        ),
+        ("Metrics/Define: definitions are usable", "2 metric(s)"),
+        (
+            "Metrics/Collect: values fit their definitions",
+            "5 value(s), each as defined",
+        ),
+        ("unadvertised Operator service is absent", "UNIMPLEMENTED"),
+    ] {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.contains("PASS") && l.contains(check) && l.ends_with(detail)),
+            "{check}: {detail}\n{table}"
+        );
+    }
+    // Nothing was archived, backed up or restored by checking it.
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "only the Cluster file"
+    );
+
+    // Without its parameters, collecting fails, as it would under CloudNativePG.
+    let output = check("cnpgi-dir-plugin", None);
+    let failures = failures(&output);
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(
+        failures[0].contains("Metrics/Collect") && failures[0].contains("the parameter archive is not set"),
+        "{failures:?}"
+    );
+}
+
+#[test]
+fn advertised_but_unserved_or_unusable_services_fail() {
+    for (mode, name, reason) in [
+        (
+            "unserved-wal",
+            "advertised WAL service answers GetCapabilities",
+            "the service is not served",
+        ),
+        (
+            "unserved-archive",
+            "WAL/Archive: garbage Cluster is refused",
+            "advertised, but answers UNIMPLEMENTED",
+        ),
+        (
+            "bad-metrics",
+            "Metrics/Define: definitions are usable",
+            "metric broken_metric has no value_type",
+        ),
+        (
+            "partial-enrich",
+            "EnrichConfiguration: answers nothing or the complete map",
+            "has none of the 3 parameters sent, only wal_level",
+        ),
+    ] {
+        let output = check("cnpgi-broken-plugin", Some(mode));
+        assert_eq!(output.status.code(), Some(1), "{mode}");
+        let failures = failures(&output);
+        assert_eq!(failures.len(), 1, "{mode}: {failures:?}");
+        assert!(
+            failures[0].contains(name) && failures[0].contains(reason),
+            "{mode}: {failures:?}"
+        );
+    }
 }

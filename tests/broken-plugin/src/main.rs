@@ -7,7 +7,13 @@
 //! * `hang`: its Pod lifecycle hook never answers;
 //! * `unknown-on-garbage`: correct, except that it refuses garbage with
 //!   `UNKNOWN`, as a Go plugin returning a plain error does (allowed by
-//!   CNPG-I; `INVALID_ARGUMENT` is only recommended).
+//!   CNPG-I; `INVALID_ARGUMENT` is only recommended);
+//! * `unserved-wal`: advertises the WAL service without serving it;
+//! * `unserved-archive`: its WAL service advertises `TYPE_ARCHIVE_WAL` but
+//!   `Archive` answers `UNIMPLEMENTED`;
+//! * `bad-metrics`: defines a metric without a value type;
+//! * `partial-enrich`: `EnrichConfiguration` answers only what it changed,
+//!   which makes CloudNativePG drop every other parameter.
 //!
 //! Run as `cnpgi-broken-plugin plugin --plugin-path DIR`, like any plugin.
 
@@ -17,8 +23,14 @@ use cnpgi_pluginhelper::{
     capabilities,
     proto::{
         identity::v1::{
-            GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest,
-            GetPluginMetadataResponse, ProbeRequest, ProbeResponse, identity_server,
+            EnrichConfigurationRequest, EnrichConfigurationResult, GetPluginCapabilitiesRequest,
+            GetPluginCapabilitiesResponse, GetPluginMetadataRequest, GetPluginMetadataResponse,
+            PostgresCapabilitiesRequest, PostgresCapabilitiesResult, ProbeRequest, ProbeResponse, identity_server,
+            postgres_server,
+        },
+        metrics::v1::{
+            DefineMetricsRequest, DefineMetricsResult, Metric, MetricsCapabilitiesRequest, MetricsCapabilitiesResult,
+            metrics_server,
         },
         operator_lifecycle::v1::{
             OperatorLifecycleCapabilitiesRequest, OperatorLifecycleCapabilitiesResponse, OperatorLifecycleRequest,
@@ -26,6 +38,7 @@ use cnpgi_pluginhelper::{
             operator_lifecycle_server::{OperatorLifecycle, OperatorLifecycleServer},
             operator_operation_type::Type as Operation,
         },
+        wal::v1::{WalCapabilitiesRequest, WalCapabilitiesResult, wal_capability, wal_server},
     },
     server::{PluginListener, PluginServer},
 };
@@ -39,6 +52,22 @@ enum Mode {
     BadName,
     Hang,
     UnknownOnGarbage,
+    UnservedWal,
+    UnservedArchive,
+    BadMetrics,
+    PartialEnrich,
+}
+
+impl Mode {
+    /// The services advertised besides OperatorLifecycle.
+    fn extra_services(self) -> Vec<capabilities::ServiceType> {
+        match self {
+            Mode::UnservedWal | Mode::UnservedArchive => vec![capabilities::ServiceType::WalService],
+            Mode::BadMetrics => vec![capabilities::ServiceType::Metrics],
+            Mode::PartialEnrich => vec![capabilities::ServiceType::Postgres],
+            _ => Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -67,8 +96,10 @@ impl identity_server::Identity for Broken {
         &self,
         _: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        let mut services = vec![capabilities::ServiceType::LifecycleService];
+        services.extend(self.0.extra_services());
         Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: vec![capabilities::service(capabilities::ServiceType::LifecycleService)],
+            capabilities: services.into_iter().map(capabilities::service).collect(),
         }))
     }
 
@@ -109,7 +140,72 @@ impl OperatorLifecycle for Broken {
                 Ok(Response::new(OperatorLifecycleResponse::default()))
             }
             Mode::UnknownOnGarbage => Err(Status::unknown("error unmarshalling object JSON")),
+            _ if serde_json_ok(&request.get_ref().object_definition) => {
+                Ok(Response::new(OperatorLifecycleResponse::default()))
+            }
+            _ => Err(Status::invalid_argument("the object is not JSON")),
         }
+    }
+}
+
+/// Advertises `TYPE_ARCHIVE_WAL`, and leaves `Archive` to the default stub
+/// (`UNIMPLEMENTED`).
+#[tonic::async_trait]
+impl wal_server::Wal for Broken {
+    async fn get_capabilities(
+        &self,
+        _: Request<WalCapabilitiesRequest>,
+    ) -> Result<Response<WalCapabilitiesResult>, Status> {
+        Ok(Response::new(cnpgi_pluginhelper::wal::capabilities([
+            wal_capability::rpc::Type::ArchiveWal,
+        ])))
+    }
+}
+
+/// Defines a metric without its value type (CloudNativePG 1.29 would
+/// dereference the missing field).
+#[tonic::async_trait]
+impl metrics_server::Metrics for Broken {
+    async fn get_capabilities(
+        &self,
+        _: Request<MetricsCapabilitiesRequest>,
+    ) -> Result<Response<MetricsCapabilitiesResult>, Status> {
+        Ok(Response::new(
+            cnpgi_pluginhelper::metrics::MetricSet::new().capabilities(),
+        ))
+    }
+
+    async fn define(&self, _: Request<DefineMetricsRequest>) -> Result<Response<DefineMetricsResult>, Status> {
+        Ok(Response::new(DefineMetricsResult {
+            metrics: vec![Metric {
+                fq_name: "broken_metric".into(),
+                help: "no value type".into(),
+                ..Default::default()
+            }],
+        }))
+    }
+}
+
+/// Answers only the parameter it adds.
+#[tonic::async_trait]
+impl postgres_server::Postgres for Broken {
+    async fn get_capabilities(
+        &self,
+        _: Request<PostgresCapabilitiesRequest>,
+    ) -> Result<Response<PostgresCapabilitiesResult>, Status> {
+        Ok(Response::new(cnpgi_pluginhelper::postgres::capabilities()))
+    }
+
+    async fn enrich_configuration(
+        &self,
+        request: Request<EnrichConfigurationRequest>,
+    ) -> Result<Response<EnrichConfigurationResult>, Status> {
+        if !serde_json_ok(&request.get_ref().cluster_definition) {
+            return Err(Status::invalid_argument("the Cluster is not JSON"));
+        }
+        Ok(Response::new(EnrichConfigurationResult {
+            configs: [("wal_level".to_owned(), "logical".to_owned())].into(),
+        }))
     }
 }
 
@@ -123,8 +219,15 @@ fn main() -> ExitCode {
         Ok("bad-name") => Mode::BadName,
         Ok("hang") => Mode::Hang,
         Ok("unknown-on-garbage") => Mode::UnknownOnGarbage,
+        Ok("unserved-wal") => Mode::UnservedWal,
+        Ok("unserved-archive") => Mode::UnservedArchive,
+        Ok("bad-metrics") => Mode::BadMetrics,
+        Ok("partial-enrich") => Mode::PartialEnrich,
         other => {
-            eprintln!("set CNPGI_BROKEN_MODE to bad-patch, bad-name, hang or unknown-on-garbage (got {other:?})");
+            eprintln!(
+                "set CNPGI_BROKEN_MODE to bad-patch, bad-name, hang, unknown-on-garbage, unserved-wal, \
+                 unserved-archive, bad-metrics or partial-enrich (got {other:?})"
+            );
             return ExitCode::from(2);
         }
     };
@@ -154,7 +257,13 @@ fn main() -> ExitCode {
             }
         };
         // Served without create_main_cmd, which would refuse the bad name.
-        let server = PluginServer::new(Broken(mode)).add_service(OperatorLifecycleServer::new(Broken(mode)));
+        let mut server = PluginServer::new(Broken(mode)).add_service(OperatorLifecycleServer::new(Broken(mode)));
+        server = match mode {
+            Mode::UnservedArchive => server.add_service(wal_server::WalServer::new(Broken(mode))),
+            Mode::BadMetrics => server.add_service(metrics_server::MetricsServer::new(Broken(mode))),
+            Mode::PartialEnrich => server.add_service(postgres_server::PostgresServer::new(Broken(mode))),
+            _ => server,
+        };
         match server
             .serve(listener, async {
                 let _ = tokio::signal::ctrl_c().await;

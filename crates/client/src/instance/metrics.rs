@@ -126,7 +126,7 @@ pub fn is_label_name(name: &str) -> bool {
 
 /// A checked definition.
 #[derive(Debug, Clone, PartialEq)]
-struct Definition {
+pub(crate) struct Definition {
     help: String,
     kind: MetricKind,
     variable_labels: Vec<String>,
@@ -138,7 +138,10 @@ fn quoted(text: &str) -> String {
 }
 
 /// Checks a `Define` answer; `taken` holds the names already in use.
-fn definitions(answer: &DefineMetricsResult, taken: &BTreeSet<String>) -> Result<BTreeMap<String, Definition>, String> {
+pub(crate) fn definitions(
+    answer: &DefineMetricsResult,
+    taken: &BTreeSet<String>,
+) -> Result<BTreeMap<String, Definition>, String> {
     let mut definitions = BTreeMap::new();
     for metric in &answer.metrics {
         let name = &metric.fq_name;
@@ -194,7 +197,7 @@ fn definitions(answer: &DefineMetricsResult, taken: &BTreeSet<String>) -> Result
 
 /// The values of a `Collect` answer, up to the first that does not fit its
 /// definition (and why it stopped there).
-fn samples(
+pub(crate) fn samples(
     definitions: &BTreeMap<String, Definition>,
     answer: &CollectMetricsResult,
 ) -> (Vec<(String, Sample)>, Option<String>) {

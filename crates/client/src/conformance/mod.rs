@@ -4,6 +4,11 @@
 //! Cluster (and Pod), and reports each check with a reason. It is what
 //! `cnpgi-operator check-plugin` prints, and what a plugin's own tests can
 //! assert on.
+//!
+//! Every service is covered: Identity, then Operator and OperatorLifecycle
+//! (here), then ReconcilerHooks, WAL, Backup, RestoreJobHooks, Postgres and
+//! Metrics (`services.rs`: capabilities consistent, advertised RPCs served,
+//! answers usable, garbage refused, nothing changed on the plugin's side).
 
 use std::{
     future::Future,
@@ -30,6 +35,13 @@ use cnpgi_proto::{
 use serde_json::{Value, json};
 
 use crate::client::PluginClient;
+
+mod services;
+
+/// A plugin's message, bounded and on one line, for a report.
+fn short(message: &str) -> String {
+    cnpgi_core::echo::bounded_string(message.replace('\n', " "))
+}
 
 /// One check and its outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -579,6 +591,21 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
             absent(lifecycle_answer),
         );
     }
+
+    let mut others = services::Checker {
+        client,
+        deadline,
+        slowest: &mut slowest,
+        strict: options.strict,
+        report: &mut report,
+        cluster: &cluster_bytes,
+    };
+    others.reconciler_hooks(&services).await;
+    others.wal(&services).await;
+    others.backup(&services).await;
+    others.restore_job(&services).await;
+    others.postgres(&services).await;
+    others.metrics(&services).await;
 
     report.record(
         "still serving after every call",
