@@ -145,6 +145,23 @@ PY
   fi
 }
 
+# store_backups SERVER: the ids of the completed backups of SERVER (with a manifest), sorted.
+store_backups() {
+  if [ "$mode" = s3 ]; then
+    python3 - "$s3_port" "$1" <<'PY'
+import sys, boto3
+client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{sys.argv[1]}")
+ids = []
+for page in client.get_paginator("list_objects_v2").paginate(Bucket="wal-archive", Prefix=f"ci/{sys.argv[2]}/backups/"):
+    ids += [o["Key"].split("/")[-2] for o in page.get("Contents", []) if o["Key"].endswith("/backup.json")]
+print("\n".join(sorted(ids)))
+PY
+  else
+    [ -d "$destination/$1/backups" ] || return 0
+    find "$destination/$1/backups" -name backup.json -printf '%h\n' | xargs -r -n1 basename | sort
+  fi
+}
+
 # --- the plugin -----------------------------------------------------------------------------------------
 # start_plugin NAME SOCKET_DIR PGDATA RESTORE_CLUSTER: the plugin on SOCKET_DIR/<plugin name>.
 declare -A plugin_pid
@@ -414,6 +431,30 @@ check "segment missing: the backup's rows are there, the later ones are not ($(s
 check "segment missing: the restore log shows PostgreSQL asked for it and got NotFound" \
   grep -q "$before_newest.*not in the archive\|not in the archive.*$before_newest\|wal=$before_newest.*not in the archive" "$work/plugin-gap.log"
 stop_pg "$work/gap"
+stop_plugin gap
+
+# =====================================================================================================
+echo "== 4. retention: keepBackups=1 after a second backup"
+cluster_json "$work/cluster-pg1-keep1.json" pg1 \
+  "$(params pg1 "$port1" | sed 's/}$/, "keepBackups": "1"}/')" "" '{"currentPrimary": "pg1-1", "targetPrimary": "pg1-1"}'
+sleep 1 # backup ids are start times, to the second
+second_json="$(run "$instance_cli" backup --cluster "$work/cluster-pg1-keep1.json" --plugin-dir "$sockets1" --plugin "$PLUGIN_NAME" --backup-name second 2>"$work/backup2.err")" ||
+  die "the second backup failed: $(cat "$work/backup2.err")"
+second_id="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["backupId"])' <<<"$second_json")"
+second_begin="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["beginWal"])' <<<"$second_json")"
+check "retention: only the newest backup ($second_id) is left" test "$(store_backups pg1)" = "$second_id"
+older="$(store_names pg1 | grep -E '^[0-9A-F]{24}' | awk -v first="$second_begin" 'substr($0, 1, 24) < first' | wc -l)"
+check "retention: no WAL before $second_begin (the kept backup's first segment) is left ($older)" test "$older" = 0
+final_segment="$(sql "$port1" "INSERT INTO t (phase) VALUES ('after-second-backup'); SELECT pg_walfile_name(pg_switch_wal())")"
+check "the segment holding the last row ($final_segment) is archived" wait_archived "$port1" "$final_segment" 60
+port5="$(free_port)"
+restore_into kept '{}' || die "the restore of the kept backup failed"
+start_pg "$work/kept" "$port5"
+kept_restores() {
+  recovered "$port5" && [ "$(sql "$port5" "SELECT count(*) FILTER (WHERE phase = 'after-second-backup') FROM t")" = 1 ]
+}
+check "retention: the kept backup and its WAL still restore, to the last row" kept_restores
+stop_pg "$work/kept"
 
 stop_pg "$work/pg1"
 finished=1
