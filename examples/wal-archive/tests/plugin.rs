@@ -344,3 +344,32 @@ async fn metrics_report_archiving() {
         assert_eq!(definition.variable_labels.len(), metric.variable_labels.len());
     }
 }
+
+#[tokio::test]
+async fn concurrent_writers_of_one_name_never_both_win() {
+    let plugin = TestPlugin::start_unix(server()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let cluster = cluster(&store, json!({}), json!({}));
+    for round in 0..5u8 {
+        let name = format!("0000000100000000000000{round:02X}");
+        let mut calls = Vec::new();
+        for writer in 0..4u8 {
+            let pgdata = dir.path().join(format!("w{round}-{writer}"));
+            std::fs::create_dir_all(pgdata.join("pg_wal")).unwrap();
+            let source = pgdata.join("pg_wal").join(&name);
+            std::fs::write(&source, vec![writer; 1 << 20]).unwrap();
+            let mut wal = WalClient::new(plugin.channel());
+            let request = archive(&cluster, source.to_str().unwrap());
+            calls.push(tokio::spawn(async move { wal.archive(request).await.map(drop) }));
+        }
+        let mut won = 0;
+        for call in calls {
+            match call.await.unwrap() {
+                Ok(()) => won += 1,
+                Err(status) => assert_eq!(status.code(), Code::AlreadyExists, "{status:?}"),
+            }
+        }
+        assert_eq!(won, 1, "round {round}: exactly one writer stores {name}");
+    }
+}
