@@ -5,7 +5,8 @@
 # real etcd + kube-apiserver + kube-controller-manager on loopback
 # (tests/e2e/lib/control-plane.sh):
 #
-#   A. plugins as sidecars: Unix sockets in PLUGIN_SOCKET_DIR;
+#   A. plugins as sidecars: Unix sockets in PLUGIN_SOCKET_DIR (also the
+#      wal-archive plugin: advertised, its sidecar injected into the Pod);
 #   B. plugins as remote services: Services in the operator's namespace
 #      labelled cnpg.io/pluginName, with two kubernetes.io/tls Secrets
 #      (cert-manager selfSigned style: two self-signed leaves), over mTLS.
@@ -84,8 +85,9 @@ apply() {
 # --- build (cached) -----------------------------------------------------------
 t0=$SECONDS
 echo "== building"
-(cd "$root" && cargo build --quiet -p cnpg-i-hello-world) || die "cargo build -p cnpg-i-hello-world failed"
+(cd "$root" && cargo build --quiet -p cnpg-i-hello-world -p cnpgi-wal-archive) || die "cargo build -p cnpg-i-hello-world -p cnpgi-wal-archive failed"
 hello="$root/target/debug/cnpg-i-hello-world"
+walarchive="$root/target/debug/cnpgi-wal-archive"
 (cd "$root/tests/interop" && GOTOOLCHAIN=local GONOSUMDB=github.com/cloudnative-pg GOFLAGS="-mod=mod -buildvcs=false" \
   go build -o "$work/goplugin" ./goplugin) || die "go build tests/interop/goplugin failed"
 goplugin="$work/goplugin"
@@ -103,6 +105,8 @@ fi
 HELLO_PARAMETERS='{"labels": "{\"first-label\": \"first-label-value\", \"second-label\": \"second-label-value\"}",
                    "annotations": "{\"first-annotation\": \"first-annotation-value\"}"}'
 GOPLUGIN=cnpgi-go-plugin.example.com
+WALARCHIVE=wal-archive.cnpgi.io
+WALARCHIVE_IMAGE=cnpgi-wal-archive:e2e
 OPERATOR_NS=cnpg-system
 
 # --- the control plane ----------------------------------------------------------
@@ -284,7 +288,7 @@ plugin_status() { # NAME: a Python expression for the pluginStatus entry of plug
 # --- the stand-in for the kubelet and the instance manager ------------------------------
 cp_spawn standin "$work/logs/standin.log" python3 -u "$cnpg_dir/standin.py" "$work/standin" e2e-socket e2e-mtls
 
-# The calls hello-world logged as answered (its middleware logs every call).
+# The calls a Rust plugin logged as answered (its middleware logs every call).
 # called LABEL LOG METHOD...: one ok/FAIL line.
 called() {
   local label=$1 log=$2 method n counts=() missing=()
@@ -296,9 +300,9 @@ called() {
   if [ "${#missing[@]}" = 0 ]; then
     local list
     list="$(printf '%s, ' "${counts[@]}")"
-    ok "$label: hello-world's log shows CloudNativePG's calls answered (${list%, })"
+    ok "$label: the plugin's log shows CloudNativePG's calls answered (${list%, })"
   else
-    fail "$label: hello-world's log ($(basename "$log")) shows no successful ${missing[*]}"
+    fail "$label: the plugin's log ($(basename "$log")) shows no successful ${missing[*]}"
   fi
 }
 
@@ -378,6 +382,10 @@ start_go_socket() {
 }
 start_hello_socket
 start_go_socket
+wal_log="$work/logs/wal-archive-socket.log"
+cp_spawn wal-archive-socket "$wal_log" env SIDECAR_IMAGE="$WALARCHIVE_IMAGE" "$walarchive" plugin --plugin-path="$sockets"
+wal_pid=$CP_LAST_PID
+wait_socket "$sockets/$WALARCHIVE" "$wal_pid" "the wal-archive plugin"
 start_operator cnpg-socket "$sockets"
 
 apply "$(cluster_json e2e-socket hello "$HELLO" "$HELLO_PARAMETERS")"
@@ -387,9 +395,33 @@ run_checks "unix socket" e2e-socket
 stop_restart "unix socket: hello-world" e2e-socket hello hello_pid start_hello_socket "dial unix .*/$HELLO"
 stop_restart "unix socket: Go plugin" e2e-socket go go_pid start_go_socket "dial unix .*/$GOPLUGIN"
 
+# The wal-archive plugin (examples/wal-archive): advertised to CloudNativePG,
+# and its sidecar injected into the instance Pod CloudNativePG creates.
+cat >"$work/e2e-socket-wal.json" <<JSON
+{"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster",
+ "metadata": {"name": "wal", "namespace": "e2e-socket"},
+ "spec": {"instances": 1, "storage": {"size": "1Gi"},
+          "plugins": [{"name": "$WALARCHIVE", "isWALArchiver": true,
+                       "parameters": {"destinationPath": "s3://backups/e2e", "s3CredentialsSecret": "wal-creds"}}]}}
+JSON
+apply "$work/e2e-socket-wal.json"
+ws="$(plugin_status "$WALARCHIVE")"
+check "unix socket: wal-archive: status.pluginStatus lists its services (WAL, Backup, RestoreJob, Metrics, sidecar injection)" -- \
+  cluster e2e-socket wal \
+  "{'TYPE_OPERATOR_SERVICE', 'TYPE_LIFECYCLE_SERVICE', 'TYPE_WAL_SERVICE', 'TYPE_BACKUP_SERVICE', 'TYPE_RESTORE_JOB', 'TYPE_METRICS', 'TYPE_INSTANCE_SIDECAR_INJECTION'} == set(($ws)['capabilities'])" \
+  --timeout 60
+SIDECAR="next(c for c in o['spec'].get('initContainers', []) if c['name'] == 'plugin-wal-archive')"
+POSTGRES="next(c for c in o['spec']['containers'] if c['name'] == 'postgres')"
+check "unix socket: wal-archive: instance Pod wal-1 carries its native sidecar (image, restartPolicy Always, restricted, /plugins and PGDATA shared, credentials from the Secret)" -- \
+  pod e2e-socket wal-1 \
+  "($SIDECAR)['image'] == '$WALARCHIVE_IMAGE' and ($SIDECAR)['restartPolicy'] == 'Always' and ($SIDECAR)['securityContext']['runAsNonRoot'] and ($SIDECAR)['securityContext']['allowPrivilegeEscalation'] is False and ($SIDECAR)['securityContext']['capabilities']['drop'] == ['ALL'] and {'/plugins', '/var/lib/postgresql/data', '/controller'} <= {m['mountPath'] for m in ($SIDECAR)['volumeMounts']} and '/plugins' in {m['mountPath'] for m in ($POSTGRES)['volumeMounts']} and any(e['name'] == 'AWS_ACCESS_KEY_ID' and e['valueFrom']['secretKeyRef']['name'] == 'wal-creds' for e in ($SIDECAR)['env'])" \
+  --timeout 90
+called "unix socket: wal-archive" "$wal_log" GetPluginMetadata GetPluginCapabilities LifecycleHook
+
 cp_kill "$operator_pid"
 cp_kill "$hello_pid"
 cp_kill "$go_pid"
+cp_kill "$wal_pid"
 
 # ===== B. Services with mTLS ==============================================================
 echo "== B. plugins behind labelled Services, mTLS"

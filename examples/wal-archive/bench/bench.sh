@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Throughput of the wal-archive plugin (BENCHMARKS.md, "WAL archive plugin"):
+#
+#   * archive: real 16 MiB WAL segments (from `pgbench -i`), each through one
+#     `instance-cli wal-archive` process as PostgreSQL's archive_command runs
+#     it (process start, gRPC over the Unix socket, read, SHA-256, zstd,
+#     conditional put), into a local directory and into S3 (moto on loopback);
+#   * WAL restore: the same segments back through `wal-restore` (get, zstd,
+#     SHA-256 check, write + fsync + rename);
+#   * backup restore: a base backup of the pgbench PGDATA restored through
+#     RestoreJobHooks into an empty directory;
+#   * beside `cp` of the same files (and `cp` + `sync` where the plugin syncs).
+#
+# Usage: bench/bench.sh [SEGMENTS]   (default 32; release binaries:
+#   cargo build --release -p cnpgi-wal-archive --bins --examples)
+# Needs PostgreSQL's server binaries and pgbench, python3 with moto[server].
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../../.." && pwd)"
+segments="${1:-32}"
+release="$root/target/release"
+pgbin="$(pg_config --bindir)"
+PLUGIN_NAME=wal-archive.cnpgi.io
+for tool in "$release/cnpgi-wal-archive" "$release/examples/instance-cli" "$pgbin/pgbench"; do
+  [ -x "$tool" ] || { echo "bench.sh: $tool is missing" >&2; exit 1; }
+done
+
+work="$(mktemp -d /tmp/wal-archive-bench.XXXXXX)"
+chmod 755 "$work"
+pids=()
+pgdata="$work/pg"
+cleanup() {
+  local code=$? pid
+  if [ -f "$pgdata/postmaster.pid" ]; then
+    "${as_user[@]}" "$pgbin/pg_ctl" -D "$pgdata" stop -m immediate -w >/dev/null 2>&1 || true
+  fi
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+  exit "$code"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+as_user=()
+if [ "$(id -u)" = 0 ]; then
+  user=cnpgi-wal
+  id "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
+  chown "$user:" "$work"
+  as_user=(setpriv "--reuid=$(id -u "$user")" "--regid=$(id -g "$user")" --init-groups --)
+fi
+install -m 755 "$release/cnpgi-wal-archive" "$release/examples/instance-cli" "$work/"
+cli="$work/instance-cli"
+u() { "${as_user[@]}" env HOME="$work" AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test "$@"; }
+mkd() { mkdir -p "$@"; chown --reference="$work" "$@"; }
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+now() { date +%s.%N; }
+# rate COUNT BYTES SECONDS: "N/s | MiB/s"
+rate() { python3 -c "import sys; n, b, s = map(float, sys.argv[1:]); print(f'{n / s:.1f} | {b / s / 1048576:.0f}')" "$@"; }
+
+# --- WAL from pgbench --------------------------------------------------------------------------------
+mkd "$work/run" "$work/segments"
+u "$pgbin/initdb" -D "$pgdata" -U postgres --auth=trust >/dev/null
+cat >>"$pgdata/postgresql.conf" <<EOF
+archive_mode = on
+archive_command = 'cp %p $work/segments/%f'
+max_wal_size = 4GB
+EOF
+port="$(free_port)"
+u "$pgbin/pg_ctl" -D "$pgdata" -l "$work/pg.log" -w -o "-p $port -k $work/run -c listen_addresses=''" start >/dev/null
+scale=$(((segments * 16 + 15) / 14 + 2))
+u "$pgbin/pgbench" -h "$work/run" -p "$port" -U postgres -i -s "$scale" -q postgres >/dev/null 2>&1
+u "$pgbin/psql" -X -q -h "$work/run" -p "$port" -U postgres -d postgres -c "SELECT pg_switch_wal()" >/dev/null
+for ((i = 0; i < 600; i++)); do
+  [ "$(find "$work/segments" -regextype egrep -regex '.*/[0-9A-F]{24}' | wc -l)" -ge "$segments" ] && break
+  sleep 0.1
+done
+mkd "$work/input"
+find "$work/segments" -regextype egrep -regex '.*/[0-9A-F]{24}' | sort | head -n "$segments" | xargs -I{} mv {} "$work/input/"
+count="$(ls "$work/input" | wc -l)"
+bytes="$(du -sb "$work/input" | cut -f1)"
+[ "$count" = "$segments" ] || { echo "bench.sh: pgbench made only $count segments" >&2; exit 1; }
+
+# --- the plugin and the stores -------------------------------------------------------------------------
+s3_port="$(free_port)"
+python3 -m moto.server -H 127.0.0.1 -p "$s3_port" >"$work/moto.log" 2>&1 &
+pids+=($!)
+for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$s3_port/" >/dev/null 2>&1 && break; sleep 0.1; done
+AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test python3 -c "import boto3; boto3.client('s3', endpoint_url='http://127.0.0.1:$s3_port', region_name='us-east-1').create_bucket(Bucket='bench')"
+mkd "$work/sockets" "$work/store"
+u env PGDATA="$work/restored" "$work/cnpgi-wal-archive" plugin --plugin-path="$work/sockets" --log-level=warn >"$work/plugin.log" 2>&1 &
+pids+=($!)
+for ((i = 0; i < 100; i++)); do [ -S "$work/sockets/$PLUGIN_NAME" ] && break; sleep 0.05; done
+
+cluster() { # FILE PARAMETERS
+  cat >"$1" <<JSON
+{"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster", "metadata": {"name": "bench", "namespace": "default"},
+ "spec": {"plugins": [{"name": "$PLUGIN_NAME", "isWALArchiver": true, "parameters": $2}],
+          "bootstrap": {"recovery": {"source": "origin"}},
+          "externalClusters": [{"name": "origin", "plugin": {"name": "$PLUGIN_NAME", "parameters": $2}}]},
+ "status": {"currentPrimary": "bench-1"}}
+JSON
+  chown --reference="$work" "$1"
+}
+pg="\"pgHost\": \"$work/run\", \"pgPort\": \"$port\", \"serverName\": \"origin\""
+cluster "$work/local.json" "{\"destinationPath\": \"$work/store\", $pg}"
+cluster "$work/s3.json" "{\"destinationPath\": \"s3://bench/b\", \"endpointURL\": \"http://127.0.0.1:$s3_port\", $pg}"
+
+echo "| operation ($count segments of 16 MiB, $((bytes / 1048576)) MiB) | segments/s | MiB/s |"
+echo "|---|---|---|"
+mkd "$work/cp-out"
+t0="$(now)"; cp "$work"/input/* "$work/cp-out/"; t1="$(now)"
+echo "| \`cp\` of the segments (page cache, no sync) | $(rate "$count" "$bytes" "$(python3 -c "print($t1 - $t0)")") |"
+rm -rf "$work/cp-out"; mkd "$work/cp-out"
+t0="$(now)"; cp "$work"/input/* "$work/cp-out/"; sync "$work"/cp-out/*; t1="$(now)"
+echo "| \`cp\` + \`sync\` of the segments | $(rate "$count" "$bytes" "$(python3 -c "print($t1 - $t0)")") |"
+
+mkd "$work/pgdata-wal/pg_wal"
+cp "$work"/input/* "$work/pgdata-wal/pg_wal/"
+chown -R --reference="$work" "$work/pgdata-wal"
+for store in local s3; do
+  t0="$(now)"
+  for f in "$work"/pgdata-wal/pg_wal/*; do
+    (cd "$work/pgdata-wal" && u "$cli" wal-archive --cluster "$work/$store.json" --plugin-dir "$work/sockets" "pg_wal/$(basename "$f")")
+  done
+  t1="$(now)"
+  echo "| archive through the plugin, $store store (one \`wal-archive\` process per segment) | $(rate "$count" "$bytes" "$(python3 -c "print($t1 - $t0)")") |"
+done
+stored="$(du -sb "$work/store/origin/wals" | cut -f1)"
+for store in local s3; do
+  mkd "$work/out-$store"
+  t0="$(now)"
+  for f in "$work"/input/*; do
+    u "$cli" wal-restore --cluster "$work/$store.json" --plugin-dir "$work/sockets" "$(basename "$f")" "$work/out-$store/$(basename "$f")"
+  done
+  t1="$(now)"
+  cmp -s <(cat "$work"/input/*) <(cat "$work"/out-"$store"/*) || { echo "bench.sh: restored WAL differs" >&2; exit 1; }
+  echo "| WAL restore through the plugin, $store store (fsync + rename each) | $(rate "$count" "$bytes" "$(python3 -c "print($t1 - $t0)")") |"
+done
+echo
+echo "zstd level 3 stored the WAL in $((stored / 1048576)) MiB ($(python3 -c "print(f'{$stored / $bytes * 100:.0f}')") % of the segments)."
+echo
+
+# --- base backup restore ----------------------------------------------------------------------------------
+data_bytes="$(du -sb --exclude=pg_wal "$pgdata" | cut -f1)"
+echo "| base backup of the pgbench PGDATA ($((data_bytes / 1048576)) MiB without pg_wal) | seconds | MiB/s |"
+echo "|---|---|---|"
+t0="$(now)"; cp -a "$pgdata" "$work/cp-pgdata"; sync -f "$work/cp-pgdata"; t1="$(now)"
+s="$(python3 -c "print($t1 - $t0)")"
+echo "| \`cp -a\` of PGDATA (+ sync) | $(printf '%.2f' "$s") | $(python3 -c "print(f'{$data_bytes / $s / 1048576:.0f}')") |"
+rm -rf "$work/cp-pgdata"
+for store in local s3; do
+  t0="$(now)"
+  u "$cli" backup --cluster "$work/$store.json" --plugin-dir "$work/sockets" --plugin "$PLUGIN_NAME" >/dev/null
+  t1="$(now)"
+  s="$(python3 -c "print($t1 - $t0)")"
+  echo "| backup through the plugin, $store store (checkpoint, stream, WAL archived) | $(printf '%.2f' "$s") | $(python3 -c "print(f'{$data_bytes / $s / 1048576:.0f}')") |"
+  rm -rf "$work/restored"
+  t0="$(now)"
+  u "$cli" restore --cluster "$work/$store.json" --plugin-dir "$work/sockets" --plugin "$PLUGIN_NAME" --pgdata "$work/restored" 2>/dev/null
+  t1="$(now)"
+  s="$(python3 -c "print($t1 - $t0)")"
+  echo "| restore through RestoreJobHooks, $store store | $(printf '%.2f' "$s") | $(python3 -c "print(f'{$data_bytes / $s / 1048576:.0f}')") |"
+done

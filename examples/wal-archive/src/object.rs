@@ -1,0 +1,261 @@
+//! The format of a stored WAL file: zstd, with its checksum inside.
+//!
+//! Every WAL object is a valid zstd stream (`zstd -d < object > file` gives
+//! the WAL file back) made of two frames:
+//!
+//! 1. a zstd *skippable frame* (magic `0x184D2A5C`, ignored by decoders)
+//!    whose payload is a small JSON header:
+//!    `{"format":"cnpgi-wal-archive/1","name":"…","size":16777216,"sha256":"…"}`,
+//!    the SHA-256 and size being those of the **uncompressed** file;
+//! 2. the compressed file, a zstd frame with zstd's own content checksum.
+//!
+//! Keeping the checksum in the object rather than in object metadata works
+//! the same on every store (a local directory has no metadata), and one
+//! object is written atomically, so a file and its checksum can never be
+//! torn apart. The header is what archive idempotence compares: archiving a
+//! name again with the same SHA-256 succeeds, with another one is refused.
+//!
+//! ```
+//! use cnpgi_wal_archive::object::{decode, encode};
+//!
+//! let stored = encode("000000010000000000000003", b"wal bytes", 3)?;
+//! let (header, content) = decode(&stored, "000000010000000000000003")?;
+//! assert_eq!(content, b"wal bytes");
+//! assert_eq!(header.size, 9);
+//! # Ok::<(), cnpgi_wal_archive::object::ObjectError>(())
+//! ```
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The `format` of the current header.
+pub const FORMAT: &str = "cnpgi-wal-archive/1";
+/// The magic number of the header's skippable frame (little-endian on disk).
+const SKIPPABLE_MAGIC: u32 = 0x184D_2A5C;
+/// A header is a few hundred bytes; anything larger is not ours.
+const MAX_HEADER: usize = 4096;
+/// The largest WAL file accepted (PostgreSQL's maximum segment size is 1 GiB).
+pub const MAX_CONTENT: u64 = 1024 * 1024 * 1024;
+
+/// The header of a stored object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// [`FORMAT`].
+    pub format: String,
+    /// The WAL file name.
+    pub name: String,
+    /// Size of the uncompressed file, in bytes.
+    pub size: u64,
+    /// SHA-256 of the uncompressed file, lowercase hexadecimal.
+    pub sha256: String,
+}
+
+/// A stored object that cannot be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    /// No header frame, or a header that is not ours.
+    #[error("not a cnpgi-wal-archive object: {0}")]
+    NotOurs(String),
+    /// The header names another file than the key it is stored under.
+    #[error("object for {expected} holds {found}")]
+    WrongName {
+        /// The name looked up.
+        expected: String,
+        /// The name in the header.
+        found: String,
+    },
+    /// The compressed data does not decompress.
+    #[error("cannot decompress: {0}")]
+    Decompress(#[source] std::io::Error),
+    /// The decompressed data does not match the header.
+    #[error(
+        "checksum mismatch: the header says {expected_size} bytes with SHA-256 {expected}, the data has {found_size} bytes with SHA-256 {found}"
+    )]
+    Checksum {
+        /// SHA-256 in the header.
+        expected: String,
+        /// SHA-256 of the data.
+        found: String,
+        /// Size in the header.
+        expected_size: u64,
+        /// Size of the data.
+        found_size: u64,
+    },
+    /// Compression failed.
+    #[error("cannot compress: {0}")]
+    Compress(#[source] std::io::Error),
+}
+
+/// Lowercase hexadecimal SHA-256 of `data`.
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex(&Sha256::digest(data))
+}
+
+/// Lowercase hexadecimal of a digest.
+pub fn hex(digest: &[u8]) -> String {
+    use std::fmt::Write;
+    digest
+        .iter()
+        .fold(String::with_capacity(digest.len() * 2), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}
+
+/// Encodes `content` (the WAL file `name`) as a stored object, compressed at
+/// zstd `level`.
+///
+/// # Errors
+///
+/// [`ObjectError::Compress`] when zstd fails.
+pub fn encode(name: &str, content: &[u8], level: i32) -> Result<Vec<u8>, ObjectError> {
+    let header = Header {
+        format: FORMAT.to_owned(),
+        name: name.to_owned(),
+        size: content.len() as u64,
+        sha256: sha256_hex(content),
+    };
+    encode_with_header(&header, content, level)
+}
+
+/// [`encode`] with a header computed by the caller.
+pub(crate) fn encode_with_header(header: &Header, content: &[u8], level: i32) -> Result<Vec<u8>, ObjectError> {
+    let header_json = serde_json::to_vec(header).map_err(|e| ObjectError::Compress(std::io::Error::other(e)))?;
+    let mut encoder = zstd::bulk::Compressor::new(level).map_err(ObjectError::Compress)?;
+    encoder
+        .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+        .map_err(ObjectError::Compress)?;
+    let compressed = encoder.compress(content).map_err(ObjectError::Compress)?;
+    let mut out = Vec::with_capacity(8 + header_json.len() + compressed.len());
+    out.extend_from_slice(&SKIPPABLE_MAGIC.to_le_bytes());
+    out.extend_from_slice(&(header_json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&header_json);
+    out.extend_from_slice(&compressed);
+    Ok(out)
+}
+
+/// Reads the header of a stored object, and the offset where the compressed
+/// data starts.
+///
+/// # Errors
+///
+/// [`ObjectError::NotOurs`] when the object does not start with our header.
+pub fn header(stored: &[u8]) -> Result<(Header, usize), ObjectError> {
+    let not_ours = |why: &str| ObjectError::NotOurs(why.to_owned());
+    let magic = stored.get(0..4).ok_or_else(|| not_ours("shorter than a header"))?;
+    if magic != SKIPPABLE_MAGIC.to_le_bytes() {
+        return Err(not_ours("no header frame"));
+    }
+    let length = stored
+        .get(4..8)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_le_bytes)
+        .ok_or_else(|| not_ours("truncated header"))? as usize;
+    if length > MAX_HEADER {
+        return Err(not_ours("header too large"));
+    }
+    let json = stored.get(8..8 + length).ok_or_else(|| not_ours("truncated header"))?;
+    let header: Header =
+        serde_json::from_slice(json).map_err(|e| ObjectError::NotOurs(format!("unreadable header: {e}")))?;
+    if header.format != FORMAT {
+        return Err(ObjectError::NotOurs(format!(
+            "unknown format {:?}",
+            header.format.chars().take(64).collect::<String>()
+        )));
+    }
+    if header.size > MAX_CONTENT {
+        return Err(not_ours("size above 1 GiB"));
+    }
+    Ok((header, 8 + length))
+}
+
+/// Decodes a stored object expected to hold the WAL file `name`, and checks
+/// the content against the header.
+///
+/// # Errors
+///
+/// Any [`ObjectError`]: not ours, another name, corrupt data or checksum.
+pub fn decode(stored: &[u8], name: &str) -> Result<(Header, Vec<u8>), ObjectError> {
+    let (header, offset) = header(stored)?;
+    if header.name != name {
+        return Err(ObjectError::WrongName {
+            expected: name.to_owned(),
+            found: header.name,
+        });
+    }
+    let mut content = Vec::with_capacity(header.size as usize);
+    let mut decoder = zstd::stream::read::Decoder::new(&stored[offset..]).map_err(ObjectError::Decompress)?;
+    // Never inflate past the announced size (plus one byte, to notice more).
+    std::io::copy(&mut std::io::Read::take(&mut decoder, header.size + 1), &mut content)
+        .map_err(ObjectError::Decompress)?;
+    let found = sha256_hex(&content);
+    if found != header.sha256 || content.len() as u64 != header.size {
+        return Err(ObjectError::Checksum {
+            expected: header.sha256,
+            found,
+            expected_size: header.size,
+            found_size: content.len() as u64,
+        });
+    }
+    Ok((header, content))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NAME: &str = "000000010000000000000003";
+
+    #[test]
+    fn round_trip_and_plain_zstd_compatibility() {
+        let content: Vec<u8> = (0..100_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let stored = encode(NAME, &content, 3).unwrap();
+        assert!(stored.len() < content.len() / 2, "compressed: {}", stored.len());
+        let (header, back) = decode(&stored, NAME).unwrap();
+        assert_eq!(back, content);
+        assert_eq!(header.sha256, sha256_hex(&content));
+        // A standard zstd decoder skips the header frame.
+        assert_eq!(zstd::stream::decode_all(&stored[..]).unwrap(), content);
+    }
+
+    #[test]
+    fn corruption_is_detected() {
+        let content = vec![7u8; 50_000];
+        let stored = encode(NAME, &content, 1).unwrap();
+        let (_, offset) = header(&stored).unwrap();
+
+        // A flipped bit in the compressed data: zstd or the checksum notices.
+        let mut flipped = stored.clone();
+        let last = flipped.len() - 6;
+        flipped[last] ^= 0x40;
+        assert!(decode(&flipped, NAME).is_err());
+
+        // A header lying about the content.
+        let mut header_value = header(&stored).unwrap().0;
+        header_value.sha256 = sha256_hex(b"other");
+        let lying = encode_with_header(&header_value, &content, 1).unwrap();
+        assert!(matches!(decode(&lying, NAME), Err(ObjectError::Checksum { .. })));
+
+        // Truncated objects.
+        assert!(decode(&stored[..offset + 4], NAME).is_err());
+        assert!(matches!(decode(&stored[..6], NAME), Err(ObjectError::NotOurs(_))));
+        // Plain zstd data, without our header.
+        let plain = zstd::bulk::compress(&content, 1).unwrap();
+        assert!(matches!(decode(&plain, NAME), Err(ObjectError::NotOurs(_))));
+        // Stored under another name.
+        assert!(matches!(
+            decode(&stored, "000000010000000000000004"),
+            Err(ObjectError::WrongName { .. })
+        ));
+    }
+
+    #[test]
+    fn a_header_announcing_less_than_the_data_is_refused() {
+        let content = vec![1u8; 10_000];
+        let mut header_value = header(&encode(NAME, &content, 1).unwrap()).unwrap().0;
+        header_value.size = 10;
+        let stored = encode_with_header(&header_value, &content, 1).unwrap();
+        let err = decode(&stored, NAME).unwrap_err();
+        assert!(matches!(err, ObjectError::Checksum { found_size: 11, .. }), "{err}");
+    }
+}

@@ -1,0 +1,462 @@
+#!/usr/bin/env bash
+# The PostgreSQL scenario of the wal-archive plugin, against a real
+# PostgreSQL (Debian's packages; initdb/pg_ctl from `pg_config --bindir`):
+#
+#   1. archive: initdb, archive_mode=on with the plugin as archive_command,
+#      rows, a backup through the plugin, more rows, a noted time, more rows,
+#      WAL switches: every archived segment is in the store, identical to
+#      pg_wal's, and pg_stat_archiver counts no failure;
+#   2. restore: the backup into a new PGDATA through RestoreJobHooks, PITR to
+#      the noted time (exactly the rows before it), then to the end (all rows);
+#   3. faults: the plugin killed while archiving (PostgreSQL retries, nothing
+#      lost, no torn object); the store unwritable (a clear error, then it
+#      catches up) [local store only]; a segment archived again with other
+#      content is refused; a segment missing at restore ends recovery there.
+#
+# Usage: tests/postgres.sh [local|s3]   (s3: a moto S3 server on loopback)
+# Needs: the binaries built by `cargo build -p cnpgi-wal-archive --bins --examples`,
+# PostgreSQL's server binaries, python3 (and moto[server] for s3). As root it
+# runs PostgreSQL and the plugin as the dedicated user cnpgi-wal (created if
+# missing), as CloudNativePG runs both as one non-root user.
+# KEEP_WORKDIR=1 keeps the work directory (logs, data, store).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../../.." && pwd)"
+mode="${1:-local}"
+case "$mode" in local | s3) ;; *) echo "usage: $0 [local|s3]" >&2; exit 2 ;; esac
+
+PLUGIN_NAME=wal-archive.cnpgi.io
+plugin_bin="${WAL_ARCHIVE_PLUGIN:-$root/target/debug/cnpgi-wal-archive}"
+# The instance-side commands. To use cnpgi-operator's, set this to
+# "$root/target/debug/cnpgi-operator" (same subcommands and flags).
+instance_cli="${CNPGI_INSTANCE_CLI:-$root/target/debug/examples/instance-cli}"
+pgbin="$(pg_config --bindir)"
+for tool in "$plugin_bin" "$instance_cli" "$pgbin/initdb" "$pgbin/pg_ctl" "$pgbin/postgres"; do
+  [ -x "$tool" ] || { echo "postgres.sh: $tool is missing (cargo build -p cnpgi-wal-archive --bins --examples; apt-get install postgresql)" >&2; exit 1; }
+done
+command -v psql >/dev/null || { echo "postgres.sh: psql is missing" >&2; exit 1; }
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $*"; }
+fail() { failed=$((failed + 1)); echo "FAIL $*"; }
+die() { echo "postgres.sh ($mode): $*" >&2; exit 1; }
+check() { # WHAT COMMAND...: ok if COMMAND succeeds
+  local what=$1
+  shift
+  if "$@"; then ok "$what"; else fail "$what"; fi
+}
+
+work="$(mktemp -d /tmp/wal-archive-pg.XXXXXX)"
+chmod 755 "$work"
+pids=()          # plugin and S3 server processes
+datadirs=()      # PostgreSQL data directories started
+finished=0
+
+# --- the user PostgreSQL and the plugin run as ---------------------------------------------------
+as_user=()
+if [ "$(id -u)" = 0 ]; then
+  user=cnpgi-wal
+  id "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
+  chown "$user:" "$work"
+  # setpriv execs (no intermediate process), so a recorded PID is the program's.
+  as_user=(setpriv "--reuid=$(id -u "$user")" "--regid=$(id -g "$user")" --init-groups --)
+  # The binaries may live where that user cannot read them: copy them in.
+  install -m 755 "$plugin_bin" "$work/cnpgi-wal-archive"
+  install -m 755 "$instance_cli" "$work/instance-cli"
+  plugin_bin="$work/cnpgi-wal-archive"
+  [ -z "${CNPGI_INSTANCE_CLI:-}" ] && instance_cli="$work/instance-cli"
+fi
+run() { "${as_user[@]}" env HOME="$work" "$@"; }
+
+cleanup() {
+  local code=$? dir pid
+  for dir in "${datadirs[@]}"; do
+    if [ -f "$dir/postmaster.pid" ]; then
+      run "$pgbin/pg_ctl" -D "$dir" stop -m immediate -w -t 20 >/dev/null 2>&1 || true
+      pid="$(head -n1 "$dir/postmaster.pid" 2>/dev/null || true)"
+      [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+    fi
+  done
+  for pid in "${pids[@]}"; do
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  if [ "$finished" != 1 ] || [ "$failed" != 0 ]; then
+    for f in "$work"/*.log; do
+      [ -s "$f" ] || continue
+      echo "---- last lines of $(basename "$f")" >&2
+      tail -n 20 "$f" >&2
+    done
+  fi
+  if [ -n "${KEEP_WORKDIR:-}" ]; then
+    echo "postgres.sh: work directory kept: $work" >&2
+  else
+    rm -rf "$work"
+  fi
+  exit "$code"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# --- the store ----------------------------------------------------------------------------------------
+s3_env=()
+if [ "$mode" = s3 ]; then
+  python3 -c 'import moto.server, boto3' 2>/dev/null || die "moto[server] is missing (pip install 'moto[server]')"
+  s3_port="$(free_port)"
+  python3 -m moto.server -H 127.0.0.1 -p "$s3_port" >"$work/moto.log" 2>&1 &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do
+    curl -sf "http://127.0.0.1:$s3_port/" >/dev/null 2>&1 && break
+    kill -0 "${pids[-1]}" 2>/dev/null || die "the moto S3 server exited: $(tail -n 5 "$work/moto.log")"
+    sleep 0.1
+  done
+  export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1
+  s3() { python3 - "$s3_port" "$@"; }
+  s3 <<'PY' || die "cannot create the bucket"
+import sys, boto3
+boto3.client("s3", endpoint_url=f"http://127.0.0.1:{sys.argv[1]}").create_bucket(Bucket="wal-archive")
+PY
+  destination="s3://wal-archive/ci"
+  endpoint=", \"endpointURL\": \"http://127.0.0.1:$s3_port\""
+  s3_env=(AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test)
+else
+  destination="$work/store"
+  endpoint=""
+fi
+
+# store_names SERVER: the WAL file names archived for SERVER, sorted.
+store_names() {
+  if [ "$mode" = s3 ]; then
+    python3 - "$s3_port" "$1" <<'PY'
+import sys, boto3
+client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{sys.argv[1]}")
+names = []
+for page in client.get_paginator("list_objects_v2").paginate(Bucket="wal-archive", Prefix=f"ci/{sys.argv[2]}/wals/"):
+    names += [o["Key"].rsplit("/", 1)[1][:-4] for o in page.get("Contents", [])]
+print("\n".join(sorted(names)))
+PY
+  else
+    [ -d "$destination/$1/wals" ] || return 0
+    find "$destination/$1/wals" -name '*.zst' -printf '%f\n' | sed 's/\.zst$//' | sort
+  fi
+}
+
+# store_backups SERVER: the ids of the completed backups of SERVER (with a manifest), sorted.
+store_backups() {
+  if [ "$mode" = s3 ]; then
+    python3 - "$s3_port" "$1" <<'PY'
+import sys, boto3
+client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{sys.argv[1]}")
+ids = []
+for page in client.get_paginator("list_objects_v2").paginate(Bucket="wal-archive", Prefix=f"ci/{sys.argv[2]}/backups/"):
+    ids += [o["Key"].split("/")[-2] for o in page.get("Contents", []) if o["Key"].endswith("/backup.json")]
+print("\n".join(sorted(ids)))
+PY
+  else
+    [ -d "$destination/$1/backups" ] || return 0
+    find "$destination/$1/backups" -name backup.json -printf '%h\n' | xargs -r -n1 basename | sort
+  fi
+}
+
+# --- the plugin -----------------------------------------------------------------------------------------
+# start_plugin NAME SOCKET_DIR PGDATA RESTORE_CLUSTER: the plugin on SOCKET_DIR/<plugin name>.
+declare -A plugin_pid
+start_plugin() {
+  local name=$1 dir=$2 pgdata=$3 cluster=$4 i
+  mkdir -p "$dir"
+  chown --reference="$work" "$dir"
+  # Not through run(): a function in the background is a subshell, whose PID
+  # is not the plugin's.
+  "${as_user[@]}" env HOME="$work" "${s3_env[@]}" PGDATA="$pgdata" \
+    WAL_ARCHIVE_RESTORE_COMMAND="$instance_cli wal-restore --cluster $cluster --plugin-dir $dir %f %p" \
+    "$plugin_bin" plugin --plugin-path="$dir" >>"$work/plugin-$name.log" 2>&1 &
+  plugin_pid[$name]=$!
+  pids+=($!)
+  for ((i = 0; i < 200; i++)); do
+    python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' "$dir/$PLUGIN_NAME" 2>/dev/null && return 0
+    kill -0 "${plugin_pid[$name]}" 2>/dev/null || die "the plugin ($name) exited: $(tail -n 5 "$work/plugin-$name.log")"
+    sleep 0.05
+  done
+  die "the plugin ($name) did not listen within 10 s"
+}
+stop_plugin() { # NAME [SIGNAL]
+  local pid=${plugin_pid[$1]}
+  kill "-${2:-TERM}" "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+# --- PostgreSQL -------------------------------------------------------------------------------------------
+mkdir -p "$work/run"
+chown --reference="$work" "$work/run"
+# start_pg DIR PORT: starts the instance in DIR, waiting for it to accept connections.
+start_pg() {
+  datadirs+=("$1")
+  run "$pgbin/pg_ctl" -D "$1" -l "$work/$(basename "$1").log" -w -t 120 \
+    -o "-p $2 -k $work/run -c listen_addresses=''" start >/dev/null
+}
+stop_pg() { run "$pgbin/pg_ctl" -D "$1" stop -m fast -w -t 60 >/dev/null; }
+sql() { # PORT SQL: the result, unaligned, no headers
+  run psql -X -q -A -t -h "$work/run" -p "$1" -U postgres -d postgres -v ON_ERROR_STOP=1 -c "$2"
+}
+
+# cluster_json FILE NAME PARAMETERS-JSON [EXTRA-SPEC-JSON] [STATUS-JSON]
+cluster_json() {
+  local status='{}'
+  [ -n "${5:-}" ] && status=$5
+  cat >"$1" <<JSON
+{"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster",
+ "metadata": {"name": "$2", "namespace": "default"},
+ "spec": {"instances": 1,
+          "plugins": [{"name": "$PLUGIN_NAME", "isWALArchiver": true, "parameters": $3}]${4:+, $4}},
+ "status": $status}
+JSON
+  chown --reference="$work" "$1"
+}
+
+params() { # SERVER [PORT]: the plugin parameters for the archive of SERVER (whose backups connect to PORT)
+  echo "{\"destinationPath\": \"$destination\", \"serverName\": \"$1\"$endpoint${2:+, \"pgHost\": \"$work/run\", \"pgPort\": \"$2\"}}"
+}
+
+# =====================================================================================================
+echo "== 1. archive ($mode store)"
+port1="$(free_port)"
+cluster1="$work/cluster-pg1.json"
+cluster_json "$cluster1" pg1 "$(params pg1 "$port1")" "" '{"currentPrimary": "pg1-1", "targetPrimary": "pg1-1"}'
+sockets1="$work/sockets-instance"
+start_plugin instance "$sockets1" "$work/pg1" "$cluster1"
+
+run "$pgbin/initdb" -D "$work/pg1" -U postgres --auth=trust >"$work/initdb.log" 2>&1 || die "initdb failed: $(tail -n 5 "$work/initdb.log")"
+cat >>"$work/pg1/postgresql.conf" <<EOF
+wal_level = replica
+archive_mode = on
+archive_command = '$instance_cli wal-archive --cluster $cluster1 --plugin-dir $sockets1 %p'
+max_wal_size = 256MB
+EOF
+start_pg "$work/pg1" "$port1"
+
+sql "$port1" "CREATE TABLE t (id serial PRIMARY KEY, phase text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp(), pad text)"
+sql "$port1" "INSERT INTO t (phase, pad) SELECT 'before-backup', repeat('x', 200) FROM generate_series(1, 5000)"
+
+backup_json="$(run "$instance_cli" backup --cluster "$cluster1" --plugin-dir "$sockets1" --plugin "$PLUGIN_NAME" --backup-name first 2>"$work/backup.err")" ||
+  die "the backup failed: $(cat "$work/backup.err")"
+backup_id="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["backupId"])' <<<"$backup_json")"
+check "backup $backup_id taken through the plugin (begin/end WAL $(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["beginWal"], d["endWal"])' <<<"$backup_json"))" \
+  test -n "$backup_id"
+
+sql "$port1" "INSERT INTO t (phase, pad) SELECT 'after-backup', repeat('y', 200) FROM generate_series(1, 5000)"
+sql "$port1" "SELECT pg_switch_wal()" >/dev/null
+sleep 1.2
+target_time="$(sql "$port1" "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")"
+sleep 1.2
+sql "$port1" "INSERT INTO t (phase, pad) SELECT 'after-target', repeat('z', 200) FROM generate_series(1, 5000)"
+for _ in 1 2 3; do
+  sql "$port1" "INSERT INTO t (phase, pad) SELECT 'after-target', repeat('w', 200) FROM generate_series(1, 1000)"
+  sql "$port1" "SELECT pg_switch_wal()" >/dev/null
+done
+last_segment="$(sql "$port1" "SELECT pg_walfile_name(pg_current_wal_lsn())")"
+sql "$port1" "SELECT pg_switch_wal()" >/dev/null
+rows_before="$(sql "$port1" "SELECT count(*) FROM t WHERE at <= '$target_time'")"
+rows_all="$(sql "$port1" "SELECT count(*) FROM t")"
+
+# wait_archived PORT SEGMENT [SECONDS]: until pg_stat_archiver's last archived WAL reaches SEGMENT.
+wait_archived() {
+  local i
+  for ((i = 0; i < ${3:-60} * 10; i++)); do
+    [ "$(sql "$1" "SELECT coalesce(last_archived_wal, '') >= '$2' FROM pg_stat_archiver")" = t ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+check "PostgreSQL archived through $last_segment" wait_archived "$port1" "$last_segment"
+check "pg_stat_archiver: no failed archive_command ($(sql "$port1" "SELECT archived_count || ' archived, ' || failed_count || ' failed' FROM pg_stat_archiver"))" \
+  test "$(sql "$port1" "SELECT failed_count FROM pg_stat_archiver")" = 0
+
+# every_done_segment_is_stored PGDATA CLUSTER SOCKETS: each segment pg_wal marks
+# archived (.done) is in the store, and restoring it gives pg_wal's bytes.
+every_done_segment_is_stored() {
+  local dir=$1 names count=0 missing=0 differ=0 f name
+  names="$(store_names pg1)"
+  mkdir -p "$work/cmp"
+  chown --reference="$work" "$work/cmp"
+  for f in "$dir"/pg_wal/archive_status/*.done; do
+    name="$(basename "$f" .done)"
+    [[ "$name" =~ ^[0-9A-F]{24}$ ]] || continue
+    count=$((count + 1))
+    if ! grep -qx "$name" <<<"$names"; then
+      missing=$((missing + 1))
+      echo "     $name: not in the store" >&2
+      continue
+    fi
+    if ! run "$instance_cli" wal-restore --cluster "$2" --plugin-dir "$3" "$name" "$work/cmp/$name" 2>>"$work/cmp.log" ||
+      ! cmp -s "$work/cmp/$name" "$dir/pg_wal/$name"; then
+      differ=$((differ + 1))
+      echo "     $name: restored content differs from pg_wal's" >&2
+    fi
+    rm -f "$work/cmp/$name"
+  done
+  echo "     $count archived segment(s) in pg_wal compared with the store"
+  [ "$count" -gt 0 ] && [ "$missing" = 0 ] && [ "$differ" = 0 ]
+}
+check "every segment pg_wal marks archived is in the store, byte for byte" \
+  every_done_segment_is_stored "$work/pg1" "$cluster1" "$sockets1"
+check "the timeline's segments and the backup's .backup history file are archived" \
+  grep -q '\.backup$' <<<"$(store_names pg1)"
+
+# =====================================================================================================
+echo "== 2. restore through RestoreJobHooks, point in time and to the end"
+# restore_into NAME TARGET-JSON: a recovering cluster NAME, restored into
+# $work/NAME by a plugin playing CloudNativePG's recovery Job sidecar.
+restore_into() {
+  local name=$1 target=$2 port cluster="$work/cluster-$1.json" sockets="$work/sockets-$1"
+  cluster_json "$cluster" "$name" "$(params "$name")" \
+    "\"bootstrap\": {\"recovery\": {\"source\": \"origin\", \"recoveryTarget\": $target}},
+     \"externalClusters\": [{\"name\": \"origin\", \"plugin\": {\"name\": \"$PLUGIN_NAME\", \"parameters\": $(params pg1)}}]"
+  start_plugin "$name" "$sockets" "$work/$name" "$cluster"
+  run "$instance_cli" restore --cluster "$cluster" --plugin-dir "$sockets" --plugin "$PLUGIN_NAME" \
+    --pgdata "$work/$name" 2>"$work/restore-$name.log" || { cat "$work/restore-$name.log" >&2; return 1; }
+}
+# recovered PORT: until the instance has finished recovery and promoted.
+recovered() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    [ "$(sql "$1" "SELECT NOT pg_is_in_recovery()" 2>/dev/null)" = t ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+port2="$(free_port)"
+restore_into pitr "{\"targetTime\": \"$target_time\"}" || die "the restore failed"
+start_pg "$work/pitr" "$port2"
+check "PITR to $target_time: recovery finished and the instance promoted" recovered "$port2"
+check "PITR: exactly the $rows_before rows written before the target time" \
+  test "$(sql "$port2" "SELECT count(*) || ' ' || count(*) FILTER (WHERE phase = 'after-target') FROM t")" = "$rows_before 0"
+check "PITR: backup $backup_id restored, recovery_target_time written as CloudNativePG writes it" \
+  grep -q "recovery_target_time = '$(date -u -d "$target_time" '+%Y-%m-%d %H:%M:%S')" "$work/pitr/postgresql.conf"
+stop_pg "$work/pitr"
+stop_plugin pitr
+
+port3="$(free_port)"
+restore_into full '{}' || die "the restore failed"
+start_pg "$work/full" "$port3"
+check "recovery to the end of the archive: finished and promoted" recovered "$port3"
+check "recovery to the end: all $rows_all rows" test "$(sql "$port3" "SELECT count(*) FROM t")" = "$rows_all"
+stop_pg "$work/full"
+stop_plugin full
+
+restore_into refused '{}' >/dev/null 2>&1 || true
+check "a restore into a non-empty PGDATA is refused" \
+  bash -c "! ${as_user[*]} env HOME=$work $instance_cli restore --cluster $work/cluster-refused.json --plugin-dir $work/sockets-refused --plugin $PLUGIN_NAME --pgdata $work/refused 2>$work/refused.err && grep -q 'is not empty' $work/refused.err"
+stop_plugin refused
+
+# =====================================================================================================
+echo "== 3. faults"
+# a) The plugin killed while PostgreSQL archives.
+for _ in 1 2 3 4 5 6; do
+  sql "$port1" "INSERT INTO t (phase, pad) SELECT 'during-kill', repeat('k', 200) FROM generate_series(1, 2000); SELECT pg_switch_wal()" >/dev/null
+done
+stop_plugin instance KILL
+sql "$port1" "INSERT INTO t (phase) VALUES ('after-kill'); SELECT pg_switch_wal()" >/dev/null
+sleep 2
+failed_before="$(sql "$port1" "SELECT failed_count FROM pg_stat_archiver")"
+check "plugin killed: archive_command fails and PostgreSQL keeps the WAL ($failed_before failures so far)" test "$failed_before" -gt 0
+start_plugin instance "$sockets1" "$work/pg1" "$cluster1"
+last_segment="$(sql "$port1" "SELECT pg_walfile_name(pg_current_wal_lsn())")"
+sql "$port1" "SELECT pg_switch_wal()" >/dev/null
+check "plugin restarted: PostgreSQL's retries archive everything through $last_segment" wait_archived "$port1" "$last_segment" 90
+check "after the kill: every archived segment is stored whole and identical (no torn or duplicate object)" \
+  every_done_segment_is_stored "$work/pg1" "$cluster1" "$sockets1"
+check "after the kill: no name stored twice" test -z "$(store_names pg1 | uniq -d)"
+
+# b) The store unwritable (a local directory made read-only).
+if [ "$mode" = local ]; then
+  chmod -R a-w "$destination/pg1/wals"
+  failed_before="$(sql "$port1" "SELECT failed_count FROM pg_stat_archiver")"
+  stuck="$(sql "$port1" "INSERT INTO t (phase) VALUES ('read-only'); SELECT pg_walfile_name(pg_switch_wal())")"
+  unwritable_fails() {
+    local i
+    for ((i = 0; i < 100; i++)); do
+      [ "$(sql "$port1" "SELECT failed_count > $failed_before FROM pg_stat_archiver")" = t ] && return 0
+      sleep 0.1
+    done
+    return 1
+  }
+  check "store unwritable: archive_command fails" unwritable_fails
+  check "store unwritable: the plugin says why (Permission denied, naming the store)" \
+    grep -q "archive failed.*Permission denied" "$work/plugin-instance.log"
+  chmod -R u+w "$destination/pg1/wals"
+  check "store writable again: PostgreSQL catches up through $stuck" wait_archived "$port1" "$stuck" 90
+fi
+
+# c) The same name with other content.
+archived="$(store_names pg1 | grep -E '^[0-9A-F]{24}$' | head -n1)"
+mkdir -p "$work/fake/pg_wal"
+cp "$work/pg1/pg_wal/$(ls "$work/pg1/pg_wal" | grep -E '^[0-9A-F]{24}$' | head -n1)" "$work/fake/pg_wal/$archived" 2>/dev/null ||
+  head -c 16777216 /dev/urandom >"$work/fake/pg_wal/$archived"
+printf 'tampered' | dd of="$work/fake/pg_wal/$archived" bs=1 seek=4096 conv=notrunc status=none
+chown -R --reference="$work" "$work/fake"
+if (cd "$work/fake" && run "$instance_cli" wal-archive --cluster "$cluster1" --plugin-dir "$sockets1" "pg_wal/$archived") 2>"$work/conflict.err"; then
+  fail "a segment archived again with other content is refused (it was accepted)"
+else
+  check "a segment archived again with other content is refused: $(head -c 160 "$work/conflict.err")" grep -q AlreadyExists "$work/conflict.err"
+fi
+run "$instance_cli" wal-restore --cluster "$cluster1" --plugin-dir "$sockets1" "$archived" "$work/fake/pg_wal/$archived" 2>/dev/null
+check "the same name with the same content is accepted again (idempotent)" \
+  bash -c "cd $work/fake && ${as_user[*]} env HOME=$work $instance_cli wal-archive --cluster $cluster1 --plugin-dir $sockets1 pg_wal/$archived"
+check "restoring a name the archive lacks fails (NotFound)" \
+  bash -c "! ${as_user[*]} env HOME=$work $instance_cli wal-restore --cluster $cluster1 --plugin-dir $sockets1 0000000900000000000000AA $work/fake/x 2>$work/missing.err && grep -q NotFound $work/missing.err"
+
+# d) A segment missing at restore: recovery stops there and the instance promotes.
+newest="$(store_names pg1 | grep -E '^[0-9A-F]{24}$' | tail -n1)"
+before_newest="$(store_names pg1 | grep -E '^[0-9A-F]{24}$' | tail -n2 | head -n1)"
+if [ "$mode" = s3 ]; then
+  python3 - "$s3_port" "ci/pg1/wals/${before_newest:0:16}/$before_newest.zst" <<'PY'
+import sys, boto3
+boto3.client("s3", endpoint_url=f"http://127.0.0.1:{sys.argv[1]}").delete_object(Bucket="wal-archive", Key=sys.argv[2])
+PY
+else
+  rm "$destination/pg1/wals/${before_newest:0:16}/$before_newest.zst"
+fi
+port4="$(free_port)"
+restore_into gap '{}' || die "the restore failed"
+start_pg "$work/gap" "$port4"
+check "segment $before_newest missing: recovery ends there and the instance promotes" recovered "$port4"
+total_rows="$(sql "$port1" "SELECT count(*) FROM t")"
+check "segment missing: the backup's rows are there, the later ones are not ($(sql "$port4" "SELECT count(*) FROM t") of $total_rows)" \
+  test "$(sql "$port4" "SELECT count(*) >= 5000 AND count(*) < $total_rows FROM t")" = t
+check "segment missing: the restore log shows PostgreSQL asked for it and got NotFound" \
+  grep -q "$before_newest.*not in the archive\|not in the archive.*$before_newest\|wal=$before_newest.*not in the archive" "$work/plugin-gap.log"
+stop_pg "$work/gap"
+stop_plugin gap
+
+# =====================================================================================================
+echo "== 4. retention: keepBackups=1 after a second backup"
+cluster_json "$work/cluster-pg1-keep1.json" pg1 \
+  "$(params pg1 "$port1" | sed 's/}$/, "keepBackups": "1"}/')" "" '{"currentPrimary": "pg1-1", "targetPrimary": "pg1-1"}'
+sleep 1 # backup ids are start times, to the second
+second_json="$(run "$instance_cli" backup --cluster "$work/cluster-pg1-keep1.json" --plugin-dir "$sockets1" --plugin "$PLUGIN_NAME" --backup-name second 2>"$work/backup2.err")" ||
+  die "the second backup failed: $(cat "$work/backup2.err")"
+second_id="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["backupId"])' <<<"$second_json")"
+second_begin="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["beginWal"])' <<<"$second_json")"
+check "retention: only the newest backup ($second_id) is left" test "$(store_backups pg1)" = "$second_id"
+older="$(store_names pg1 | grep -E '^[0-9A-F]{24}' | awk -v first="$second_begin" 'substr($0, 1, 24) < first' | wc -l)"
+check "retention: no WAL before $second_begin (the kept backup's first segment) is left ($older)" test "$older" = 0
+final_segment="$(sql "$port1" "INSERT INTO t (phase) VALUES ('after-second-backup'); SELECT pg_walfile_name(pg_switch_wal())")"
+check "the segment holding the last row ($final_segment) is archived" wait_archived "$port1" "$final_segment" 60
+port5="$(free_port)"
+restore_into kept '{}' || die "the restore of the kept backup failed"
+start_pg "$work/kept" "$port5"
+kept_restores() {
+  recovered "$port5" && [ "$(sql "$port5" "SELECT count(*) FILTER (WHERE phase = 'after-second-backup') FROM t")" = 1 ]
+}
+check "retention: the kept backup and its WAL still restore, to the last row" kept_restores
+stop_pg "$work/kept"
+
+stop_pg "$work/pg1"
+finished=1
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
