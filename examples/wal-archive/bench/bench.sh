@@ -88,7 +88,10 @@ pids+=($!)
 for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$s3_port/" >/dev/null 2>&1 && break; sleep 0.1; done
 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test python3 -c "import boto3; boto3.client('s3', endpoint_url='http://127.0.0.1:$s3_port', region_name='us-east-1').create_bucket(Bucket='bench')"
 mkd "$work/sockets" "$work/store"
-u env PGDATA="$work/restored" "$work/cnpgi-wal-archive" plugin --plugin-path="$work/sockets" --log-level=warn >"$work/plugin.log" 2>&1 &
+# Not through u(): a function in the background is a subshell, whose PID is
+# not the plugin's.
+"${as_user[@]}" env HOME="$work" AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test PGDATA="$work/restored" \
+  "$work/cnpgi-wal-archive" plugin --plugin-path="$work/sockets" --log-level=warn >"$work/plugin.log" 2>&1 &
 pids+=($!)
 for ((i = 0; i < 100; i++)); do [ -S "$work/sockets/$PLUGIN_NAME" ] && break; sleep 0.05; done
 
