@@ -376,7 +376,8 @@ check "after the kill: no name stored twice" test -z "$(store_names pg1 | uniq -
 if [ "$mode" = local ]; then
   chmod -R a-w "$destination/pg1/wals"
   failed_before="$(sql "$port1" "SELECT failed_count FROM pg_stat_archiver")"
-  stuck="$(sql "$port1" "INSERT INTO t (phase) VALUES ('read-only'); SELECT pg_walfile_name(pg_switch_wal())")"
+  sql "$port1" "INSERT INTO t (phase) VALUES ('read-only')"
+  stuck="$(sql "$port1" "SELECT pg_walfile_name(pg_switch_wal())")"
   unwritable_fails() {
     local i
     for ((i = 0; i < 100; i++)); do
@@ -445,7 +446,10 @@ second_begin="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["beginWa
 check "retention: only the newest backup ($second_id) is left" test "$(store_backups pg1)" = "$second_id"
 older="$(store_names pg1 | grep -E '^[0-9A-F]{24}' | awk -v first="$second_begin" 'substr($0, 1, 24) < first' | wc -l)"
 check "retention: no WAL before $second_begin (the kept backup's first segment) is left ($older)" test "$older" = 0
-final_segment="$(sql "$port1" "INSERT INTO t (phase) VALUES ('after-second-backup'); SELECT pg_walfile_name(pg_switch_wal())")"
+# Two statements: in one -c string they would share a transaction, whose
+# commit would land after the switch.
+sql "$port1" "INSERT INTO t (phase) VALUES ('after-second-backup')"
+final_segment="$(sql "$port1" "SELECT pg_walfile_name(pg_switch_wal())")"
 check "the segment holding the last row ($final_segment) is archived" wait_archived "$port1" "$final_segment" 60
 port5="$(free_port)"
 restore_into kept '{}' || die "the restore of the kept backup failed"
