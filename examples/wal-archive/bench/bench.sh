@@ -68,7 +68,7 @@ max_wal_size = 4GB
 EOF
 port="$(free_port)"
 u "$pgbin/pg_ctl" -D "$pgdata" -l "$work/pg.log" -w -o "-p $port -k $work/run -c listen_addresses=''" start >/dev/null
-scale=$(((segments * 16 + 15) / 14 + 2))
+scale=$((segments * 3 / 2 + 4))
 u "$pgbin/pgbench" -h "$work/run" -p "$port" -U postgres -i -s "$scale" -q postgres >/dev/null 2>&1
 u "$pgbin/psql" -X -q -h "$work/run" -p "$port" -U postgres -d postgres -c "SELECT pg_switch_wal()" >/dev/null
 for ((i = 0; i < 600; i++)); do
@@ -88,7 +88,10 @@ pids+=($!)
 for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$s3_port/" >/dev/null 2>&1 && break; sleep 0.1; done
 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test python3 -c "import boto3; boto3.client('s3', endpoint_url='http://127.0.0.1:$s3_port', region_name='us-east-1').create_bucket(Bucket='bench')"
 mkd "$work/sockets" "$work/store"
-u env PGDATA="$work/restored" "$work/cnpgi-wal-archive" plugin --plugin-path="$work/sockets" --log-level=warn >"$work/plugin.log" 2>&1 &
+# Not through u(): a function in the background is a subshell, whose PID is
+# not the plugin's.
+"${as_user[@]}" env HOME="$work" AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test PGDATA="$work/restored" \
+  "$work/cnpgi-wal-archive" plugin --plugin-path="$work/sockets" --log-level=warn >"$work/plugin.log" 2>&1 &
 pids+=($!)
 for ((i = 0; i < 100; i++)); do [ -S "$work/sockets/$PLUGIN_NAME" ] && break; sleep 0.05; done
 
@@ -126,7 +129,7 @@ for store in local s3; do
   t1="$(now)"
   echo "| archive through the plugin, $store store (one \`wal-archive\` process per segment) | $(rate "$count" "$bytes" "$(python3 -c "print($t1 - $t0)")") |"
 done
-stored="$(du -sb "$work/store/origin/wals" | cut -f1)"
+stored="$(du -sb "$work/store/origin/wals" | cut -f1)" # before the random segments below
 for store in local s3; do
   mkd "$work/out-$store"
   t0="$(now)"
@@ -137,14 +140,38 @@ for store in local s3; do
   cmp -s <(cat "$work"/input/*) <(cat "$work"/out-"$store"/*) || { echo "bench.sh: restored WAL differs" >&2; exit 1; }
   echo "| WAL restore through the plugin, $store store (fsync + rename each) | $(rate "$count" "$bytes" "$(python3 -c "print($t1 - $t0)")") |"
 done
+# Incompressible segments (random bytes): zstd's worst case.
+mkd "$work/random/pg_wal" "$work/out-random"
+for ((i = 0; i < count / 2; i++)); do
+  head -c 16777216 /dev/urandom >"$work/random/pg_wal/$(printf '00000009000000000000%04X' "$i")"
+done
+chown -R --reference="$work" "$work/random"
+random_count=$((count / 2))
+random_bytes=$((random_count * 16777216))
+t0="$(now)"
+for f in "$work"/random/pg_wal/*; do
+  (cd "$work/random" && u "$cli" wal-archive --cluster "$work/local.json" --plugin-dir "$work/sockets" "pg_wal/$(basename "$f")")
+done
+t1="$(now)"
+echo "| archive, local store, $random_count incompressible (random) segments | $(rate "$random_count" "$random_bytes" "$(python3 -c "print($t1 - $t0)")") |"
+t0="$(now)"
+for f in "$work"/random/pg_wal/*; do
+  u "$cli" wal-restore --cluster "$work/local.json" --plugin-dir "$work/sockets" "$(basename "$f")" "$work/out-random/$(basename "$f")"
+done
+t1="$(now)"
+echo "| WAL restore, local store, the incompressible segments | $(rate "$random_count" "$random_bytes" "$(python3 -c "print($t1 - $t0)")") |"
 echo
-echo "zstd level 3 stored the WAL in $((stored / 1048576)) MiB ($(python3 -c "print(f'{$stored / $bytes * 100:.0f}')") % of the segments)."
+echo "zstd level 3 stored the pgbench WAL in $((stored / 1048576)) MiB ($(python3 -c "print(f'{$stored / $bytes * 100:.0f}')") % of the segments)."
 echo
 
 # --- base backup restore ----------------------------------------------------------------------------------
 data_bytes="$(du -sb --exclude=pg_wal "$pgdata" | cut -f1)"
 echo "| base backup of the pgbench PGDATA ($((data_bytes / 1048576)) MiB without pg_wal) | seconds | MiB/s |"
 echo "|---|---|---|"
+t0="$(now)"; cp -a "$pgdata" "$work/cp-pgdata"; t1="$(now)"
+s="$(python3 -c "print($t1 - $t0)")"
+echo "| \`cp -a\` of PGDATA (page cache, no sync) | $(printf '%.2f' "$s") | $(python3 -c "print(f'{$data_bytes / $s / 1048576:.0f}')") |"
+rm -rf "$work/cp-pgdata"
 t0="$(now)"; cp -a "$pgdata" "$work/cp-pgdata"; sync -f "$work/cp-pgdata"; t1="$(now)"
 s="$(python3 -c "print($t1 - $t0)")"
 echo "| \`cp -a\` of PGDATA (+ sync) | $(printf '%.2f' "$s") | $(python3 -c "print(f'{$data_bytes / $s / 1048576:.0f}')") |"

@@ -11,7 +11,8 @@
 //!
 //! WAL objects have the format of [`crate::object`]. The store is a local
 //! directory (`object_store`'s `LocalFileSystem`, which writes to a staging
-//! file and renames it, so readers never see half an object) or an
+//! file and renames it, so readers never see half an object, and here
+//! fsyncs the file and its directory before a write returns) or an
 //! S3-compatible bucket. Every call is bounded in time: S3 requests by the
 //! client's timeouts and retries, and every operation here by
 //! [`OPERATION_TIMEOUT`].
@@ -121,7 +122,11 @@ impl Store {
                     reason,
                 };
                 std::fs::create_dir_all(dir).map_err(|e| open_error(format!("cannot create the directory: {e}")))?;
-                let local = LocalFileSystem::new_with_prefix(dir).map_err(|e| open_error(e.to_string()))?;
+                // fsync files and directories before answering: PostgreSQL
+                // deletes a WAL segment once its archive_command succeeded.
+                let local = LocalFileSystem::new_with_prefix(dir)
+                    .map_err(|e| open_error(e.to_string()))?
+                    .with_fsync(true);
                 (Arc::new(local), String::new(), description)
             }
             Location::S3 {

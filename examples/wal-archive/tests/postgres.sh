@@ -221,6 +221,17 @@ params() { # SERVER [PORT]: the plugin parameters for the archive of SERVER (who
   echo "{\"destinationPath\": \"$destination\", \"serverName\": \"$1\"$endpoint${2:+, \"pgHost\": \"$work/run\", \"pgPort\": \"$2\"}}"
 }
 
+# result_field JSON FIELD: a field of the printed BackupResult, camelCase
+# (backupId) or snake_case (backup_id), whichever the instance CLI prints.
+result_field() {
+  python3 -c '
+import json, re, sys
+d = json.loads(sys.argv[1])
+camel = sys.argv[2]
+snake = re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), camel)
+print(d.get(camel, d.get(snake, "")))' "$1" "$2"
+}
+
 # =====================================================================================================
 echo "== 1. archive ($mode store)"
 port1="$(free_port)"
@@ -243,8 +254,8 @@ sql "$port1" "INSERT INTO t (phase, pad) SELECT 'before-backup', repeat('x', 200
 
 backup_json="$(run "$instance_cli" backup --cluster "$cluster1" --plugin-dir "$sockets1" --plugin "$PLUGIN_NAME" --backup-name first 2>"$work/backup.err")" ||
   die "the backup failed: $(cat "$work/backup.err")"
-backup_id="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["backupId"])' <<<"$backup_json")"
-check "backup $backup_id taken through the plugin (begin/end WAL $(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["beginWal"], d["endWal"])' <<<"$backup_json"))" \
+backup_id="$(result_field "$backup_json" backupId)"
+check "backup $backup_id taken through the plugin (begin/end WAL $(result_field "$backup_json" beginWal) $(result_field "$backup_json" endWal))" \
   test -n "$backup_id"
 
 sql "$port1" "INSERT INTO t (phase, pad) SELECT 'after-backup', repeat('y', 200) FROM generate_series(1, 5000)"
@@ -336,7 +347,7 @@ check "PITR to $target_time: recovery finished and the instance promoted" recove
 check "PITR: exactly the $rows_before rows written before the target time" \
   test "$(sql "$port2" "SELECT count(*) || ' ' || count(*) FILTER (WHERE phase = 'after-target') FROM t")" = "$rows_before 0"
 check "PITR: backup $backup_id restored, recovery_target_time written as CloudNativePG writes it" \
-  grep -q "recovery_target_time = '$(date -u -d "$target_time" '+%Y-%m-%d %H:%M:%S')" "$work/pitr/postgresql.conf"
+  grep -qs "recovery_target_time = '$(date -u -d "$target_time" '+%Y-%m-%d %H:%M:%S')" "$work"/pitr/*.conf
 stop_pg "$work/pitr"
 stop_plugin pitr
 
@@ -376,7 +387,8 @@ check "after the kill: no name stored twice" test -z "$(store_names pg1 | uniq -
 if [ "$mode" = local ]; then
   chmod -R a-w "$destination/pg1/wals"
   failed_before="$(sql "$port1" "SELECT failed_count FROM pg_stat_archiver")"
-  stuck="$(sql "$port1" "INSERT INTO t (phase) VALUES ('read-only'); SELECT pg_walfile_name(pg_switch_wal())")"
+  sql "$port1" "INSERT INTO t (phase) VALUES ('read-only')"
+  stuck="$(sql "$port1" "SELECT pg_walfile_name(pg_switch_wal())")"
   unwritable_fails() {
     local i
     for ((i = 0; i < 100; i++)); do
@@ -440,12 +452,15 @@ cluster_json "$work/cluster-pg1-keep1.json" pg1 \
 sleep 1 # backup ids are start times, to the second
 second_json="$(run "$instance_cli" backup --cluster "$work/cluster-pg1-keep1.json" --plugin-dir "$sockets1" --plugin "$PLUGIN_NAME" --backup-name second 2>"$work/backup2.err")" ||
   die "the second backup failed: $(cat "$work/backup2.err")"
-second_id="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["backupId"])' <<<"$second_json")"
-second_begin="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["beginWal"])' <<<"$second_json")"
+second_id="$(result_field "$second_json" backupId)"
+second_begin="$(result_field "$second_json" beginWal)"
 check "retention: only the newest backup ($second_id) is left" test "$(store_backups pg1)" = "$second_id"
 older="$(store_names pg1 | grep -E '^[0-9A-F]{24}' | awk -v first="$second_begin" 'substr($0, 1, 24) < first' | wc -l)"
 check "retention: no WAL before $second_begin (the kept backup's first segment) is left ($older)" test "$older" = 0
-final_segment="$(sql "$port1" "INSERT INTO t (phase) VALUES ('after-second-backup'); SELECT pg_walfile_name(pg_switch_wal())")"
+# Two statements: in one -c string they would share a transaction, whose
+# commit would land after the switch.
+sql "$port1" "INSERT INTO t (phase) VALUES ('after-second-backup')"
+final_segment="$(sql "$port1" "SELECT pg_walfile_name(pg_switch_wal())")"
 check "the segment holding the last row ($final_segment) is archived" wait_archived "$port1" "$final_segment" 60
 port5="$(free_port)"
 restore_into kept '{}' || die "the restore of the kept backup failed"
