@@ -123,8 +123,9 @@ pub fn quote(value: &str) -> String {
 /// CloudNativePG's `RecoveryTarget.BuildPostgresOptions`: the recovery
 /// target lines for `spec.bootstrap.recovery.recoveryTarget` (empty when
 /// there is none). Values are quoted with [`quote`] (upstream pastes them
-/// between quotes as they are); `targetTime` is passed as written, since
-/// PostgreSQL reads RFC 3339 times itself.
+/// between quotes as they are); `targetTime` is converted with
+/// [`postgres_time`], as upstream does (PostgreSQL refuses an RFC 3339
+/// `…T…Z` value for `recovery_target_time`).
 ///
 /// ```
 /// let cluster = serde_json::json!({"spec": {"bootstrap": {"recovery": {
@@ -152,7 +153,12 @@ pub fn recovery_target_options(cluster: &Value) -> String {
         ("targetTime", "recovery_target_time"),
     ] {
         if let Some(value) = text(field) {
-            out.push_str(&format!("{setting} = {}\n", quote(value)));
+            let value = if field == "targetTime" {
+                postgres_time(value)
+            } else {
+                value.to_owned()
+            };
+            out.push_str(&format!("{setting} = {}\n", quote(&value)));
         }
     }
     if flag("targetImmediate") {
@@ -164,6 +170,56 @@ pub fn recovery_target_options(cluster: &Value) -> String {
         out.push_str("recovery_target_inclusive = true\n");
     }
     out
+}
+
+/// An RFC 3339 time (`2026-01-02T03:04:05.5Z`, `…+02:00`, or without a
+/// zone, taken as UTC) as PostgreSQL reads it, the way cnpg-i-machinery's
+/// `ConvertToPostgresFormat` writes it: `2026-01-02 03:04:05.500000+00:00`
+/// (microseconds, the offset as written, `+00:00` for `Z`). Anything else is
+/// returned as it is.
+///
+/// ```
+/// use cnpgi_core::postgres::postgres_time;
+///
+/// assert_eq!(postgres_time("2026-11-23T18:01:23.288832Z"), "2026-11-23 18:01:23.288832+00:00");
+/// assert_eq!(postgres_time("2026-01-02T03:04:05+02:00"), "2026-01-02 03:04:05.000000+02:00");
+/// assert_eq!(postgres_time("yesterday"), "yesterday");
+/// ```
+pub fn postgres_time(timestamp: &str) -> String {
+    fn digits(text: &str) -> bool {
+        !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+    }
+    let convert = || -> Option<String> {
+        let (date, rest) = timestamp.split_once(['T', 't'])?;
+        let date_ok = date.len() == 10 && date.split('-').map(str::len).eq([4, 2, 2]) && date.split('-').all(digits);
+        let (clock, rest) = (rest.get(..8)?, rest.get(8..)?);
+        let clock_ok = clock.split(':').map(str::len).eq([2, 2, 2]) && clock.split(':').all(digits);
+        if !date_ok || !clock_ok {
+            return None;
+        }
+        let (fraction, zone) = match rest.strip_prefix('.') {
+            Some(rest) => {
+                let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+                (&rest[..end], &rest[end..])
+            }
+            None => ("", rest),
+        };
+        let zone = match zone {
+            "" | "Z" | "z" => "+00:00",
+            offset
+                if offset.len() == 6
+                    && offset.starts_with(['+', '-'])
+                    && offset[1..].split(':').map(str::len).eq([2, 2])
+                    && offset[1..].split(':').all(digits) =>
+            {
+                offset
+            }
+            _ => return None,
+        };
+        let micros: String = fraction.chars().chain(std::iter::repeat('0')).take(6).collect();
+        Some(format!("{date} {clock}.{micros}{zone}"))
+    };
+    convert().unwrap_or_else(|| timestamp.to_owned())
 }
 
 #[cfg(test)]
@@ -242,7 +298,7 @@ mod tests {
         assert_eq!(
             recovery_target_options(&cluster),
             "recovery_target_timeline = 'latest'\nrecovery_target_lsn = '0/3000060'\n\
-             recovery_target_time = '2026-01-02T03:04:05Z'\nrecovery_target = immediate\n\
+             recovery_target_time = '2026-01-02 03:04:05.000000+00:00'\nrecovery_target = immediate\n\
              recovery_target_inclusive = true\n"
         );
     }

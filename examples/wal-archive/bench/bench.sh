@@ -2,7 +2,7 @@
 # Throughput of the wal-archive plugin (BENCHMARKS.md, "WAL archive plugin"):
 #
 #   * archive: real 16 MiB WAL segments (from `pgbench -i`), each through one
-#     `instance-cli wal-archive` process as PostgreSQL's archive_command runs
+#     `cnpgi-operator wal-archive` process as PostgreSQL's archive_command runs
 #     it (process start, gRPC over the Unix socket, read, SHA-256, zstd,
 #     conditional put), into a local directory and into S3 (moto on loopback);
 #   * WAL restore: the same segments back through `wal-restore` (get, zstd,
@@ -12,7 +12,7 @@
 #   * beside `cp` of the same files (and `cp` + `sync` where the plugin syncs).
 #
 # Usage: bench/bench.sh [SEGMENTS]   (default 32; release binaries:
-#   cargo build --release -p cnpgi-wal-archive --bins --examples)
+#   cargo build --release -p cnpgi-wal-archive -p cnpgi-operator-cli)
 # Needs PostgreSQL's server binaries and pgbench, python3 with moto[server].
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -21,7 +21,7 @@ segments="${1:-32}"
 release="$root/target/release"
 pgbin="$(pg_config --bindir)"
 PLUGIN_NAME=wal-archive.cnpgi.io
-for tool in "$release/cnpgi-wal-archive" "$release/examples/instance-cli" "$pgbin/pgbench"; do
+for tool in "$release/cnpgi-wal-archive" "$release/cnpgi-operator" "$pgbin/pgbench"; do
   [ -x "$tool" ] || { echo "bench.sh: $tool is missing" >&2; exit 1; }
 done
 
@@ -49,8 +49,8 @@ if [ "$(id -u)" = 0 ]; then
   chown "$user:" "$work"
   as_user=(setpriv "--reuid=$(id -u "$user")" "--regid=$(id -g "$user")" --init-groups --)
 fi
-install -m 755 "$release/cnpgi-wal-archive" "$release/examples/instance-cli" "$work/"
-cli="$work/instance-cli"
+install -m 755 "$release/cnpgi-wal-archive" "$release/cnpgi-operator" "$work/"
+cli="$work/cnpgi-operator"
 u() { "${as_user[@]}" env HOME="$work" AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test "$@"; }
 mkd() { mkdir -p "$@"; chown --reference="$work" "$@"; }
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }

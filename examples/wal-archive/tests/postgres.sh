@@ -27,9 +27,9 @@ case "$mode" in local | s3) ;; *) echo "usage: $0 [local|s3]" >&2; exit 2 ;; esa
 
 PLUGIN_NAME=wal-archive.cnpgi.io
 plugin_bin="${WAL_ARCHIVE_PLUGIN:-$root/target/debug/cnpgi-wal-archive}"
-# The instance-side commands. To use cnpgi-operator's, set this to
-# "$root/target/debug/cnpgi-operator" (same subcommands and flags).
-instance_cli="${CNPGI_INSTANCE_CLI:-$root/target/debug/examples/instance-cli}"
+# The instance-side commands: cnpgi-operator's (CNPGI_INSTANCE_CLI picks
+# another implementation of the same subcommands and flags).
+instance_cli="${CNPGI_INSTANCE_CLI:-$root/target/debug/cnpgi-operator}"
 pgbin="$(pg_config --bindir)"
 for tool in "$plugin_bin" "$instance_cli" "$pgbin/initdb" "$pgbin/pg_ctl" "$pgbin/postgres"; do
   [ -x "$tool" ] || { echo "postgres.sh: $tool is missing (cargo build -p cnpgi-wal-archive --bins --examples; apt-get install postgresql)" >&2; exit 1; }
