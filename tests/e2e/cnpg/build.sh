@@ -28,7 +28,11 @@ export GONOSUMDB="github.com/cloudnative-pg"
 module=github.com/cloudnative-pg/cloudnative-pg
 
 scratch="$(mktemp -d)"
-trap 'rm -rf "$scratch" "$cache.tmp"' EXIT
+# Each build fills a directory of its own, renamed into place at the end, so
+# that two runs building at once cannot mix their files.
+mkdir -p "$(dirname "$cache")"
+tmp="$(mktemp -d "$cache.tmp.XXXXXX")"
+trap 'rm -rf "$scratch" "$tmp"' EXIT
 echo "cnpg/build.sh: building CloudNativePG $version (cold: a few minutes)" >&2
 # A scratch module requiring the release. The release's go.mod has no replace
 # directives, so minimal version selection gives its own dependency versions.
@@ -87,14 +91,18 @@ GO
     echo "cnpg/build.sh: no config/crd/bases in $module@$version" >&2
     exit 1
   fi
-  rm -rf "$cache.tmp"
-  mkdir -p "$cache.tmp/crds" "$cache.tmp/rbac"
-  go run ./crd2json "$cache.tmp/crds" "$src"/config/crd/bases/*.yaml
-  go run ./crd2json "$cache.tmp/rbac" "$src"/config/rbac/role.yaml "$src"/config/rbac/role_binding.yaml
-  go build -trimpath -o "$cache.tmp/manager" \
+  mkdir -p "$tmp/crds" "$tmp/rbac"
+  go run ./crd2json "$tmp/crds" "$src"/config/crd/bases/*.yaml
+  go run ./crd2json "$tmp/rbac" "$src"/config/rbac/role.yaml "$src"/config/rbac/role_binding.yaml
+  go build -trimpath -o "$tmp/manager" \
     -ldflags "-s -w -X $module/pkg/versions.buildVersion=${version#v} -X $module/pkg/versions.buildCommit=go-module-proxy" \
     "$module/cmd/manager"
 ) >&2
-rm -rf "$cache"
-mv "$cache.tmp" "$cache"
+chmod 755 "$tmp"
+# A complete cache that another run renamed into place first wins (rename
+# onto a non-empty directory fails); an incomplete one is replaced.
+if ! [ -s "$cache/crds/postgresql.cnpg.io_clusters.json" ]; then
+  rm -rf "$cache"
+fi
+mv -T "$tmp" "$cache" 2>/dev/null || true
 echo "$cache"
