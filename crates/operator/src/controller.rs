@@ -437,6 +437,9 @@ async fn reconcile_pods(
             version: u.version,
             capabilities: u.capabilities,
             operator_capabilities: u.operator_capabilities,
+            wal_capabilities: u.wal_capabilities,
+            backup_capabilities: u.backup_capabilities,
+            restore_job_hook_capabilities: u.restore_job_hook_capabilities,
             other: Default::default(),
         })
         .collect();
