@@ -329,7 +329,7 @@ run_checks() {
     pod "$ns" go-1 "o['metadata']['labels'].get('go-plugin') == 'red'" --timeout 90
   check "$label: Go plugin: status.pluginStatus has its name, version and capabilities" -- \
     cluster "$ns" go \
-    "($gs)['version'] == '1.0.0' and set(($gs)['capabilities']) == {'TYPE_OPERATOR_SERVICE', 'TYPE_LIFECYCLE_SERVICE', 'TYPE_RECONCILER_HOOKS'}" \
+    "($gs)['version'] == '1.0.0' and set(($gs)['capabilities']) == {'TYPE_OPERATOR_SERVICE', 'TYPE_LIFECYCLE_SERVICE', 'TYPE_RECONCILER_HOOKS', 'TYPE_WAL_SERVICE', 'TYPE_BACKUP_SERVICE', 'TYPE_RESTORE_JOB', 'TYPE_POSTGRES', 'TYPE_METRICS'} and set(($gs)['walCapabilities']) == {'TYPE_ARCHIVE_WAL', 'TYPE_RESTORE_WAL'} and ($gs)['backupCapabilities'] == ['TYPE_BACKUP'] and ($gs)['restoreJobHookCapabilities'] == ['KIND_RESTORE']" \
     --timeout 30
   check "$label: Go plugin: Cluster healthy" -- cluster "$ns" go "${PHASE_IS}'$HEALTHY'" --timeout 90
 }

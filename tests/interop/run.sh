@@ -12,6 +12,12 @@
 # 3. Every sample of examples/hello-world/clusters rendered through the Rust
 #    hello-world and through a Go hello-world on cnpg-i-machinery: same exit
 #    codes, errors on the same fields, same Pods and status.
+# 5. The instance commands (wal-archive, wal-restore, backup, restore,
+#    metrics), check-plugin and render's EnrichConfiguration -> the Go
+#    plugin's WAL, Backup, RestoreJobHooks, Postgres and Metrics services;
+#    /metrics parsed by Prometheus' own text parser (expfmt).
+# 6. A Go client set up like CloudNativePG's instance manager -> the Rust
+#    plugin's instance services (tests/dir-plugin, on cnpgi-pluginhelper).
 #
 # Usage: tests/interop/run.sh   (from anywhere; needs Go >= 1.25, openssl, cargo)
 set -euo pipefail
@@ -40,8 +46,9 @@ export GONOSUMDB="github.com/cloudnative-pg"
 export GOFLAGS="-mod=mod"
 
 echo "== building"
-(cd "$root" && cargo build --quiet -p cnpgi-operator-cli -p cnpg-i-hello-world)
-(cd "$here" && go build -o "$work/goplugin" ./goplugin && go build -o "$work/gohello" ./gohello && go build -o "$work/goclient" ./goclient)
+(cd "$root" && cargo build --quiet -p cnpgi-operator-cli -p cnpg-i-hello-world -p cnpgi-dir-plugin)
+(cd "$here" && go build -o "$work/goplugin" ./goplugin && go build -o "$work/gohello" ./gohello && go build -o "$work/goclient" ./goclient \
+  && go build -o "$work/goinstance" ./goinstance)
 
 echo "== 0. wire compatibility: proto/ against the descriptors compiled into upstream's Go stubs"
 (cd "$here" && go run ./godescriptors "$work/upstream.bin")
@@ -130,10 +137,27 @@ YAML
 
 sed 's/color: green/color: red/' "$work/wrong-color.yaml" >"$work/red.yaml"
 
+# check-plugin's Cluster: the sample's, with the archive the plugin's
+# Metrics/Collect needs.
+mkdir -p "$work/check-archive"
+cat >"$work/check-cluster.yaml" <<YAML
+apiVersion: postgresql.cnpg.io/v1
+kind: Cluster
+metadata:
+  name: go-example
+  namespace: default
+spec:
+  instances: 1
+  plugins:
+  - name: $GO_PLUGIN
+    parameters:
+      archive: $work/check-archive
+YAML
+
 # Runs render and check-plugin with the plugin flags "$@"; $1 names the transport.
 drive() {
   local transport=$1; shift
-  if "$operator" check-plugin "$@" >"$work/check.txt" 2>&1; then
+  if "$operator" check-plugin --cluster "$work/check-cluster.yaml" "$@" >"$work/check.txt" 2>&1; then
     ok "cnpgi-operator -> Go plugin ($transport): check-plugin passes"
   else
     cat "$work/check.txt"; fail "cnpgi-operator -> Go plugin ($transport): check-plugin (failed checks above)"
@@ -204,6 +228,117 @@ if (cd "$root" && CNPGI_GO_PLUGIN="$work/goplugin" cargo test --quiet -p cnpgi-o
   ok "cnpgi-operator webhook + lifecycle -> Go plugin (crates/operator-cli/tests/go_plugin.rs)"
 else
   fail "cnpgi-operator webhook + lifecycle -> Go plugin (crates/operator-cli/tests/go_plugin.rs)"
+fi
+
+echo "== 5. instance commands, check-plugin and EnrichConfiguration -> the Go plugin's instance services"
+inst="$work/instance"
+mkdir -p "$inst/sockets" "$inst/archive" "$inst/pgdata/pg_wal"
+echo 17 >"$inst/pgdata/PG_VERSION"
+instance_cluster() { # pgdata: the Cluster of the instance, the plugin's PGDATA set to $1
+  cat <<YAML
+apiVersion: postgresql.cnpg.io/v1
+kind: Cluster
+metadata:
+  name: go-example
+  namespace: default
+spec:
+  instances: 1
+  postgresql:
+    parameters:
+      max_connections: "50"
+  plugins:
+  - name: $GO_PLUGIN
+    isWALArchiver: true
+    parameters:
+      color: red
+      archive: $inst/archive
+      pgdata: $1
+YAML
+}
+instance_cluster "$inst/pgdata" >"$inst/cluster.yaml"
+"$work/goplugin" plugin --plugin-path "$inst/sockets" >"$work/goplugin-instance.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 200); do [ -S "$inst/sockets/$GO_PLUGIN" ] && break; sleep 0.05; done
+# As PostgreSQL runs them: in PGDATA, the Cluster and sockets from the environment.
+instance() { (cd "$inst/pgdata" && CNPGI_CLUSTER="$inst/cluster.yaml" CNPGI_PLUGIN_DIR="$inst/sockets" "$operator" "$@"); }
+
+if "$operator" check-plugin --plugin-dir "$inst/sockets" --cluster "$inst/cluster.yaml" >"$work/check-instance.txt" 2>&1; then
+  ok "check-plugin -> Go plugin: every advertised service ($(tail -1 "$work/check-instance.txt" | sed 's/^ *//'))"
+else
+  cat "$work/check-instance.txt"; fail "check-plugin -> Go plugin's instance services (failed checks above)"
+fi
+segment=000000010000000000000003
+head -c 65536 /dev/urandom >"$inst/pgdata/pg_wal/$segment"
+if instance wal-archive "pg_wal/$segment" 2>"$work/archive.err" && cmp -s "$inst/pgdata/pg_wal/$segment" "$inst/archive/$segment" \
+    && instance wal-archive "pg_wal/$segment" 2>>"$work/archive.err"; then
+  ok "wal-archive -> Go plugin: WAL.Archive of %p made absolute; the same file again succeeds"
+else
+  cat "$work/archive.err"; fail "wal-archive -> Go plugin"
+fi
+cp "$inst/pgdata/pg_wal/$segment" "$work/segment.bak"
+echo different >"$inst/pgdata/pg_wal/$segment"
+code=0; instance wal-archive "pg_wal/$segment" 2>"$work/archive.err" || code=$?
+if [ "$code" = 1 ] && grep -q "plugin $GO_PLUGIN: WAL/Archive failed: AlreadyExists" "$work/archive.err"; then
+  ok "wal-archive -> Go plugin: other content under an archived name exits 1: $(cat "$work/archive.err")"
+else
+  cat "$work/archive.err"; fail "wal-archive -> Go plugin: a conflicting file (exit $code)"
+fi
+cp "$work/segment.bak" "$inst/pgdata/pg_wal/$segment"
+code=0; instance wal-restore 00000002.history pg_wal/RECOVERYHISTORY 2>"$work/restore.err" || code=$?
+if instance wal-restore "$segment" pg_wal/RECOVERYXLOG && cmp -s "$inst/pgdata/pg_wal/RECOVERYXLOG" "$work/segment.bak" \
+    && [ "$code" = 1 ] && grep -q NotFound "$work/restore.err" && [ ! -e "$inst/pgdata/pg_wal/RECOVERYHISTORY" ]; then
+  ok "wal-restore -> Go plugin: WAL.Restore writes the file; a missing one exits 1 (NotFound)"
+else
+  cat "$work/restore.err"; fail "wal-restore -> Go plugin (missing file: exit $code)"
+fi
+if instance backup --plugin "$GO_PLUGIN" --backup-name interop --parameter origin=interop >"$work/backup.json" 2>"$work/backup.err" \
+    && python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["backupId"]=="interop" and r["metadata"]["writer"]=="go", r' "$work/backup.json" \
+    && [ -f "$inst/archive/base/interop/PG_VERSION" ]; then
+  ok "backup -> Go plugin: Backup.Backup with the Backup object (phase started); its BackupResult as JSON"
+else
+  cat "$work/backup.err" "$work/backup.json"; fail "backup -> Go plugin"
+fi
+instance_cluster "$inst/restored" >"$inst/restore.yaml"
+if CNPGI_CLUSTER="$inst/restore.yaml" CNPGI_PLUGIN_DIR="$inst/sockets" "$operator" restore --plugin "$GO_PLUGIN" \
+      --pgdata "$inst/restored" >"$work/restore.env" 2>"$work/restore.err" \
+    && grep -qx "GO_PLUGIN_BACKUP=interop" "$work/restore.env" && [ -f "$inst/restored/PG_VERSION" ] \
+    && [ -f "$inst/restored/recovery.signal" ] && grep -qx "archive_command = 'false'" "$inst/restored/postgresql.auto.conf" \
+    && grep -qx "restore_command = 'cnpgi-operator wal-restore %f %p'" "$inst/restored/postgresql.auto.conf"; then
+  ok "restore -> Go plugin: RestoreJobHooks.Restore fills PGDATA; restore_config, archive_command = 'false', recovery.signal written; envs printed"
+else
+  cat "$work/restore.err" "$work/restore.env"; fail "restore -> Go plugin"
+fi
+if "$operator" render "$inst/cluster.yaml" --plugin-dir "$inst/sockets" >"$work/render-instance.yaml" 2>"$work/render-instance.err" \
+    && grep -q 'cnpgi.io/postgresqlConfiguration: .{"go_plugin.color":"red","max_connections":"50"}' "$work/render-instance.yaml"; then
+  ok "render -> Go plugin: EnrichConfiguration's complete map on the Pod (cnpgi.io/postgresqlConfiguration)"
+else
+  cat "$work/render-instance.err"; grep -n postgresqlConfiguration "$work/render-instance.yaml"; fail "render -> Go plugin: EnrichConfiguration"
+fi
+metrics_port=$(free_port)
+CNPGI_CLUSTER="$inst/cluster.yaml" CNPGI_PLUGIN_DIR="$inst/sockets" "$operator" metrics --address "127.0.0.1:$metrics_port" \
+  >"$work/metrics.log" 2>&1 &
+pids+=($!)
+if wait_port "$metrics_port" && "$work/goinstance" -scrape "http://127.0.0.1:$metrics_port/metrics" -label "cnpgi-operator metrics" \
+    -expect cnpgi_go_plugin_archived_wal_files,cnpgi_go_plugin_archive_calls_total,cnpg_collector_last_collection_error,cnpg_collector_collection_errors_total; then
+  ok "metrics -> Go plugin: Define and Collect on each scrape; /metrics parsed by Prometheus' text parser"
+else
+  cat "$work/metrics.log"; fail "metrics -> Go plugin (FAIL lines above)"
+fi
+
+echo "== 6. Go client (as CloudNativePG's instance manager) -> the Rust plugin's instance services"
+rust="$work/rust-instance"
+mkdir -p "$rust/sockets" "$rust/archive" "$rust/pgdata/pg_wal"
+echo 17 >"$rust/pgdata/PG_VERSION"
+"$root/target/debug/cnpgi-dir-plugin" plugin --plugin-path "$rust/sockets" >"$work/dir-plugin.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 200); do [ -S "$rust/sockets/cnpgi-dir-plugin.example.com" ] && break; sleep 0.05; done
+printf '{"apiVersion":"postgresql.cnpg.io/v1","kind":"Cluster","metadata":{"name":"pg","namespace":"default"},"spec":{"plugins":[{"name":"cnpgi-dir-plugin.example.com","parameters":{"archive":"%s","pgdata":"%s","enrich":"wal_level=logical"}}]}}' \
+  "$rust/archive" "$rust/pgdata" >"$rust/cluster.json"
+if "$work/goinstance" -socket "$rust/sockets/cnpgi-dir-plugin.example.com" -name cnpgi-dir-plugin.example.com \
+    -cluster "$rust/cluster.json" -archive "$rust/archive" -pgdata "$rust/pgdata" -label "Rust dir-plugin"; then
+  ok "Go client -> Rust plugin: WAL, Backup, RestoreJobHooks, Postgres and Metrics, as CloudNativePG calls them"
+else
+  fail "Go client -> Rust plugin's instance services (FAIL lines above)"
 fi
 
 echo "interop-go: $passed passed, $failed failed"

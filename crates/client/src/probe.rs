@@ -83,6 +83,21 @@ impl PluginInfo {
     pub fn operator_rpc_names(&self) -> Vec<String> {
         capabilities::operator_rpc_names(&self.operator_rpcs)
     }
+
+    /// The `status.pluginStatus[]` entry CloudNativePG writes for this
+    /// plugin (every capability list), with `status` as given.
+    pub fn status_update(&self, status: Option<String>) -> cnpgi_core::status::PluginStatusUpdate {
+        cnpgi_core::status::PluginStatusUpdate {
+            name: self.metadata.name.clone(),
+            version: self.metadata.version.clone(),
+            capabilities: self.service_names(),
+            operator_capabilities: self.operator_rpc_names(),
+            wal_capabilities: capabilities::wal_rpc_names(&self.wal_rpcs),
+            backup_capabilities: capabilities::backup_rpc_names(&self.backup_rpcs),
+            restore_job_hook_capabilities: capabilities::restore_job_kind_names(&self.restore_job_kinds),
+            status,
+        }
+    }
 }
 
 /// Why probing a plugin failed.

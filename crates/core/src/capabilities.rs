@@ -357,6 +357,28 @@ pub fn operator_rpc_names(rpcs: &[OperatorRpc]) -> Vec<String> {
     rpcs.iter().map(|r| r.as_str_name().to_owned()).collect()
 }
 
+/// Enum names of WAL RPCs, as in `status.pluginStatus[].walCapabilities`.
+pub fn wal_rpc_names(rpcs: &[WalRpc]) -> Vec<String> {
+    rpcs.iter().map(|r| r.as_str_name().to_owned()).collect()
+}
+
+/// Enum names of Backup RPCs, as in `status.pluginStatus[].backupCapabilities`.
+pub fn backup_rpc_names(rpcs: &[BackupRpc]) -> Vec<String> {
+    rpcs.iter().map(|r| r.as_str_name().to_owned()).collect()
+}
+
+/// Enum names of restore-job kinds, as in
+/// `status.pluginStatus[].restoreJobHookCapabilities`.
+///
+/// ```
+/// use cnpgi_core::capabilities::{restore_job_kind_names, RestoreJobKind};
+///
+/// assert_eq!(restore_job_kind_names(&[RestoreJobKind::Restore]), ["KIND_RESTORE"]);
+/// ```
+pub fn restore_job_kind_names(kinds: &[RestoreJobKind]) -> Vec<String> {
+    kinds.iter().map(|k| k.as_str_name().to_owned()).collect()
+}
+
 /// The short name of a lifecycle operation, for messages: `CREATE`, `EVALUATE`.
 ///
 /// ```

@@ -282,6 +282,18 @@ pub struct PluginStatus {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "schemars", schemars(default))]
     pub operator_capabilities: Vec<String>,
+    /// Advertised WAL RPCs (`TYPE_ARCHIVE_WAL`, ...).
+    #[serde(rename = "walCapabilities", skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "schemars", schemars(default))]
+    pub wal_capabilities: Vec<String>,
+    /// Advertised Backup RPCs (`TYPE_BACKUP`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "schemars", schemars(default))]
+    pub backup_capabilities: Vec<String>,
+    /// What the plugin's RestoreJobHooks handle (`KIND_RESTORE`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "schemars", schemars(default))]
+    pub restore_job_hook_capabilities: Vec<String>,
     /// The JSON object the plugin returned from `SetStatusInCluster`, as text.
     #[serde(skip_serializing_if = "String::is_empty")]
     #[cfg_attr(feature = "schemars", schemars(default))]
@@ -297,6 +309,9 @@ deserialize_keeping_unknown_fields!(PluginStatus, "a plugin status object", {
     version => "version",
     capabilities => "capabilities",
     operator_capabilities => "operatorCapabilities",
+    wal_capabilities => "walCapabilities",
+    backup_capabilities => "backupCapabilities",
+    restore_job_hook_capabilities => "restoreJobHookCapabilities",
     status => "status",
 });
 
@@ -717,8 +732,9 @@ mod tests {
         assert_eq!(cluster.other["someTopLevelExtension"], true);
         assert_eq!(cluster.spec.plugins[1].other["futurePluginField"], "kept");
         assert_eq!(
-            cluster.status.plugin_status[0].other["walCapabilities"],
-            json!(["TYPE_ARCHIVE_WAL"])
+            cluster.status.plugin_status[0].wal_capabilities,
+            ["TYPE_ARCHIVE_WAL"],
+            "CloudNativePG's walCapabilities is typed"
         );
         assert_eq!(cluster.status.other["phase"], "Cluster in healthy state");
     }

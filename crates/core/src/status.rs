@@ -146,6 +146,12 @@ pub struct PluginStatusUpdate {
     pub capabilities: Vec<String>,
     /// Advertised Operator RPCs, as enum names ([`crate::capabilities::operator_rpc_names`]).
     pub operator_capabilities: Vec<String>,
+    /// Advertised WAL RPCs, as enum names (`TYPE_ARCHIVE_WAL`); written when not empty.
+    pub wal_capabilities: Vec<String>,
+    /// Advertised Backup RPCs, as enum names (`TYPE_BACKUP`); written when not empty.
+    pub backup_capabilities: Vec<String>,
+    /// RestoreJobHooks kinds, as enum names (`KIND_RESTORE`); written when not empty.
+    pub restore_job_hook_capabilities: Vec<String>,
     /// The JSON object stored as `status`, as text: the plugin's answer, or
     /// the previous status when it answered empty; `None` when there is none.
     pub status: Option<String>,
@@ -188,6 +194,9 @@ pub fn previous_statuses(cluster: &Value) -> BTreeMap<&str, String> {
 ///     version: "1.0.0".into(),
 ///     capabilities: vec!["TYPE_OPERATOR_SERVICE".into()],
 ///     operator_capabilities: vec![],
+///     wal_capabilities: vec![],
+///     backup_capabilities: vec![],
+///     restore_job_hook_capabilities: vec![],
 ///     status: None,
 /// }]);
 /// assert_eq!(cluster["status"]["pluginStatus"][0]["version"], "1.0.0");
@@ -202,6 +211,16 @@ pub fn write_plugin_status(cluster: &mut Value, entries: &[PluginStatusUpdate]) 
                 "capabilities": entry.capabilities,
                 "operatorCapabilities": entry.operator_capabilities,
             });
+            // CloudNativePG omits these when empty.
+            for (field, values) in [
+                ("walCapabilities", &entry.wal_capabilities),
+                ("backupCapabilities", &entry.backup_capabilities),
+                ("restoreJobHookCapabilities", &entry.restore_job_hook_capabilities),
+            ] {
+                if !values.is_empty() {
+                    object[field] = serde_json::json!(values);
+                }
+            }
             if let Some(status) = entry.status.as_ref().filter(|s| !s.is_empty()) {
                 object["status"] = Value::String(status.clone());
             }
@@ -311,12 +330,40 @@ mod tests {
     }
 
     #[test]
+    fn the_other_services_capabilities_are_written_when_advertised() {
+        let mut cluster = json!({});
+        write_plugin_status(
+            &mut cluster,
+            &[PluginStatusUpdate {
+                name: "w".into(),
+                version: "1".into(),
+                capabilities: vec!["TYPE_WAL_SERVICE".into(), "TYPE_RESTORE_JOB".into()],
+                operator_capabilities: vec![],
+                wal_capabilities: vec!["TYPE_ARCHIVE_WAL".into()],
+                backup_capabilities: vec![],
+                restore_job_hook_capabilities: vec!["KIND_RESTORE".into()],
+                status: None,
+            }],
+        );
+        let entry = &cluster["status"]["pluginStatus"][0];
+        assert_eq!(entry["walCapabilities"], json!(["TYPE_ARCHIVE_WAL"]));
+        assert_eq!(entry["restoreJobHookCapabilities"], json!(["KIND_RESTORE"]));
+        assert!(
+            entry.get("backupCapabilities").is_none(),
+            "omitted when empty, as upstream"
+        );
+    }
+
+    #[test]
     fn plugin_status_entries_replace_the_old_ones() {
         let entry = |name: &str, status: Option<&str>| PluginStatusUpdate {
             name: name.into(),
             version: "1.0".into(),
             capabilities: vec!["TYPE_OPERATOR_SERVICE".into()],
             operator_capabilities: vec!["TYPE_SET_STATUS_IN_CLUSTER".into()],
+            wal_capabilities: Vec::new(),
+            backup_capabilities: Vec::new(),
+            restore_job_hook_capabilities: Vec::new(),
             status: status.map(str::to_owned),
         };
         let mut cluster = json!({"spec": {}, "status": {"phase": "x", "pluginStatus": [{"name": "old"}]}});

@@ -296,6 +296,20 @@ fn the_enriched_postgresql_configuration_is_on_the_pods() {
             "hello-world's hooks still ran"
         );
     }
+    // Its status entry lists every capability, as CloudNativePG writes it.
+    let entry = documents[0]["status"]["pluginStatus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "cnpgi-dir-plugin.example.com")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        entry["walCapabilities"],
+        serde_json::json!(["TYPE_ARCHIVE_WAL", "TYPE_RESTORE_WAL"])
+    );
+    assert_eq!(entry["backupCapabilities"], serde_json::json!(["TYPE_BACKUP"]));
+    assert_eq!(entry["restoreJobHookCapabilities"], serde_json::json!(["KIND_RESTORE"]));
     // The template shown by --diff carries it: the lifecycle hooks see it.
     let diff = render(&[
         cluster.to_str().unwrap(),

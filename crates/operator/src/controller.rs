@@ -496,6 +496,9 @@ async fn update_plugin_status(
             version: u.version,
             capabilities: u.capabilities,
             operator_capabilities: u.operator_capabilities,
+            wal_capabilities: u.wal_capabilities,
+            backup_capabilities: u.backup_capabilities,
+            restore_job_hook_capabilities: u.restore_job_hook_capabilities,
             other: Default::default(),
         })
         .collect();

@@ -415,10 +415,7 @@ impl Router {
             .iter()
             .map(|(plugin, routable)| PluginStatusUpdate {
                 name: plugin.name.clone(),
-                version: routable.info.metadata.version.clone(),
-                capabilities: routable.info.service_names(),
-                operator_capabilities: routable.info.operator_rpc_names(),
-                status: previous.get(plugin.name.as_str()).cloned(),
+                ..routable.info.status_update(previous.get(plugin.name.as_str()).cloned())
             })
             .collect();
         let mut with_entries = cluster.value().clone();

@@ -12,6 +12,9 @@
 // after 7 seconds while the Cluster carries the annotation
 // "go-plugin/requeue", stop the chain with "go-plugin/terminate", and
 // otherwise continue.
+//
+// Its instance-side services (instance.go) keep WAL files and base backups
+// in a directory: WAL, Backup, RestoreJobHooks, Postgres and Metrics.
 package main
 
 import (
@@ -28,10 +31,15 @@ import (
 	"github.com/cloudnative-pg/cnpg-i-machinery/pkg/pluginhelper/http"
 	"github.com/cloudnative-pg/cnpg-i-machinery/pkg/pluginhelper/object"
 	"github.com/cloudnative-pg/cnpg-i-machinery/pkg/pluginhelper/validation"
+	"github.com/cloudnative-pg/cnpg-i/pkg/backup"
 	"github.com/cloudnative-pg/cnpg-i/pkg/identity"
 	"github.com/cloudnative-pg/cnpg-i/pkg/lifecycle"
+	"github.com/cloudnative-pg/cnpg-i/pkg/metrics"
 	"github.com/cloudnative-pg/cnpg-i/pkg/operator"
+	"github.com/cloudnative-pg/cnpg-i/pkg/postgres"
 	"github.com/cloudnative-pg/cnpg-i/pkg/reconciler"
+	restore "github.com/cloudnative-pg/cnpg-i/pkg/restore/job"
+	"github.com/cloudnative-pg/cnpg-i/pkg/wal"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 )
@@ -64,6 +72,11 @@ func (identityServer) GetPluginCapabilities(context.Context, *identity.GetPlugin
 		service(identity.PluginCapability_Service_TYPE_OPERATOR_SERVICE),
 		service(identity.PluginCapability_Service_TYPE_LIFECYCLE_SERVICE),
 		service(identity.PluginCapability_Service_TYPE_RECONCILER_HOOKS),
+		service(identity.PluginCapability_Service_TYPE_WAL_SERVICE),
+		service(identity.PluginCapability_Service_TYPE_BACKUP_SERVICE),
+		service(identity.PluginCapability_Service_TYPE_RESTORE_JOB),
+		service(identity.PluginCapability_Service_TYPE_POSTGRES),
+		service(identity.PluginCapability_Service_TYPE_METRICS),
 	}}, nil
 }
 
@@ -264,6 +277,11 @@ func main() {
 		operator.RegisterOperatorServer(server, operatorServer{})
 		lifecycle.RegisterOperatorLifecycleServer(server, lifecycleServer{})
 		reconciler.RegisterReconcilerHooksServer(server, reconcilerServer{})
+		wal.RegisterWALServer(server, walServer{})
+		backup.RegisterBackupServer(server, backupServer{})
+		restore.RegisterRestoreJobHooksServer(server, restoreServer{})
+		postgres.RegisterPostgresServer(server, postgresServer{})
+		metrics.RegisterMetricsServer(server, metricsServer{})
 		return nil
 	})
 	cmd.Use = "plugin"

@@ -371,6 +371,11 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
             version: metadata.version.clone(),
             capabilities: capabilities::service_names(&services),
             operator_capabilities: capabilities::operator_rpc_names(&rpcs),
+            // Read by services.rs, after this entry is written: left out, as
+            // CloudNativePG leaves out empty lists.
+            wal_capabilities: Vec::new(),
+            backup_capabilities: Vec::new(),
+            restore_job_hook_capabilities: Vec::new(),
             status: previous,
         }],
     );
