@@ -2,8 +2,10 @@
 """Compares what `cnpgi-operator render` printed for two plugins that should
 behave alike (the Rust hello-world and the Go one written on cnpg-i-machinery):
 the mutated Cluster spec, the plugin status, and each Pod's labels, annotations
-and init container names. The drift hash annotation is left out: it is computed
-from each plugin's exact patch. Prints the differences; exits 1 if any.
+and init container names. The operator's bookkeeping annotations are left
+out: the drift hash is computed from each plugin's exact patch, and the inputs
+fingerprint from each plugin's metadata (name, version, capabilities). Prints
+the differences; exits 1 if any.
 
 Usage: compare_render.py RUST.yaml GO.yaml
 """
@@ -12,7 +14,8 @@ import sys
 
 import yaml
 
-HASH = "cnpgi.io/pluginsHash"
+# The operator's own annotations, which differ by construction between plugins.
+BOOKKEEPING = {"cnpgi.io/pluginsHash", "cnpgi.io/pluginsInputs"}
 
 
 def summary(path):
@@ -23,7 +26,7 @@ def summary(path):
         meta = pod["metadata"]
         pods[meta["name"]] = {
             "labels": meta.get("labels", {}),
-            "annotations": {k: v for k, v in meta.get("annotations", {}).items() if k != HASH},
+            "annotations": {k: v for k, v in meta.get("annotations", {}).items() if k not in BOOKKEEPING},
             "initContainers": [c["name"] for c in pod["spec"].get("initContainers", [])],
         }
     plugins = {p["name"]: {k: yaml.safe_load(v) if k in ("labels", "annotations") else v
