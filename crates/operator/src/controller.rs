@@ -47,7 +47,7 @@ use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     runtime::{
-        controller::{Action, Controller},
+        controller::{Action, Controller, Error as ControllerError},
         events::{Event, EventType, Recorder, Reporter},
         watcher,
     },
@@ -191,6 +191,16 @@ impl Context {
 
     fn reset_backoff(&self, key: &str) {
         self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
+
+    /// Drops what is kept about a Cluster that no longer exists, so that
+    /// the memory kept follows the live Clusters.
+    fn forget(&self, key: &str) {
+        self.reset_backoff(key);
+        self.evaluated
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(key);
@@ -631,11 +641,65 @@ pub async fn run(
     Controller::new(clusters, watcher::Config::default())
         .owns(pods, watcher::Config::default().labels(CLUSTER_LABEL))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "reconcile round ended with an error");
-            }
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| {
+            after_reconcile(&ctx, result);
+            std::future::ready(())
         })
         .await;
+}
+
+/// What a controller round's outcome leaves behind. A Cluster deleted since
+/// its reconcile was queued (its requeue came, or its Pods were collected)
+/// is not found: nothing about it is kept any longer.
+fn after_reconcile<E: std::error::Error>(
+    ctx: &Context,
+    result: Result<(kube::runtime::reflector::ObjectRef<Cluster>, Action), ControllerError<ReconcileError, E>>,
+) {
+    match result {
+        Ok(_) => {}
+        Err(ControllerError::ObjectNotFound(gone)) => {
+            ctx.forget(&format!(
+                "{}/{}",
+                gone.namespace.as_deref().unwrap_or_default(),
+                gone.name
+            ));
+        }
+        Err(error) => tracing::debug!(%error, "reconcile round ended with an error"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::{Request, Response};
+    use kube::{client::Body, runtime::reflector::ObjectRef};
+
+    use super::*;
+    use crate::registry::Registry;
+
+    fn context() -> Context {
+        let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        Context::new(
+            Client::new(service, "default"),
+            Router::new(Arc::new(Registry::default()), crate::routing::RoutingPolicy::default()),
+            "test",
+        )
+    }
+
+    #[tokio::test]
+    async fn a_cluster_not_found_is_forgotten() {
+        let ctx = context();
+        for key in ["ns/gone", "ns/kept"] {
+            ctx.next_backoff(key);
+            ctx.set_evaluated_pods(key, HashMap::from([("uid".to_owned(), "inputs".to_owned())]));
+        }
+        let gone = ObjectRef::<Cluster>::new("gone").within("ns").erase();
+        after_reconcile::<std::io::Error>(&ctx, Err(ControllerError::ObjectNotFound(Box::new(gone))));
+
+        assert!(ctx.evaluated_pods("ns/gone").is_empty());
+        assert_eq!(ctx.evaluated_pods("ns/kept").len(), 1);
+        // The backoff of the gone Cluster starts over; the other's goes on.
+        assert_eq!(ctx.next_backoff("ns/gone"), API_ERROR_BACKOFF_FIRST);
+        assert_eq!(ctx.next_backoff("ns/kept"), API_ERROR_BACKOFF_FIRST * 2);
+    }
 }
