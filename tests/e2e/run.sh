@@ -39,7 +39,7 @@ if [ -z "${E2E_KUBECONFIG:-}" ]; then
 fi
 # E2E_SKIP_CARGO_BUILD=1: use target/debug as it is.
 if [ -z "${E2E_SKIP_CARGO_BUILD:-}" ]; then
-  cargo build -q -p cnpgi-operator-cli -p cnpg-i-hello-world
+  cargo build -q -p cnpgi-operator-cli -p cnpg-i-hello-world -p cnpgi-hooks-plugin
 fi
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-e2e.XXXXXX")"

@@ -26,6 +26,8 @@ from kube import ApiError, Kube, load_yaml_documents, resource_path  # noqa: E40
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PLUGIN = "cnpg-i-hello-world.cloudnative-pg.io"
+# tests/hooks-plugin: its ReconcilerHooks answer what its parameters say.
+HOOKS_PLUGIN = "hooks.e2e.cnpgi.io"
 OPERATOR_NS = "cnpgi-system"
 SA = "cnpgi-operator"
 CLUSTER_LABEL = "cnpgi.io/cluster"
@@ -265,13 +267,24 @@ class Suite:
                 return c
         return None
 
-    def plugin_ready_metric(self):
+    def plugin_ready_metric(self, plugin=PLUGIN):
         try:
             _, text = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
         except OSError:
             return None
-        m = re.search(r'cnpgi_plugin_ready\{plugin="' + re.escape(PLUGIN) + r'"\} (\d+)', text)
+        m = re.search(r'cnpgi_plugin_ready\{plugin="' + re.escape(plugin) + r'"\} (\d+)', text)
         return m and m.group(1)
+
+    def hook_calls(self, cluster, since_generation=0):
+        """The ReconcilerHooks calls the hooks plugin logged for `cluster`
+        (in self.ns), oldest first."""
+        try:
+            with open(self.hooks_log, encoding="utf-8") as f:
+                calls = [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            return []
+        key = f"{self.ns}/{cluster}"
+        return [c for c in calls if c["cluster"] == key and (c["generation"] or 0) >= since_generation]
 
     # -- processes
 
@@ -288,6 +301,19 @@ class Suite:
                 return s.connect_ex(os.path.join(self.plugin_dir, PLUGIN)) == 0
 
         wait_for("the plugin listens on its socket", listening, 10)
+
+    def start_hooks_plugin(self):
+        self.hooks_log = os.path.join(self.work, "hooks.log")
+        self.procs.start(
+            "plugin-hooks",
+            [os.path.join(self.bin, "cnpgi-hooks-plugin"), "plugin", f"--plugin-path={self.plugin_dir}"],
+            env={"CNPGI_HOOKS_LOG": self.hooks_log},
+        )
+        wait_for(
+            f"{HOOKS_PLUGIN} ready in the operator",
+            lambda: self.fail_if_dead("plugin-hooks") or self.plugin_ready_metric(HOOKS_PLUGIN) == "1",
+            20,
+        )
 
     def fail_if_dead(self, name):
         if not self.procs.alive(name):
@@ -623,6 +649,119 @@ class Suite:
             )
 
         wait_for("both Pods rolled with the new annotation", rolled, 45)
+
+    def check_reconciler_hooks(self):
+        # CloudNativePG's semantics (protocol-services.md): Pre REQUEUE defers
+        # the reconcile by the plugin's delay and writes nothing; Pre
+        # TERMINATE ends it with no requeue; a hook error is a plugin failure
+        # (phase, condition, Event, retried); Post REQUEUE sets the next
+        # requeue; Post TERMINATE only stops the chain of hooks.
+        self.start_hooks_plugin()
+        name = "hooks"
+        obj = self.sample("manifests/samples/cluster-example.yaml", self.ns, name)
+        obj["spec"]["instances"] = 1
+
+        def answers(**given):
+            return {"spec": {"plugins": [{"name": HOOKS_PLUGIN, "parameters": given}]}}
+
+        def gaps(calls):
+            return [round(b["at"] - a["at"], 2) for a, b in zip(calls, calls[1:])]
+
+        # 1. Pre asks for a requeue in 2 s: called again every 2 s, nothing else happens.
+        obj["spec"]["plugins"] = answers(pre="requeue=2")["spec"]["plugins"]
+        self.admin.create(obj)
+        calls = wait_for("four Pre calls", lambda: (c := self.hook_calls(name)) and len(c) >= 4 and c, 30)
+        if any(c["hook"] != "pre" or c["answer"] != "requeue=2" for c in calls):
+            raise Failure(f"a Post hook ran, or another answer, after a Pre requeue: {calls}")
+        # The first reconciles also follow the operator's own status write.
+        if not all(1.5 <= g <= 4.5 for g in gaps(calls)[-2:]):
+            raise Failure(f"Pre requeue=2 gaps between calls: {gaps(calls)} s")
+        if self.pod_names(name):
+            raise Failure(f"Pods were created while Pre asked for a requeue: {self.pod_names(name)}")
+
+        # 2. Pre terminates: the reconcile ends with no requeue until the Cluster changes.
+        generation = self.admin.merge_patch(self.cluster_path(name), answers(pre="terminate"))["metadata"]["generation"]
+        wait_for("a Pre call answering terminate", lambda: self.hook_calls(name, generation), 20)
+        time.sleep(9)
+        calls = self.hook_calls(name, generation)
+        if any(c["answer"] != "terminate" or c["hook"] != "pre" for c in calls):
+            raise Failure(f"calls after Pre terminate: {calls}")
+        # One call, or two when the first one's status write was seen again;
+        # a requeue (even the operator's 5 s default) would keep calling.
+        if len(calls) > 2 or time.time() - calls[-1]["at"] < 6:
+            raise Failure(f"Pre terminate was requeued: calls at gaps {gaps(calls)} s, last {time.time() - calls[-1]['at']:.1f} s ago")
+        if self.pod_names(name):
+            raise Failure(f"Pods were created after Pre terminate: {self.pod_names(name)}")
+
+        # 3. Pre fails: a plugin failure, reported where users look, retried.
+        generation = self.admin.merge_patch(self.cluster_path(name), answers(pre="fail"))["metadata"]["generation"]
+
+        def reported():
+            c = self.cluster(name)
+            st = c.get("status", {})
+            cond = self.condition(c, "PluginsReady")
+            return st.get("phase") == "Plugin error" and cond and cond["status"] == "False" and c
+
+        c = wait_for("phase 'Plugin error' and PluginsReady False", reported, 20)
+        reason = c["status"].get("phaseReason") or ""
+        if HOOKS_PLUGIN not in reason or "told to fail" not in reason:
+            raise Failure(f"phaseReason does not name the plugin and its message: {reason!r}")
+        wait_for(
+            f"a Warning Event PluginFailed on {name}",
+            lambda: any(e.get("type") == "Warning" and e.get("reason") == "PluginFailed" for e in self.events(self.ns, name)),
+            20,
+        )
+        key = re.escape(f"cluster={self.ns}/{name} ")
+        wait_for(
+            "the operator retries the failed hook in 10 s",
+            lambda: re.search(key + r".*reason=\"?PluginFailed\"?.*retry_in_seconds=10", self.procs.log("operator")),
+            10,
+        )
+
+        # 4. Pre continues, Post asks for a requeue in 2 s: the Pod is created,
+        # Pre and Post alternate, and the next reconcile comes after 2 s
+        # (the operator alone would wait 5 s for a Cluster still creating).
+        generation = self.admin.merge_patch(self.cluster_path(name), answers(pre="continue", post="requeue=2"))[
+            "metadata"
+        ]["generation"]
+        wait_for(f"{name}-1 created once Pre continues", lambda: self.pod_names(name) == [f"{name}-1"], 30)
+        created = time.time()
+
+        def settled_posts():
+            posts = [c for c in self.hook_calls(name, generation) if c["hook"] == "post" and c["at"] > created]
+            return len(posts) >= 3 and posts
+
+        posts = wait_for("three Post calls after the Pod exists", settled_posts, 30)
+        if not all(1.5 <= g <= 4.5 for g in gaps(posts)[-2:]):
+            raise Failure(f"Post requeue=2 gaps between calls: {gaps(posts)} s")
+        order = [c["hook"] for c in self.hook_calls(name, generation)]
+        if order[:2] != ["pre", "post"] or any(a == b for a, b in zip(order, order[1:])):
+            raise Failure(f"Pre and Post do not alternate: {order}")
+        c = self.cluster(name)
+        entry = next((p for p in c["status"].get("pluginStatus", []) if p["name"] == HOOKS_PLUGIN), None)
+        if not entry or "TYPE_RECONCILER_HOOKS" not in entry.get("capabilities", []):
+            raise Failure(f"pluginStatus[] lacks the plugin or TYPE_RECONCILER_HOOKS: {entry}")
+        if c["status"].get("phase") == "Plugin error":
+            raise Failure(f"still 'Plugin error': {c['status'].get('phaseReason')}")
+
+        # 5. Post terminates: it only stops the hooks; the reconcile is done
+        # (a scale-up goes through, the status is written).
+        patch = answers(pre="continue", post="terminate")
+        patch["spec"]["instances"] = 2
+        generation = self.admin.merge_patch(self.cluster_path(name), patch)["metadata"]["generation"]
+
+        def scaled():
+            c = self.cluster(name)
+            cond = self.condition(c, "PluginsReady") or {}
+            return (
+                self.pod_names(name) == [f"{name}-1", f"{name}-2"]
+                and cond.get("observedGeneration") == generation
+                and any(x["hook"] == "post" and x["answer"] == "terminate" for x in self.hook_calls(name, generation))
+            )
+
+        wait_for(f"{name}-2 created and the status written with Post terminating", scaled, 30)
+        self.admin.delete(self.cluster_path(name))
+        self.procs.stop("plugin-hooks")
 
     def check_plugin_killed(self):
         self.procs.stop("plugin-socket", signal.SIGKILL)
@@ -961,6 +1100,12 @@ class Suite:
             self.check(f"writes carry field manager {FIELD_MANAGER} (status and Pods)", self.check_field_manager)
             self.check("scale up (3 -> 4) and down (4 -> 2)", self.check_scale)
             self.check("a parameter change rolls the Pods one by one", self.check_roll)
+            if not self.restricted:
+                # The hooks' semantics do not depend on the admission set-up: once is enough.
+                self.check(
+                    "ReconcilerHooks through a plugin: Pre requeue timing, terminate, error phase; Post requeue and terminate",
+                    self.check_reconciler_hooks,
+                )
             self.check("a killed plugin: webhook refuses, phase/condition/Warning Event, recovery on restart", self.check_plugin_killed)
             self.check("a refused Pod create surfaces as phaseReason, condition and Warning Event, with backoff", self.check_api_error_surfaces)
             self.check("Service discovery over mTLS (labelled Service, two TLS Secrets, --dial-override)", self.check_service_discovery)
