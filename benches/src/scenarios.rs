@@ -2,6 +2,7 @@
 //! baselines and targets.
 
 use std::{
+    future::Future,
     path::Path,
     process::{Command, Stdio},
     sync::Arc,
@@ -23,7 +24,7 @@ use cnpgi_pluginhelper::{
         OperatorLifecycleRequest, OperatorOperationType, operator_lifecycle_client::OperatorLifecycleClient,
         operator_operation_type::Type as Operation,
     },
-    testing::{ChildGuard, TestCertificates, connect_tls},
+    testing::{ChildGuard, TestCertificates, TestPlugin, connect_tls},
 };
 use serde_json::json;
 
@@ -122,38 +123,67 @@ pub(crate) struct WebhookResult {
 /// 3. HTTPS AdmissionReview → MutateCluster chain through 3 plugins → response.
 pub(crate) async fn webhook(effort: Effort, rate: f64) -> anyhow::Result<WebhookResult> {
     let names = names(3);
-    let (_plugins, registry) = setup::registry_with(&names).await?;
-    let router = Router::new(registry, RoutingPolicy::default());
-    let routes = webhook::routes(router, Duration::from_secs(8));
-    let certs = TestCertificates::generate("cnpgi-webhook.cnpgi-system.svc")?;
-    let tls = cnpgi_tls::server::ReloadingServerConfig::with_alpn(
-        cnpgi_tls::server::ServerTlsFiles {
-            cert: certs.server.cert_path.clone(),
-            key: certs.server.key_path.clone(),
-            client_ca: None,
-        },
-        &[b"http/1.1"],
-    )?;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    listener.set_nonblocking(true)?;
-    let address = listener.local_addr()?;
-    let handle = axum_server::Handle::new();
-    tokio::spawn(webhook::serve_https(listener, tls, routes, handle.clone()));
+    let server = WebhookServer::start(&names).await?;
+    let body = admission_review(&fixtures::cluster(&names))?;
 
-    let cluster = fixtures::cluster(&names);
-    let body = bytes::Bytes::from(serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "bench", "operation": "CREATE",
-            "kind": {"group": "cnpgi.io", "version": "v1", "kind": "Cluster"},
-            "resource": {"group": "cnpgi.io", "version": "v1", "resource": "clusters"},
-            "name": "cluster-example", "namespace": "default", "userInfo": {"username": "admin"},
-            "object": cluster, "dryRun": false
-        }
-    }))?);
-    let pinned = cnpgi_tls::pem::read_certificates(&certs.server.cert_path, "server certificate")?;
-    let connect = || {
-        let pinned = pinned.clone();
+    // Warm-up on one connection, kept open through the measurements.
+    let mut warm = server.connect().await?;
+    for _ in 0..effort.warmup {
+        send_review(&mut warm, body.clone()).await?;
+    }
+    let offered = offered_load(&server, &body, rate, effort.load_seconds).await?;
+    let sustained = sustained_load(&server, &body, effort.load_seconds).await?;
+    Ok(WebhookResult {
+        offered,
+        offered_rate: rate,
+        sustained,
+    })
+}
+
+/// The operator's admission webhook over HTTPS, routing to `names`'
+/// plugins; shut down on drop.
+struct WebhookServer {
+    address: std::net::SocketAddr,
+    /// The server certificate, pinned by the clients.
+    pinned: Vec<rustls::pki_types::CertificateDer<'static>>,
+    handle: axum_server::Handle<std::net::SocketAddr>,
+    // Alive as long as the server: its plugins and certificate files.
+    _plugins: Vec<TestPlugin>,
+    _certs: TestCertificates,
+}
+
+impl WebhookServer {
+    async fn start(names: &[String]) -> anyhow::Result<Self> {
+        let (plugins, registry) = setup::registry_with(names).await?;
+        let router = Router::new(registry, RoutingPolicy::default());
+        let routes = webhook::routes(router, Duration::from_secs(8));
+        let certs = TestCertificates::generate("cnpgi-webhook.cnpgi-system.svc")?;
+        let tls = cnpgi_tls::server::ReloadingServerConfig::with_alpn(
+            cnpgi_tls::server::ServerTlsFiles {
+                cert: certs.server.cert_path.clone(),
+                key: certs.server.key_path.clone(),
+                client_ca: None,
+            },
+            &[b"http/1.1"],
+        )?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let address = listener.local_addr()?;
+        let handle = axum_server::Handle::new();
+        tokio::spawn(webhook::serve_https(listener, tls, routes, handle.clone()));
+        let pinned = cnpgi_tls::pem::read_certificates(&certs.server.cert_path, "server certificate")?;
+        Ok(Self {
+            address,
+            pinned,
+            handle,
+            _plugins: plugins,
+            _certs: certs,
+        })
+    }
+
+    /// A new HTTP/1.1 connection over TLS 1.3, pinning the server certificate.
+    fn connect(&self) -> impl Future<Output = anyhow::Result<Sender>> + Send + 'static {
+        let (address, pinned) = (self.address, self.pinned.clone());
         async move {
             let mut config = rustls::ClientConfig::builder_with_provider(cnpgi_tls::crypto_provider())
                 .with_protocol_versions(&[&rustls::version::TLS13])?
@@ -170,24 +200,40 @@ pub(crate) async fn webhook(effort: Effort, rate: f64) -> anyhow::Result<Webhook
             tokio::spawn(connection);
             anyhow::Ok(sender)
         }
-    };
-    let send = send_review;
-
-    // Warm-up on one connection.
-    let mut warm = connect().await?;
-    for _ in 0..effort.warmup {
-        send(&mut warm, body.clone()).await?;
     }
+}
 
-    // Offered load: requests scheduled at a fixed rate; latency counts from
-    // the scheduled time, so queueing is not hidden.
-    let total = ((rate * effort.load_seconds).ceil() as usize).max(1);
+impl Drop for WebhookServer {
+    fn drop(&mut self) {
+        self.handle.shutdown();
+    }
+}
+
+/// The AdmissionReview the API server sends on creating `cluster`.
+fn admission_review(cluster: &serde_json::Value) -> anyhow::Result<bytes::Bytes> {
+    Ok(bytes::Bytes::from(serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "bench", "operation": "CREATE",
+            "kind": {"group": "cnpgi.io", "version": "v1", "kind": "Cluster"},
+            "resource": {"group": "cnpgi.io", "version": "v1", "resource": "clusters"},
+            "name": "cluster-example", "namespace": "default", "userInfo": {"username": "admin"},
+            "object": cluster, "dryRun": false
+        }
+    }))?))
+}
+
+/// Offered load: requests scheduled at `rate` for `seconds`, served by 16
+/// connections; latency counts from the scheduled time, so queueing is not
+/// hidden.
+async fn offered_load(server: &WebhookServer, body: &bytes::Bytes, rate: f64, seconds: f64) -> anyhow::Result<Samples> {
+    let total = ((rate * seconds).ceil() as usize).max(1);
     let (jobs, receiver) = tokio::sync::mpsc::channel::<Instant>(total);
     let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
     let mut workers = Vec::new();
     for _ in 0..16 {
         let receiver = receiver.clone();
-        let mut sender = connect().await?;
+        let mut sender = server.connect().await?;
         let body = body.clone();
         workers.push(tokio::spawn(async move {
             let mut samples = Samples::default();
@@ -195,7 +241,7 @@ pub(crate) async fn webhook(effort: Effort, rate: f64) -> anyhow::Result<Webhook
                 let Some(scheduled) = receiver.lock().await.recv().await else {
                     break;
                 };
-                match send(&mut sender, body.clone()).await {
+                match send_review(&mut sender, body.clone()).await {
                     Ok(()) => samples.push(scheduled.elapsed()),
                     Err(_) => samples.errors += 1,
                 }
@@ -215,18 +261,21 @@ pub(crate) async fn webhook(effort: Effort, rate: f64) -> anyhow::Result<Webhook
         offered.extend(worker.await?);
     }
     offered.elapsed = started.elapsed();
+    Ok(offered)
+}
 
-    // Sustained: closed loop on 4 connections, as fast as it goes.
-    let deadline = Instant::now() + Duration::from_secs_f64(effort.load_seconds);
+/// Sustained: a closed loop on 4 connections for `seconds`, as fast as it goes.
+async fn sustained_load(server: &WebhookServer, body: &bytes::Bytes, seconds: f64) -> anyhow::Result<Samples> {
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let mut loops = Vec::new();
     for _ in 0..4 {
-        let mut sender = connect().await?;
+        let mut sender = server.connect().await?;
         let body = body.clone();
         loops.push(tokio::spawn(async move {
             let mut samples = Samples::default();
             while Instant::now() < deadline {
                 let t = Instant::now();
-                match send(&mut sender, body.clone()).await {
+                match send_review(&mut sender, body.clone()).await {
                     Ok(()) => samples.push(t.elapsed()),
                     Err(_) => samples.errors += 1,
                 }
@@ -240,12 +289,7 @@ pub(crate) async fn webhook(effort: Effort, rate: f64) -> anyhow::Result<Webhook
         sustained.extend(task.await?);
     }
     sustained.elapsed = started.elapsed();
-    handle.shutdown();
-    Ok(WebhookResult {
-        offered,
-        offered_rate: rate,
-        sustained,
-    })
+    Ok(sustained)
 }
 
 type Sender = hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>;

@@ -1,0 +1,204 @@
+//! The results: one function per section of BENCHMARKS.md, each measuring
+//! through [`scenarios`] and printing its table beside baselines and targets.
+
+use std::{path::Path, time::Duration};
+
+use crate::{
+    scenarios::{self, Effort},
+    stats::fmt,
+};
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "yes" } else { "**no**" }
+}
+
+/// `--breakdown`: where a one-plugin lifecycle call spends its CPU time.
+pub(crate) async fn breakdown(effort: Effort) -> anyhow::Result<()> {
+    let (handler, router) = scenarios::breakdown(effort).await?;
+    println!("| part of a one-plugin lifecycle call | p50 | p99 |\n|---|---|---|");
+    println!(
+        "| hello-world's LifecycleHook handler (no network) | {} | {} |",
+        fmt(handler.p50()),
+        fmt(handler.p99())
+    );
+    println!(
+        "| router JSON work (encode Cluster and Pod, decode and apply the patch) | {} | {} |",
+        fmt(router.p50()),
+        fmt(router.p99())
+    );
+    for (step, median) in scenarios::handler_steps(effort)? {
+        println!("| hello-world step: {step} | {} | |", fmt(median));
+    }
+    let floor = scenarios::floor(effort).await?;
+    let (framework, operator) = scenarios::transport_breakdown(effort).await?;
+    println!(
+        "| floor call: bare server, bare client | {} | {} |",
+        fmt(floor.p50()),
+        fmt(floor.p99())
+    );
+    println!(
+        "| floor call: plugin framework server, bare client | {} | {} |",
+        fmt(framework.p50()),
+        fmt(framework.p99())
+    );
+    println!(
+        "| floor call: bare server, operator client | {} | {} |",
+        fmt(operator.p50()),
+        fmt(operator.p99())
+    );
+    let direct = scenarios::direct_hello(effort).await?;
+    println!(
+        "| hello-world hook over mTLS, operator client, no router | {} | {} |",
+        fmt(direct.p50()),
+        fmt(direct.p99())
+    );
+    let routed = scenarios::lifecycle_chain(1, effort).await?;
+    println!(
+        "| the same through Router::lifecycle_hook | {} | {} |",
+        fmt(routed.p50()),
+        fmt(routed.p99())
+    );
+    Ok(())
+}
+
+/// 1. The floor; its p50, the baseline of section 2.
+pub(crate) async fn floor(effort: Effort) -> anyhow::Result<Duration> {
+    let floor = scenarios::floor(effort).await?;
+    println!("### 1. Floor: bare tonic unary call, persistent mTLS channel, Cluster ~2 KB + Pod ~4 KB\n");
+    println!("| measurement | p50 | p99 | calls/s |\n|---|---|---|---|");
+    println!(
+        "| bare LifecycleHook-shaped call | {} | {} | {:.0} |\n",
+        fmt(floor.p50()),
+        fmt(floor.p99()),
+        floor.rate()
+    );
+    Ok(floor.p50())
+}
+
+/// 2. Routing through N = 1 to 8 plugins (and a Go plugin), against N floor calls.
+pub(crate) async fn routing(effort: Effort, floor_p50: Duration, go_plugin: Option<&Path>) -> anyhow::Result<()> {
+    println!("### 2. Lifecycle routing: the operator's Pod patch chain (Router::lifecycle_hook), patches applied\n");
+    println!(
+        "| plugins | p50 | p99 | calls/s | p50 / (N × floor p50) | target ≤ 1.3 | met |\n|---|---|---|---|---|---|---|"
+    );
+    for n in [1, 2, 4, 8] {
+        let samples = scenarios::lifecycle_chain(n, effort).await?;
+        let ratio = samples.p50().as_secs_f64() / (n as f64 * floor_p50.as_secs_f64());
+        println!(
+            "| {n} | {} | {} | {:.0} | {ratio:.2} | 1.3 | {} |",
+            fmt(samples.p50()),
+            fmt(samples.p99()),
+            samples.rate(),
+            verdict(ratio <= 1.3)
+        );
+    }
+    if let Some(go_plugin) = go_plugin {
+        let samples = scenarios::go_plugin_chain(go_plugin, effort).await?;
+        let ratio = samples.p50().as_secs_f64() / floor_p50.as_secs_f64();
+        println!(
+            "| 1, Go hello-world on cnpg-i-machinery (same client and router) | {} | {} | {:.0} | {ratio:.2} | 1.3 | {} |",
+            fmt(samples.p50()),
+            fmt(samples.p99()),
+            samples.rate(),
+            verdict(ratio <= 1.3)
+        );
+    }
+    Ok(())
+}
+
+/// 3. The admission webhook, at an offered `rate` and at its sustained maximum.
+pub(crate) async fn webhook(effort: Effort, rate: f64) -> anyhow::Result<()> {
+    let webhook = scenarios::webhook(effort, rate).await?;
+    println!(
+        "\n### 3. Admission webhook end to end: HTTPS AdmissionReview → MutateCluster through 3 plugins → response\n"
+    );
+    println!("| measurement | value | target | met |\n|---|---|---|---|");
+    println!(
+        "| p50 at {:.0} req/s offered ({} requests, {} errors) | {} | | |",
+        webhook.offered_rate,
+        webhook.offered.count(),
+        webhook.offered.errors,
+        fmt(webhook.offered.p50())
+    );
+    let p99 = webhook.offered.p99();
+    println!(
+        "| p99 at {:.0} req/s offered | {} | < 5 ms | {} |",
+        webhook.offered_rate,
+        fmt(p99),
+        verdict(p99.as_secs_f64() < 0.005 && webhook.offered.errors == 0)
+    );
+    println!(
+        "| max sustained rate (4 connections, closed loop; p99 {}) | {:.0} req/s | | |",
+        fmt(webhook.sustained.p99()),
+        webhook.sustained.rate()
+    );
+    Ok(())
+}
+
+/// 4. What the hello-world process at `binary` costs.
+pub(crate) async fn plugin_cost(binary: &Path, effort: Effort) -> anyhow::Result<()> {
+    let cost = scenarios::plugin_cost(binary, effort).await?;
+    println!("\n### 4. Plugin cost: the hello-world process\n");
+    println!("| measurement | value | target | met |\n|---|---|---|---|");
+    println!(
+        "| start-up to first successful Probe (median of 5) | {} | ≤ 100 ms | {} |",
+        fmt(cost.startup),
+        verdict(cost.startup.as_millis() <= 100)
+    );
+    println!(
+        "| idle RSS | {:.1} MiB | ≤ 10 MiB | {} |",
+        cost.idle_rss_kib as f64 / 1024.0,
+        verdict(cost.idle_rss_kib <= 10 * 1024)
+    );
+    println!(
+        "| peak RSS under load (16 concurrent callers) | {:.1} MiB | | |",
+        cost.loaded_rss_kib as f64 / 1024.0
+    );
+    println!(
+        "| binary size | {:.1} MiB | | |",
+        cost.binary_bytes as f64 / (1024.0 * 1024.0)
+    );
+    Ok(())
+}
+
+/// 5. Channels reused: no handshake after warm-up, concurrent callers share.
+pub(crate) async fn connections(effort: Effort) -> anyhow::Result<()> {
+    let connections = scenarios::connections(effort).await?;
+    println!("\n### 5. Connections\n");
+    println!("| measurement | value | target | met |\n|---|---|---|---|");
+    println!(
+        "| TLS handshakes per 10,000 routed calls after warm-up | {} | 0 | {} |",
+        connections.handshakes_per_10k,
+        verdict(connections.handshakes_per_10k == 0)
+    );
+    println!(
+        "| {} concurrent callers: errors / new handshakes / p99 | {} / {} / {} | 0 / 0 | {} |",
+        connections.concurrent.count() + connections.concurrent.errors,
+        connections.concurrent.errors,
+        connections.concurrent_handshakes,
+        fmt(connections.concurrent.p99()),
+        verdict(connections.concurrent.errors == 0 && connections.concurrent_handshakes == 0)
+    );
+    Ok(())
+}
+
+/// 6. Routing and lookups with 3 plugins registered, then many.
+pub(crate) async fn scale(effort: Effort) -> anyhow::Result<()> {
+    let scale = scenarios::scale(effort).await?;
+    let growth = scale.chain_large.p50().as_secs_f64() / scale.chain_small.p50().as_secs_f64();
+    println!("\n### 6. Scale: 3 plugins enabled on the Cluster, 3 vs many registered\n");
+    println!("| measurement | 3 registered | many registered | ratio | target | met |\n|---|---|---|---|---|---|");
+    println!(
+        "| routing p50 (chain through the 3) | {} | {} | {growth:.2} | no growth (≤ 1.10) | {} |",
+        fmt(scale.chain_small.p50()),
+        fmt(scale.chain_large.p50()),
+        verdict(growth <= 1.10)
+    );
+    println!(
+        "| registry lookup | {:.0} ns | {:.0} ns | {:.2} | no growth | |",
+        scale.lookup_small_ns,
+        scale.lookup_large_ns,
+        scale.lookup_large_ns / scale.lookup_small_ns
+    );
+    Ok(())
+}

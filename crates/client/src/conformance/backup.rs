@@ -1,0 +1,41 @@
+//! The Backup service: consistent capabilities, and Backup refusing garbage
+//! (nothing else is sent it: checking a plugin takes no backup).
+
+use std::collections::HashMap;
+
+use cnpgi_core::capabilities::{self, BackupRpc, ServiceType};
+use cnpgi_proto::backup::v1::{BackupCapabilitiesRequest, BackupRequest};
+
+use super::checker::{Checker, GARBAGE, Running, consistent, names};
+
+/// The checks of the Backup service.
+pub(super) fn checks(c: &mut Checker) -> Running<'_> {
+    Box::pin(async move {
+        let client = c.client.clone();
+        let mut stub = client.backup();
+        let ask = stub.get_capabilities(client.request(BackupCapabilitiesRequest {}));
+        let Some(answer) = c.service(ServiceType::BackupService, "Backup", ask).await else {
+            return;
+        };
+        let rpcs = c.capabilities(
+            "Backup",
+            consistent(&answer.capabilities, capabilities::backup_rpc_type, |r: BackupRpc| {
+                r.as_str_name()
+            }),
+            |r| names(r, BackupRpc::as_str_name),
+        );
+        if rpcs.contains(&BackupRpc::Backup) {
+            let request = client.request(BackupRequest {
+                cluster_definition: GARBAGE.to_vec(),
+                backup_definition: GARBAGE.to_vec(),
+                parameters: HashMap::new(),
+            });
+            c.refuses(
+                "Backup/Backup: garbage Cluster is refused",
+                tonic::Code::InvalidArgument,
+                client.backup().backup(request),
+            )
+            .await;
+        }
+    })
+}

@@ -1,0 +1,65 @@
+//! The Metrics service: consistent capabilities, then Define and Collect
+//! called with the sample Cluster, their answers checked as CloudNativePG
+//! uses them.
+
+use std::collections::BTreeSet;
+
+use cnpgi_core::capabilities::{self, MetricsRpc, ServiceType};
+use cnpgi_proto::metrics::v1::{CollectMetricsRequest, DefineMetricsRequest, MetricsCapabilitiesRequest};
+
+use super::checker::{Checker, Running, consistent, names};
+use crate::instance::metrics;
+
+/// The checks of the Metrics service.
+pub(super) fn checks(c: &mut Checker) -> Running<'_> {
+    Box::pin(async move {
+        let client = c.client.clone();
+        let mut stub = client.metrics();
+        let ask = stub.get_capabilities(client.request(MetricsCapabilitiesRequest {}));
+        let Some(answer) = c.service(ServiceType::Metrics, "Metrics", ask).await else {
+            return;
+        };
+        let rpcs = c.capabilities(
+            "Metrics",
+            consistent(&answer.capabilities, capabilities::metrics_rpc_type, |r: MetricsRpc| {
+                r.as_str_name()
+            }),
+            |r| names(r, MetricsRpc::as_str_name),
+        );
+        if !rpcs.contains(&MetricsRpc::Metrics) {
+            return;
+        }
+        let request = client.request(DefineMetricsRequest {
+            cluster_definition: c.cluster_bytes.clone(),
+        });
+        let defined = c
+            .timed(client.metrics().define(request))
+            .await
+            .and_then(|answer| metrics::definitions(&answer, &BTreeSet::new()));
+        let definitions = match defined {
+            Ok(definitions) => {
+                c.report.record(
+                    "Metrics/Define: definitions are usable",
+                    Ok(format!("{} metric(s)", definitions.len())),
+                );
+                definitions
+            }
+            Err(reason) => {
+                c.report.record("Metrics/Define: definitions are usable", Err(reason));
+                return;
+            }
+        };
+        let request = client.request(CollectMetricsRequest {
+            cluster_definition: c.cluster_bytes.clone(),
+        });
+        c.record_call(
+            "Metrics/Collect: values fit their definitions",
+            client.metrics().collect(request),
+            |answer| match metrics::samples(&definitions, &answer) {
+                (values, None) => Ok(format!("{} value(s), each as defined", values.len())),
+                (_, Some(reason)) => Err(reason),
+            },
+        )
+        .await;
+    })
+}

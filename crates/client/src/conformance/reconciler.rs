@@ -1,0 +1,47 @@
+//! The ReconcilerHooks service: consistent capabilities, and Pre and Post
+//! refusing garbage (they may act, creating objects say: nothing else is
+//! sent them).
+
+use cnpgi_core::capabilities::{self, ReconcilerKind, ServiceType};
+use cnpgi_proto::reconciler::v1::{ReconcilerHooksCapabilitiesRequest, ReconcilerHooksRequest};
+
+use super::checker::{Checker, GARBAGE, Running, consistent, names};
+
+/// The checks of the ReconcilerHooks service.
+pub(super) fn checks(c: &mut Checker) -> Running<'_> {
+    Box::pin(async move {
+        let client = c.client.clone();
+        let mut stub = client.reconciler();
+        let ask = stub.get_capabilities(client.request(ReconcilerHooksCapabilitiesRequest {}));
+        let Some(answer) = c.service(ServiceType::ReconcilerHooks, "ReconcilerHooks", ask).await else {
+            return;
+        };
+        let kinds = c.capabilities(
+            "ReconcilerHooks",
+            consistent(
+                &answer.reconciler_capabilities,
+                capabilities::reconciler_kind,
+                |k: ReconcilerKind| k.as_str_name(),
+            ),
+            |k| names(k, ReconcilerKind::as_str_name),
+        );
+        if kinds.is_empty() {
+            return;
+        }
+        for (rpc, pre) in [("Pre", true), ("Post", false)] {
+            let request = client.request(ReconcilerHooksRequest {
+                cluster_definition: GARBAGE.to_vec(),
+                resource_definition: GARBAGE.to_vec(),
+            });
+            let mut reconciler = client.reconciler();
+            let name = format!("ReconcilerHooks/{rpc}: garbage Cluster is refused");
+            if pre {
+                c.refuses(&name, tonic::Code::InvalidArgument, reconciler.pre(request))
+                    .await;
+            } else {
+                c.refuses(&name, tonic::Code::InvalidArgument, reconciler.post(request))
+                    .await;
+            }
+        }
+    })
+}

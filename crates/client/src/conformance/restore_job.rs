@@ -1,0 +1,41 @@
+//! The RestoreJobHooks service: consistent capabilities, and Restore
+//! refusing garbage (nothing else is sent it: checking a plugin restores
+//! nothing).
+
+use cnpgi_core::capabilities::{self, RestoreJobKind, ServiceType};
+use cnpgi_proto::wal::v1::{RestoreJobHooksCapabilitiesRequest, RestoreRequest};
+
+use super::checker::{Checker, GARBAGE, Running, consistent, names};
+
+/// The checks of the RestoreJobHooks service.
+pub(super) fn checks(c: &mut Checker) -> Running<'_> {
+    Box::pin(async move {
+        let client = c.client.clone();
+        let mut stub = client.restore_job();
+        let ask = stub.get_capabilities(client.request(RestoreJobHooksCapabilitiesRequest {}));
+        let Some(answer) = c.service(ServiceType::RestoreJob, "RestoreJobHooks", ask).await else {
+            return;
+        };
+        let kinds = c.capabilities(
+            "RestoreJobHooks",
+            consistent(
+                &answer.capabilities,
+                capabilities::restore_job_kind,
+                |k: RestoreJobKind| k.as_str_name(),
+            ),
+            |k| names(k, RestoreJobKind::as_str_name),
+        );
+        if kinds.contains(&RestoreJobKind::Restore) {
+            let request = client.request(RestoreRequest {
+                cluster_definition: GARBAGE.to_vec(),
+                check_empty_wal_archive: None,
+            });
+            c.refuses(
+                "RestoreJobHooks/Restore: garbage Cluster is refused",
+                tonic::Code::InvalidArgument,
+                client.restore_job().restore(request),
+            )
+            .await;
+        }
+    })
+}

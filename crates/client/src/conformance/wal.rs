@@ -1,0 +1,101 @@
+//! The WAL service: consistent capabilities, and each advertised RPC
+//! refusing what it is sent: garbage, or for Restore a file no archive can
+//! have (checking a plugin archives and restores nothing).
+
+use cnpgi_core::capabilities::{self, ServiceType, WalRpc};
+use cnpgi_proto::wal::v1::{
+    SetFirstRequiredRequest, WalArchiveRequest, WalCapabilitiesRequest, WalRestoreRequest, WalStatusRequest,
+};
+
+use super::checker::{Checker, GARBAGE, Running, consistent, names};
+
+/// The checks of the WAL service.
+pub(super) fn checks(c: &mut Checker) -> Running<'_> {
+    Box::pin(async move {
+        let client = c.client.clone();
+        let mut stub = client.wal();
+        let ask = stub.get_capabilities(client.request(WalCapabilitiesRequest {}));
+        let Some(answer) = c.service(ServiceType::WalService, "WAL", ask).await else {
+            return;
+        };
+        let rpcs = c.capabilities(
+            "WAL",
+            consistent(&answer.capabilities, capabilities::wal_rpc_type, |r: WalRpc| {
+                r.as_str_name()
+            }),
+            |r| names(r, WalRpc::as_str_name),
+        );
+        if rpcs.contains(&WalRpc::ArchiveWal) {
+            archive(c).await;
+        }
+        if rpcs.contains(&WalRpc::RestoreWal) {
+            restore(c).await;
+        }
+        if rpcs.contains(&WalRpc::Status) {
+            status(c).await;
+        }
+        if rpcs.contains(&WalRpc::SetFirstRequired) {
+            set_first_required(c).await;
+        }
+    })
+}
+
+async fn archive(c: &mut Checker) {
+    let client = c.client.clone();
+    let request = client.request(WalArchiveRequest {
+        cluster_definition: GARBAGE.to_vec(),
+        source_file_name: "/nonexistent/cnpgi-check-plugin/pg_wal/000000010000000000000001".into(),
+        ..Default::default()
+    });
+    c.refuses(
+        "WAL/Archive: garbage Cluster is refused",
+        tonic::Code::InvalidArgument,
+        client.wal().archive(request),
+    )
+    .await;
+}
+
+async fn restore(c: &mut Checker) {
+    let client = c.client.clone();
+    // A file no archive can have (timeline 0xFFFFFFFF), into a directory
+    // that does not exist: refused, conventionally NOT_FOUND.
+    let request = client.request(WalRestoreRequest {
+        cluster_definition: c.cluster_bytes.clone(),
+        source_wal_name: "FFFFFFFF.history".into(),
+        destination_file_name: "/nonexistent/cnpgi-check-plugin/pg_wal/RECOVERYHISTORY".into(),
+        ..Default::default()
+    });
+    c.refuses(
+        "WAL/Restore: a file the archive lacks is refused",
+        tonic::Code::NotFound,
+        client.wal().restore(request),
+    )
+    .await;
+}
+
+async fn status(c: &mut Checker) {
+    let client = c.client.clone();
+    let request = client.request(WalStatusRequest {
+        cluster_definition: GARBAGE.to_vec(),
+    });
+    c.refuses(
+        "WAL/Status: garbage Cluster is refused",
+        tonic::Code::InvalidArgument,
+        client.wal().status(request),
+    )
+    .await;
+}
+
+async fn set_first_required(c: &mut Checker) {
+    let client = c.client.clone();
+    let request = client.request(SetFirstRequiredRequest {
+        cluster_definition: GARBAGE.to_vec(),
+        first_required_wal: "000000010000000000000001".into(),
+    });
+    c.refuses(
+        "WAL/SetFirstRequired: garbage Cluster is refused",
+        tonic::Code::InvalidArgument,
+        client.wal().set_first_required(request),
+    )
+    .await;
+}
