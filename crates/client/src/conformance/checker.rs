@@ -160,7 +160,10 @@ impl Checker {
         name: &str,
         call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) {
-        match tokio::time::timeout(self.deadline, call).await {
+        let started = Instant::now();
+        let answer = tokio::time::timeout(self.deadline, call).await;
+        self.slowest = self.slowest.max(started.elapsed());
+        match answer {
             Err(_) => self
                 .report
                 .record(name, Err(format!("no answer within {} ms", self.deadline.as_millis()))),
