@@ -125,18 +125,26 @@ impl Checker {
         self.report
     }
 
+    /// Runs `call` under the deadline, counting its time toward the slowest
+    /// call; `Err` (the check's message) when it did not answer in time.
+    async fn answer<T>(
+        &mut self,
+        call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<Result<tonic::Response<T>, tonic::Status>, String> {
+        let started = Instant::now();
+        let answer = tokio::time::timeout(self.deadline, call).await;
+        self.slowest = self.slowest.max(started.elapsed());
+        answer.map_err(|_| format!("no answer within {} ms", self.deadline.as_millis()))
+    }
+
     /// Runs `call` under the deadline, turning errors into text.
     pub(super) async fn timed<T>(
         &mut self,
         call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T, String> {
-        let started = Instant::now();
-        let result = tokio::time::timeout(self.deadline, call).await;
-        self.slowest = self.slowest.max(started.elapsed());
-        match result {
-            Err(_) => Err(format!("no answer within {} ms", self.deadline.as_millis())),
-            Ok(Err(status)) => Err(format!("{:?}: {}", status.code(), status.message())),
-            Ok(Ok(response)) => Ok(response.into_inner()),
+        match self.answer(call).await? {
+            Err(status) => Err(format!("{:?}: {}", status.code(), status.message())),
+            Ok(response) => Ok(response.into_inner()),
         }
     }
 
@@ -160,13 +168,8 @@ impl Checker {
         name: &str,
         call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) {
-        let started = Instant::now();
-        let answer = tokio::time::timeout(self.deadline, call).await;
-        self.slowest = self.slowest.max(started.elapsed());
-        match answer {
-            Err(_) => self
-                .report
-                .record(name, Err(format!("no answer within {} ms", self.deadline.as_millis()))),
+        match self.answer(call).await {
+            Err(late) => self.report.record(name, Err(late)),
             Ok(Ok(_)) => self.report.record(name, Err("accepted garbage".into())),
             Ok(Err(status)) if status.code() == tonic::Code::InvalidArgument => {
                 self.report.record(name, Ok("INVALID_ARGUMENT".into()))
@@ -193,13 +196,8 @@ impl Checker {
         expected: tonic::Code,
         call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) {
-        let started = Instant::now();
-        let answer = tokio::time::timeout(self.deadline, call).await;
-        self.slowest = self.slowest.max(started.elapsed());
-        match answer {
-            Err(_) => self
-                .report
-                .record(name, Err(format!("no answer within {} ms", self.deadline.as_millis()))),
+        match self.answer(call).await {
+            Err(late) => self.report.record(name, Err(late)),
             Ok(Ok(_)) => self.report.record(name, Err("answered OK".into())),
             Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => self.report.record(
                 name,
