@@ -713,8 +713,8 @@ class Suite:
         )
         key = re.escape(f"cluster={self.ns}/{name} ")
         wait_for(
-            "the operator retries the failed hook in 10 s",
-            lambda: re.search(key + r".*reason=\"?PluginFailed\"?.*retry_in_seconds=10", self.procs.log("operator")),
+            "the operator retries the failed hook in 15 s (CloudNativePG's delay)",
+            lambda: re.search(key + r".*reason=\"?PluginFailed\"?.*retry_in_seconds=15", self.procs.log("operator")),
             10,
         )
 

@@ -591,6 +591,16 @@ impl Router {
     }
 }
 
+impl RouteError {
+    /// The RPC that failed, when a plugin was called.
+    pub fn rpc(&self) -> Option<&'static str> {
+        match self {
+            Self::Call { rpc, .. } | Self::BadAnswer { rpc, .. } => Some(rpc),
+            Self::Unavailable(_) | Self::Encode(_) => None,
+        }
+    }
+}
+
 fn call_error(plugin: &str, rpc: &'static str, status: tonic::Status) -> RouteError {
     RouteError::Call {
         plugin: plugin.to_owned(),

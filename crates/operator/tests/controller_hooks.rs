@@ -143,4 +143,10 @@ async fn pre_and_post_hooks_steer_the_reconcile() {
         .body["status"]
         .clone();
     assert_eq!(status["phase"], "Plugin error");
+    // Retried after CloudNativePG's 15 s, not the 10 s of other plugin failures.
+    assert_eq!(
+        controller::error_policy(Arc::clone(&cluster), &error, ctx.clone()),
+        Action::requeue(controller::HOOK_ERROR_RETRY)
+    );
+    assert_eq!(controller::HOOK_ERROR_RETRY, Duration::from_secs(15));
 }
