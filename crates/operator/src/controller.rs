@@ -214,7 +214,12 @@ impl Context {
 }
 
 fn cluster_key(cluster: &Cluster) -> String {
-    format!("{}/{}", cluster.namespace().unwrap_or_default(), cluster.name_any())
+    key(cluster.namespace().as_deref(), &cluster.name_any())
+}
+
+/// `namespace/name`: how the reconciler's memory names a Cluster.
+fn key(namespace: Option<&str>, name: &str) -> String {
+    format!("{}/{name}", namespace.unwrap_or_default())
 }
 
 fn instance_number(cluster: &str, pod: &Pod) -> Option<i32> {
@@ -669,11 +674,7 @@ fn after_reconcile<E: std::error::Error>(
     match result {
         Ok(_) => {}
         Err(ControllerError::ObjectNotFound(gone)) => {
-            ctx.forget(&format!(
-                "{}/{}",
-                gone.namespace.as_deref().unwrap_or_default(),
-                gone.name
-            ));
+            ctx.forget(&key(gone.namespace.as_deref(), &gone.name));
         }
         Err(error) => tracing::debug!(%error, "reconcile round ended with an error"),
     }
