@@ -49,6 +49,9 @@ struct Args {
     /// built with `go build`): adds its one-plugin row to scenario 2.
     #[arg(long)]
     go_plugin: Option<PathBuf>,
+    /// Stop after the routing table (section 2).
+    #[arg(long)]
+    routing_only: bool,
 }
 
 fn machine() -> String {
@@ -109,8 +112,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if args.breakdown {
         return tables::breakdown(effort).await;
     }
-    let floor_p50 = tables::floor(effort).await?;
-    tables::routing(effort, floor_p50, args.go_plugin.as_deref()).await?;
+    tables::floor(effort).await?;
+    tables::routing(effort, args.go_plugin.as_deref()).await?;
+    if args.routing_only {
+        return Ok(());
+    }
     tables::webhook(effort, args.rate).await?;
     tables::plugin_cost(&binary, effort).await?;
     tables::connections(effort).await?;
@@ -134,3 +140,8 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// The allocator `cnpgi-operator` and the example plugins use, so that the
+/// router and plugins run in this process as they do in those binaries.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -66,51 +66,108 @@ fn hook_request(cluster: &[u8], pod: &[u8]) -> OperatorLifecycleRequest {
     }
 }
 
-/// 1. A bare tonic unary call with a Cluster + Pod payload, persistent mTLS channel.
-pub(crate) async fn floor(effort: Effort) -> anyhow::Result<Samples> {
-    let certs = TestCertificates::generate("floor.example.com")?;
-    let address = setup::start_floor(&certs).await?;
-    let channel = connect_tls(address, certs.client_config()?, "floor.example.com").await?;
-    let mut client = OperatorLifecycleClient::new(channel);
-    let cluster = serde_json::to_vec(&fixtures::cluster(&names(1)))?;
-    let pod = serde_json::to_vec(&fixtures::pod())?;
-    for _ in 0..effort.warmup {
-        client.lifecycle_hook(hook_request(&cluster, &pod)).await?;
+/// Scenario 1, the floor every routed call is compared with: a bare tonic
+/// unary call with a Cluster + Pod payload on a persistent mTLS channel.
+pub(crate) struct Floor {
+    client: OperatorLifecycleClient<tonic::transport::Channel>,
+    cluster: Vec<u8>,
+    pod: Vec<u8>,
+}
+
+impl Floor {
+    /// Starts the bare server and connects to it.
+    pub(crate) async fn start() -> anyhow::Result<Self> {
+        let certs = TestCertificates::generate("floor.example.com")?;
+        let address = setup::start_floor(&certs).await?;
+        let channel = connect_tls(address, certs.client_config()?, "floor.example.com").await?;
+        Ok(Self {
+            client: OperatorLifecycleClient::new(channel),
+            cluster: serde_json::to_vec(&fixtures::cluster(&names(1)))?,
+            pod: serde_json::to_vec(&fixtures::pod())?,
+        })
     }
-    let mut samples = Samples::with_capacity(effort.calls);
+
+    /// One floor call.
+    pub(crate) async fn call(&mut self) -> anyhow::Result<()> {
+        self.client
+            .lifecycle_hook(hook_request(&self.cluster, &self.pod))
+            .await?;
+        Ok(())
+    }
+}
+
+/// The floor alone.
+pub(crate) async fn floor(effort: Effort) -> anyhow::Result<Samples> {
+    let mut floor = Floor::start().await?;
+    for _ in 0..effort.warmup {
+        floor.call().await?;
+    }
+    measure(effort.calls, async || floor.call().await).await
+}
+
+/// Times `calls` calls of `call`.
+async fn measure(calls: usize, mut call: impl AsyncFnMut() -> anyhow::Result<()>) -> anyhow::Result<Samples> {
+    let mut samples = Samples::with_capacity(calls);
     let started = Instant::now();
-    for _ in 0..effort.calls {
+    for _ in 0..calls {
         let t = Instant::now();
-        client.lifecycle_hook(hook_request(&cluster, &pod)).await?;
+        call().await?;
         samples.push(t.elapsed());
     }
     samples.elapsed = started.elapsed();
     Ok(samples)
 }
 
-/// 2. The operator's Pod patch chain (Router::lifecycle_hook) through `n` plugins.
-pub(crate) async fn lifecycle_chain(n: usize, effort: Effort) -> anyhow::Result<Samples> {
+/// Blocks of calls of `call` alternate with blocks of floor calls, so that
+/// both see the same machine: on a shared machine the floor moves by a
+/// third between runs, and a ratio of two runs measures that. Returns the
+/// samples of `call` and of the floor.
+pub(crate) async fn beside_floor(
+    floor: &mut Floor,
+    effort: Effort,
+    mut call: impl AsyncFnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<(Samples, Samples)> {
+    const BLOCKS: usize = 20;
+    for _ in 0..effort.warmup {
+        call().await?;
+        floor.call().await?;
+    }
+    let per_block = effort.calls.div_ceil(BLOCKS);
+    let (mut measured, mut floors) = (Samples::default(), Samples::default());
+    for _ in 0..BLOCKS {
+        measured.extend(measure(per_block, &mut call).await?);
+        floors.extend(measure(per_block, async || floor.call().await).await?);
+    }
+    Ok((measured, floors))
+}
+
+/// Scenario 2: the operator's Pod patch chain (Router::lifecycle_hook)
+/// through `n` plugins, beside the floor.
+pub(crate) async fn lifecycle_chain(n: usize, floor: &mut Floor, effort: Effort) -> anyhow::Result<(Samples, Samples)> {
     let names = names(n);
     let (_plugins, registry) = setup::registry_with(&names).await?;
     let router = Router::new(registry, RoutingPolicy::default());
-    chain(&router, &RoutedCluster::new(fixtures::cluster(&names)), effort).await
+    let cluster = RoutedCluster::new(fixtures::cluster(&names));
+    let pod = fixtures::pod();
+    beside_floor(floor, effort, async || chain_call(&router, &cluster, &pod).await).await
+}
+
+/// One routed chain, checked to have patched the Pod.
+async fn chain_call(router: &Router, cluster: &RoutedCluster, pod: &serde_json::Value) -> anyhow::Result<()> {
+    let patched = router.lifecycle_hook(cluster, pod, Operation::Create).await?;
+    anyhow::ensure!(
+        patched.object["spec"]["initContainers"].is_array(),
+        "the chain did not add the sidecar"
+    );
+    Ok(())
 }
 
 async fn chain(router: &Router, cluster: &RoutedCluster, effort: Effort) -> anyhow::Result<Samples> {
     let pod = fixtures::pod();
     for _ in 0..effort.warmup {
-        router.lifecycle_hook(cluster, &pod, Operation::Create).await?;
+        chain_call(router, cluster, &pod).await?;
     }
-    let mut samples = Samples::with_capacity(effort.calls);
-    let started = Instant::now();
-    for _ in 0..effort.calls {
-        let t = Instant::now();
-        let patched = router.lifecycle_hook(cluster, &pod, Operation::Create).await?;
-        samples.push(t.elapsed());
-        debug_assert!(patched.object["spec"]["initContainers"].is_array());
-    }
-    samples.elapsed = started.elapsed();
-    Ok(samples)
+    measure(effort.calls, async || chain_call(router, cluster, &pod).await).await
 }
 
 /// What the webhook measurements found.
@@ -672,7 +729,11 @@ pub(crate) fn handler_steps(effort: Effort) -> anyhow::Result<Vec<(&'static str,
 /// 2b. The one-plugin chain of scenario 2, through a Go plugin on
 /// cnpg-i-machinery (`binary`, e.g. tests/interop's `gohello`) started as a
 /// process over mutual TLS, with the same client and router.
-pub(crate) async fn go_plugin_chain(binary: &Path, effort: Effort) -> anyhow::Result<Samples> {
+pub(crate) async fn go_plugin_chain(
+    binary: &Path,
+    floor: &mut Floor,
+    effort: Effort,
+) -> anyhow::Result<(Samples, Samples)> {
     let certs = TestCertificates::generate("go-plugin.example.com")?;
     let address = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let _plugin = ChildGuard::spawn(
@@ -708,5 +769,7 @@ pub(crate) async fn go_plugin_chain(binary: &Path, effort: Effort) -> anyhow::Re
         .await?;
     anyhow::ensure!(registry.get(HELLO).is_ok(), "the Go plugin is not routable");
     let router = Router::new(registry, RoutingPolicy::default());
-    chain(&router, &RoutedCluster::new(fixtures::cluster(&names(1))), effort).await
+    let cluster = RoutedCluster::new(fixtures::cluster(&names(1)));
+    let pod = fixtures::pod();
+    beside_floor(floor, effort, async || chain_call(&router, &cluster, &pod).await).await
 }

@@ -25,6 +25,7 @@ impl Samples {
     pub(crate) fn extend(&mut self, other: Samples) {
         self.latencies.extend(other.latencies);
         self.errors += other.errors;
+        self.elapsed += other.elapsed;
     }
 
     pub(crate) fn percentile(&self, p: f64) -> Duration {

@@ -588,6 +588,29 @@ pub fn decode_object(bytes: &[u8], what: &'static str) -> Result<Value, DecodeEr
     }
 }
 
+/// `value` as the JSON bytes sent to plugins (compact, as Go's
+/// `json.Marshal`).
+///
+/// Twice as fast as `value.to_string()`, which goes through `fmt::Write`
+/// and checks every fragment is UTF-8, and infallible, unlike the generic
+/// `serde_json::to_vec`: a `Value` always serializes (its keys are strings)
+/// and a `Vec` always accepts the bytes.
+///
+/// ```
+/// use cnpgi_core::cluster::encode_object;
+///
+/// assert_eq!(encode_object(&serde_json::json!({"kind": "Pod"})), br#"{"kind":"Pod"}"#);
+/// ```
+pub fn encode_object(value: &Value) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(1024);
+    // No error can happen, see above; an empty answer would be refused by
+    // the plugin as "empty", never silently used.
+    if serde_json::to_writer(&mut bytes, value).is_err() {
+        bytes.clear();
+    }
+    bytes
+}
+
 fn decode_as<T: DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T, DecodeError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(DecodeError::Empty { what });

@@ -34,7 +34,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use json_patch::{Patch, PatchOperation};
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation, jsonptr::PointerBuf};
 use serde_json::Value;
 
 /// The JSON Patch that turns `old` into `new` (empty when they are equal).
@@ -48,7 +48,79 @@ use serde_json::Value;
 /// # Ok::<(), serde_json::Error>(())
 /// ```
 pub fn create_patch(old: &Value, new: &Value) -> Patch {
-    json_patch::diff(old, new)
+    let mut patch = Patch::default();
+    diff_into(old, new, &mut PointerBuf::new(), &mut patch);
+    patch
+}
+
+/// The operations `json_patch::diff` gives, in the same order, found
+/// faster: equal subtrees are skipped by comparing them (no allocation)
+/// instead of being walked with a JSON pointer built for every key, so the
+/// cost of diffing a Pod a hook changed in two places is mostly one
+/// comparison of the Pod. Kept equal to `json_patch::diff` by a property
+/// test.
+fn diff_into(old: &Value, new: &Value, at: &mut PointerBuf, patch: &mut Patch) {
+    let op = |at: &PointerBuf, value: Option<&Value>, replace: bool| -> PatchOperation {
+        let path = at.clone();
+        match value {
+            None => PatchOperation::Remove(RemoveOperation { path }),
+            Some(value) if replace => PatchOperation::Replace(ReplaceOperation {
+                path,
+                value: value.clone(),
+            }),
+            Some(value) => PatchOperation::Add(AddOperation {
+                path,
+                value: value.clone(),
+            }),
+        }
+    };
+    match (old, new) {
+        (Value::Object(old), Value::Object(new)) => {
+            for (key, new_value) in new {
+                match old.get(key) {
+                    Some(old_value) if old_value == new_value => {}
+                    Some(old_value) => {
+                        at.push_back(key);
+                        diff_into(old_value, new_value, at, patch);
+                        at.pop_back();
+                    }
+                    None => {
+                        at.push_back(key);
+                        patch.0.push(op(at, Some(new_value), false));
+                        at.pop_back();
+                    }
+                }
+            }
+            for key in old.keys().filter(|key| !new.contains_key(*key)) {
+                at.push_back(key);
+                patch.0.push(op(at, None, false));
+                at.pop_back();
+            }
+        }
+        (Value::Array(old), Value::Array(new)) => {
+            for (index, (old_item, new_item)) in old.iter().zip(new).enumerate() {
+                if old_item != new_item {
+                    at.push_back(index);
+                    diff_into(old_item, new_item, at, patch);
+                    at.pop_back();
+                }
+            }
+            // Items past the end of `new` are removed one by one at the
+            // same index; items past the end of `old` are added in order.
+            at.push_back(new.len());
+            for _ in new.len()..old.len() {
+                patch.0.push(op(at, None, false));
+            }
+            at.pop_back();
+            for (index, new_item) in new.iter().enumerate().skip(old.len()) {
+                at.push_back(index);
+                patch.0.push(op(at, Some(new_item), false));
+                at.pop_back();
+            }
+        }
+        _ if old == new => {}
+        _ => patch.0.push(op(at, Some(new), true)),
+    }
 }
 
 /// The serialized JSON Patch that turns `old` into `new`, or **empty bytes**
@@ -370,14 +442,15 @@ mod tests {
     }
 }
 
-/// Property test: no patch, however odd, makes [`patched`] panic, and a
-/// failed patch leaves the object as it was.
+/// Property tests: no patch, however odd, makes [`patched`] panic, and a
+/// failed patch leaves the object as it was; [`create_patch`] is
+/// `json_patch::diff`.
 #[cfg(test)]
 mod never_panics {
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
-    use super::{apply_patch_bytes, parse_patch, patched};
+    use super::{apply_patch_bytes, create_patch, parse_patch, patched};
 
     fn any_json() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
@@ -432,6 +505,20 @@ mod never_panics {
                 }
             });
             prop_assert!(outcome.is_ok(), "panicked on {}", String::from_utf8_lossy(&patch));
+        }
+
+        /// [`create_patch`] answers exactly what `json_patch::diff` does,
+        /// between a document and itself changed by a random patch (related
+        /// documents, as a hook makes them) or another random document.
+        #[test]
+        fn diff_is_json_patch_diff(old in any_json(), patch in any_patch(), other in any_json()) {
+            let new = parse_patch(&patch)
+                .ok()
+                .and_then(|parsed| patched(&old, &parsed).ok())
+                .unwrap_or(other);
+            let ours = create_patch(&old, &new);
+            prop_assert_eq!(&ours, &json_patch::diff(&old, &new));
+            prop_assert_eq!(patched(&old, &ours).ok(), Some(new));
         }
     }
 

@@ -23,6 +23,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+// Routing decodes, encodes and patches JSON on every call, which is
+// allocation-bound: mimalloc makes it markedly faster than glibc's malloc
+// (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Hosts CNPG-I plugins for `cnpgi.io/v1` Clusters.
 #[derive(Debug, Parser)]
 #[command(name = "cnpgi-operator", version, about)]

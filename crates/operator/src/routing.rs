@@ -20,7 +20,7 @@ use std::{
 };
 
 use cnpgi_core::{
-    cluster::{EnabledPlugin, enabled_plugins},
+    cluster::{EnabledPlugin, enabled_plugins, encode_object},
     echo::bounded_string,
     patch::{apply_unchecked, parse_patch},
     path::field_path,
@@ -164,8 +164,7 @@ impl RoutedCluster {
     /// Encodes `value` once and reads the plugins it enables.
     pub fn new(value: Value) -> Self {
         Self {
-            // `Value`'s text form cannot fail, unlike the generic `to_vec`.
-            definition: value.to_string().into_bytes(),
+            definition: encode_object(&value),
             enabled: enabled_plugins(&value),
             value,
         }
@@ -286,7 +285,7 @@ impl Router {
             let fail_open = self.policy.fail_open.contains(&plugin.name);
             let before = fail_open.then(|| patched.object.clone());
             let step = async {
-                let answer = call(routable, patched.object.to_string().into_bytes())
+                let answer = call(routable, encode_object(&patched.object))
                     .await
                     .map_err(|s| call_error(&plugin.name, rpc, s))?;
                 apply_in_place(&plugin.name, rpc, &mut patched.object, &answer)
@@ -420,7 +419,7 @@ impl Router {
             .collect();
         let mut with_entries = cluster.value().clone();
         write_plugin_status(&mut with_entries, &updates);
-        let definition = with_entries.to_string().into_bytes();
+        let definition = encode_object(&with_entries);
         for ((plugin, routable), update) in targets.into_iter().zip(&mut updates) {
             if !routable.info.has_operator_rpc(RpcType::SetStatusInCluster) {
                 continue;

@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 use super::{Plugin, Shared};
 use crate::{
     capabilities::{self, Operation},
-    cluster::{Cluster, decode_cluster, decode_object},
+    cluster::{Cluster, decode_object},
     parameters::Parameters,
     patch,
 };
@@ -192,10 +192,9 @@ impl<P: Parameters> operator_lifecycle_server::OperatorLifecycle for LifecycleSe
             // Not this plugin's business: no change.
             return Ok(Response::new(OperatorLifecycleResponse::default()));
         };
-        let cluster = decode_cluster(&request.cluster_definition)?;
-        let parameters = self.0.parameters(&cluster)?;
+        let decoded = self.0.decoded(&request.cluster_definition)?;
         let mut changed = object.clone();
-        hook(&cluster, &parameters, &mut changed)?;
+        hook(&decoded.cluster, &decoded.parameters, &mut changed)?;
         let json_patch = patch::patch_bytes(&object, &changed)
             .map_err(|e| Status::internal(format!("cannot encode the JSON patch: {e}")))?;
         Ok(Response::new(OperatorLifecycleResponse { json_patch }))

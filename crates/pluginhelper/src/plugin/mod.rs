@@ -76,6 +76,7 @@ use crate::{
 };
 
 mod backup;
+mod decoded;
 mod lifecycle;
 mod local;
 mod metrics;
@@ -161,10 +162,11 @@ impl<P> Default for Handlers<P> {
 }
 
 /// What the services share: the plugin name (to find its entry in a
-/// Cluster) and the handlers.
+/// Cluster), the handlers, and the Clusters decoded last.
 struct Shared<P> {
     name: String,
     handlers: Handlers<P>,
+    decoded: decoded::DecodedClusters<P>,
 }
 
 impl<P: Parameters> Shared<P> {
@@ -172,6 +174,12 @@ impl<P: Parameters> Shared<P> {
     /// when it is not listed), or `INVALID_ARGUMENT` listing every error.
     fn parameters(&self, cluster: &Cluster) -> Result<P, Status> {
         P::from_cluster(cluster, &self.name).map_err(|errors| validation::to_status(&errors))
+    }
+
+    /// The Cluster `definition` decodes to, with this plugin's parameters:
+    /// decoded once for all the calls that send the same bytes.
+    fn decoded(&self, definition: &[u8]) -> Result<Arc<decoded::Decoded<P>>, Status> {
+        self.decoded.get(definition, |cluster| self.parameters(cluster))
     }
 
     /// As [`Shared::parameters`], for the calls made on behalf of a Cluster
@@ -338,6 +346,7 @@ impl<P: Parameters> Plugin<P> {
         Arc::new(Shared {
             name: self.metadata.name,
             handlers: self.handlers,
+            decoded: decoded::DecodedClusters::default(),
         })
     }
 
