@@ -87,31 +87,42 @@ impl Floor {
         })
     }
 
-    /// One floor call.
-    pub(crate) async fn call(&mut self) -> anyhow::Result<()> {
-        self.client
-            .lifecycle_hook(hook_request(&self.cluster, &self.pod))
-            .await?;
-        Ok(())
+    /// Times `calls` floor calls.
+    async fn measure(&mut self, calls: usize) -> anyhow::Result<Samples> {
+        let Self { client, cluster, pod } = self;
+        measure(
+            calls,
+            || hook_request(cluster, pod),
+            async |request| {
+                client.lifecycle_hook(request).await?;
+                Ok(())
+            },
+        )
+        .await
     }
 }
 
 /// The floor alone.
 pub(crate) async fn floor(effort: Effort) -> anyhow::Result<Samples> {
     let mut floor = Floor::start().await?;
-    for _ in 0..effort.warmup {
-        floor.call().await?;
-    }
-    measure(effort.calls, async || floor.call().await).await
+    floor.measure(effort.warmup).await?;
+    floor.measure(effort.calls).await
 }
 
-/// Times `calls` calls of `call`.
-async fn measure(calls: usize, mut call: impl AsyncFnMut() -> anyhow::Result<()>) -> anyhow::Result<Samples> {
+/// Times `calls` calls of `call`, each given an input `prepare` makes
+/// before the clock starts: what the caller holds before it calls (the
+/// request of a gRPC call, the Pod a router's chain starts from).
+async fn measure<I>(
+    calls: usize,
+    mut prepare: impl FnMut() -> I,
+    mut call: impl AsyncFnMut(I) -> anyhow::Result<()>,
+) -> anyhow::Result<Samples> {
     let mut samples = Samples::with_capacity(calls);
     let started = Instant::now();
     for _ in 0..calls {
+        let input = prepare();
         let t = Instant::now();
-        call().await?;
+        call(input).await?;
         samples.push(t.elapsed());
     }
     samples.elapsed = started.elapsed();
@@ -122,21 +133,20 @@ async fn measure(calls: usize, mut call: impl AsyncFnMut() -> anyhow::Result<()>
 /// both see the same machine: on a shared machine the floor moves by a
 /// third between runs, and a ratio of two runs measures that. Returns the
 /// samples of `call` and of the floor.
-pub(crate) async fn beside_floor(
+pub(crate) async fn beside_floor<I>(
     floor: &mut Floor,
     effort: Effort,
-    mut call: impl AsyncFnMut() -> anyhow::Result<()>,
+    mut prepare: impl FnMut() -> I,
+    mut call: impl AsyncFnMut(I) -> anyhow::Result<()>,
 ) -> anyhow::Result<(Samples, Samples)> {
     const BLOCKS: usize = 20;
-    for _ in 0..effort.warmup {
-        call().await?;
-        floor.call().await?;
-    }
+    measure(effort.warmup, &mut prepare, &mut call).await?;
+    floor.measure(effort.warmup).await?;
     let per_block = effort.calls.div_ceil(BLOCKS);
     let (mut measured, mut floors) = (Samples::default(), Samples::default());
     for _ in 0..BLOCKS {
-        measured.extend(measure(per_block, &mut call).await?);
-        floors.extend(measure(per_block, async || floor.call().await).await?);
+        measured.extend(measure(per_block, &mut prepare, &mut call).await?);
+        floors.extend(floor.measure(per_block).await?);
     }
     Ok((measured, floors))
 }
@@ -149,11 +159,17 @@ pub(crate) async fn lifecycle_chain(n: usize, floor: &mut Floor, effort: Effort)
     let router = Router::new(registry, RoutingPolicy::default());
     let cluster = RoutedCluster::new(fixtures::cluster(&names));
     let pod = fixtures::pod();
-    beside_floor(floor, effort, async || chain_call(&router, &cluster, &pod).await).await
+    beside_floor(
+        floor,
+        effort,
+        || pod.clone(),
+        async |pod| chain_call(&router, &cluster, pod).await,
+    )
+    .await
 }
 
 /// One routed chain, checked to have patched the Pod.
-async fn chain_call(router: &Router, cluster: &RoutedCluster, pod: &serde_json::Value) -> anyhow::Result<()> {
+async fn chain_call(router: &Router, cluster: &RoutedCluster, pod: serde_json::Value) -> anyhow::Result<()> {
     let patched = router.lifecycle_hook(cluster, pod, Operation::Create).await?;
     anyhow::ensure!(
         patched.object["spec"]["initContainers"].is_array(),
@@ -164,10 +180,9 @@ async fn chain_call(router: &Router, cluster: &RoutedCluster, pod: &serde_json::
 
 async fn chain(router: &Router, cluster: &RoutedCluster, effort: Effort) -> anyhow::Result<Samples> {
     let pod = fixtures::pod();
-    for _ in 0..effort.warmup {
-        chain_call(router, cluster, &pod).await?;
-    }
-    measure(effort.calls, async || chain_call(router, cluster, &pod).await).await
+    let mut call = async |pod| chain_call(router, cluster, pod).await;
+    measure(effort.warmup, || pod.clone(), &mut call).await?;
+    measure(effort.calls, || pod.clone(), &mut call).await
 }
 
 /// What the webhook measurements found.
@@ -465,12 +480,12 @@ pub(crate) async fn connections(effort: Effort) -> anyhow::Result<Connections> {
     let pod = fixtures::pod();
     let client = registry.get(HELLO).map_err(anyhow::Error::from)?.client;
     for _ in 0..effort.warmup {
-        router.lifecycle_hook(&cluster, &pod, Operation::Create).await?;
+        router.lifecycle_hook(&cluster, pod.clone(), Operation::Create).await?;
     }
     let before = client.connections();
     let calls = if effort.calls >= 1000 { 10_000 } else { effort.calls };
     for _ in 0..calls {
-        router.lifecycle_hook(&cluster, &pod, Operation::Create).await?;
+        router.lifecycle_hook(&cluster, pod.clone(), Operation::Create).await?;
     }
     let handshakes = (client.connections() - before) * 10_000 / calls as u64;
 
@@ -484,7 +499,7 @@ pub(crate) async fn connections(effort: Effort) -> anyhow::Result<Connections> {
             tokio::spawn(async move {
                 let t = Instant::now();
                 router
-                    .lifecycle_hook(&cluster, &pod, Operation::Create)
+                    .lifecycle_hook(&cluster, pod, Operation::Create)
                     .await
                     .map(|_| t.elapsed())
             })
@@ -771,5 +786,11 @@ pub(crate) async fn go_plugin_chain(
     let router = Router::new(registry, RoutingPolicy::default());
     let cluster = RoutedCluster::new(fixtures::cluster(&names(1)));
     let pod = fixtures::pod();
-    beside_floor(floor, effort, async || chain_call(&router, &cluster, &pod).await).await
+    beside_floor(
+        floor,
+        effort,
+        || pod.clone(),
+        async |pod| chain_call(&router, &cluster, pod).await,
+    )
+    .await
 }

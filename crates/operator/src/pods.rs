@@ -133,7 +133,7 @@ pub async fn wanted_hash(
     n: i32,
 ) -> Result<String, RouteError> {
     let template = instance_template(cluster, configuration, n)?;
-    let evaluated = router.lifecycle_hook(cluster, &template, Operation::Evaluate).await?;
+    let evaluated = router.lifecycle_hook(cluster, template, Operation::Evaluate).await?;
     Ok(plugins_hash(&evaluated.object))
 }
 
@@ -180,24 +180,22 @@ pub fn inputs_fingerprint(router: &Router, cluster: &RoutedCluster, n: i32) -> S
 /// The Pod to create for instance `n`: [`instance_template`] through the
 /// CREATE chain, annotated with the hash of the result and
 /// [`inputs_fingerprint`].
+///
+/// One chain per Pod: the CREATE answer is what the plugins want, so its
+/// hash is the drift hash an `EVALUATE` of the same inputs gives later
+/// (CloudNativePG too compares a live Pod with the `EVALUATE` answer).
 pub async fn build_pod(
     router: &Router,
     cluster: &RoutedCluster,
     configuration: &BTreeMap<String, String>,
     n: i32,
 ) -> Result<Value, RouteError> {
-    Ok(build_pod_with_patches(router, cluster, configuration, n)
-        .await?
-        .1
-        .object)
+    let template = instance_template(cluster, configuration, n)?;
+    Ok(create_chain(router, cluster, template, n).await?.object)
 }
 
 /// Like [`build_pod`], with the template and each plugin's patch (for
 /// `render --diff`).
-///
-/// One chain per Pod: the CREATE answer is what the plugins want, so its
-/// hash is the drift hash an `EVALUATE` of the same inputs gives later
-/// (CloudNativePG too compares a live Pod with the `EVALUATE` answer).
 pub async fn build_pod_with_patches(
     router: &Router,
     cluster: &RoutedCluster,
@@ -205,7 +203,18 @@ pub async fn build_pod_with_patches(
     n: i32,
 ) -> Result<(Value, Patched), RouteError> {
     let template = instance_template(cluster, configuration, n)?;
-    let mut patched = router.lifecycle_hook(cluster, &template, Operation::Create).await?;
+    let patched = create_chain(router, cluster, template.clone(), n).await?;
+    Ok((template, patched))
+}
+
+/// The CREATE chain on `template`, annotated as [`build_pod`] says.
+async fn create_chain(
+    router: &Router,
+    cluster: &RoutedCluster,
+    template: Value,
+    n: i32,
+) -> Result<Patched, RouteError> {
+    let mut patched = router.lifecycle_hook(cluster, template, Operation::Create).await?;
     let hash = plugins_hash(&patched.object);
     annotate(
         &mut patched,
@@ -214,7 +223,7 @@ pub async fn build_pod_with_patches(
             (PLUGINS_INPUTS_ANNOTATION, inputs_fingerprint(router, cluster, n)),
         ],
     )?;
-    Ok((template, patched))
+    Ok(patched)
 }
 
 /// Sets `annotations` on the patched Pod, creating `metadata` and

@@ -246,12 +246,16 @@ impl Router {
         Ok(targets)
     }
 
-    /// Chains `MutateCluster` through every enabled plugin that implements it.
-    pub async fn mutate_cluster(&self, cluster: &RoutedCluster) -> Result<Patched, RouteError> {
-        let targets = self.targets(cluster, |r| r.info.has_operator_rpc(RpcType::MutateCluster))?;
+    /// Chains `MutateCluster` through every enabled plugin that implements
+    /// it; the Cluster is the chain's working copy, and its encoding is what
+    /// the first plugin is sent.
+    pub async fn mutate_cluster(&self, cluster: RoutedCluster) -> Result<Patched, RouteError> {
+        let targets = self.targets(&cluster, |r| r.info.has_operator_rpc(RpcType::MutateCluster))?;
+        let RoutedCluster { value, definition, .. } = cluster;
         self.chain(
             targets,
-            cluster.value(),
+            value,
+            Some(definition),
             "Operator/MutateCluster",
             |routable, definition| async move {
                 let request = routable.client.request(OperatorMutateClusterRequest { definition });
@@ -263,13 +267,16 @@ impl Router {
     }
 
     /// Sends each target, in order, the object as patched by the targets
-    /// before it (through `call`), and applies its answer to one working
-    /// copy. A failed step fails the chain, so the copy needs no undo, except
-    /// for a fail-open plugin, whose step works on a copy of its own.
+    /// before it (through `call`), and applies its answer to the object, the
+    /// chain's one working copy. `encoded` is `start` as bytes when the
+    /// caller has them already. A failed step fails the chain, so the copy
+    /// needs no undo, except for a fail-open plugin, whose step works on a
+    /// copy of its own.
     async fn chain<F, Fut>(
         &self,
         targets: Vec<(EnabledPlugin, Routable)>,
-        start: &Value,
+        start: Value,
+        mut encoded: Option<Vec<u8>>,
         rpc: &'static str,
         call: F,
     ) -> Result<Patched, RouteError>
@@ -278,14 +285,15 @@ impl Router {
         Fut: std::future::Future<Output = Result<Vec<u8>, tonic::Status>>,
     {
         let mut patched = Patched {
-            object: start.clone(),
+            object: start,
             patches: Vec::new(),
         };
         for (plugin, routable) in targets {
             let fail_open = self.policy.fail_open.contains(&plugin.name);
             let before = fail_open.then(|| patched.object.clone());
+            let definition = encoded.take().unwrap_or_else(|| encode_object(&patched.object));
             let step = async {
-                let answer = call(routable, encode_object(&patched.object))
+                let answer = call(routable, definition)
                     .await
                     .map_err(|s| call_error(&plugin.name, rpc, s))?;
                 apply_in_place(&plugin.name, rpc, &mut patched.object, &answer)
@@ -366,18 +374,20 @@ impl Router {
 
     /// Chains `LifecycleHook` for `operation` on `object` (which must carry
     /// `apiVersion` and `kind`) through every enabled plugin whose lifecycle
-    /// capabilities match the object's group, kind and the operation.
+    /// capabilities match the object's group, kind and the operation. The
+    /// object is the chain's working copy, returned patched.
     pub async fn lifecycle_hook(
         &self,
         cluster: &RoutedCluster,
-        object: &Value,
+        object: Value,
         operation: Operation,
     ) -> Result<Patched, RouteError> {
-        let (group, kind) = group_kind(object);
+        let (group, kind) = group_kind(&object);
         let targets = self.targets(cluster, |r| r.info.matches_lifecycle(&group, &kind, operation))?;
         self.chain(
             targets,
             object,
+            None,
             "OperatorLifecycle/LifecycleHook",
             |routable, object_definition| {
                 let request = routable.client.request(OperatorLifecycleRequest {

@@ -133,12 +133,7 @@ async fn mutate(State(state): State<WebhookState>, body: Bytes) -> axum::respons
         Ok(None) => return answer(response, None),
         Err(e) => return answer(response.deny(format!("cannot read the Cluster: {e}")), None),
     };
-    match within(
-        state.deadline,
-        state.router.mutate_cluster(&RoutedCluster::new(cluster)),
-    )
-    .await
-    {
+    match within(state.deadline, state.router.mutate_cluster(RoutedCluster::new(cluster))).await {
         Ok(Ok(patched)) => {
             // The plugins' patches, in order, applied to the object under
             // review: what the API server applies gives what they built,

@@ -137,7 +137,7 @@ async fn lifecycle_patches_chain_in_plugin_name_order() {
     // Listed out of order, and hello-world twice: the order is by name, once each.
     let cluster = cluster(json!([{"name": LABELER}, {"name": HELLO}, {"name": HELLO}]));
     let patched = router
-        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), &pod(), Operation::Create)
+        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), pod(), Operation::Create)
         .await
         .unwrap();
     let order: Vec<_> = patched.patches.iter().map(|p| p.plugin.as_str()).collect();
@@ -153,7 +153,7 @@ async fn lifecycle_patches_chain_in_plugin_name_order() {
 
     // EVALUATE only reaches plugins that declared it.
     let evaluated = router
-        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), &pod(), Operation::Evaluate)
+        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), pod(), Operation::Evaluate)
         .await
         .unwrap();
     let order: Vec<_> = evaluated.patches.iter().map(|p| p.plugin.as_str()).collect();
@@ -162,7 +162,7 @@ async fn lifecycle_patches_chain_in_plugin_name_order() {
     let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}});
     assert!(
         router
-            .lifecycle_hook(&RoutedCluster::new(cluster.clone()), &service, Operation::Create)
+            .lifecycle_hook(&RoutedCluster::new(cluster.clone()), service.clone(), Operation::Create)
             .await
             .unwrap()
             .patches
@@ -176,7 +176,7 @@ async fn a_patch_that_does_not_apply_fails_closed_or_is_skipped_when_fail_open()
     let cluster = cluster(json!([{"name": HELLO}, {"name": BROKEN}]));
     let closed = Router::new(setup.registry.clone(), RoutingPolicy::default());
     let err = closed
-        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), &pod(), Operation::Create)
+        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), pod(), Operation::Create)
         .await
         .unwrap_err();
     assert_eq!(err.plugin(), Some(BROKEN));
@@ -189,7 +189,7 @@ async fn a_patch_that_does_not_apply_fails_closed_or_is_skipped_when_fail_open()
         },
     );
     let patched = open
-        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), &pod(), Operation::Create)
+        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), pod(), Operation::Create)
         .await
         .unwrap();
     assert_eq!(patched.patches.len(), 1);
@@ -202,7 +202,7 @@ async fn an_enabled_plugin_that_is_not_registered_fails_closed_and_a_disabled_on
     let router = Router::new(setup.registry.clone(), RoutingPolicy::default());
     let missing = cluster(json!([{"name": HELLO}, {"name": "missing.example.com"}]));
     let err = router
-        .mutate_cluster(&RoutedCluster::new(missing.clone()))
+        .mutate_cluster(RoutedCluster::new(missing.clone()))
         .await
         .unwrap_err();
     assert!(
@@ -212,7 +212,7 @@ async fn an_enabled_plugin_that_is_not_registered_fails_closed_and_a_disabled_on
     let disabled = cluster(json!([{"name": HELLO}, {"name": "missing.example.com", "enabled": false}]));
     assert!(
         router
-            .mutate_cluster(&RoutedCluster::new(disabled.clone()))
+            .mutate_cluster(RoutedCluster::new(disabled.clone()))
             .await
             .is_ok()
     );
@@ -224,7 +224,7 @@ async fn mutation_validation_and_status_through_hello_world() {
     let router = Router::new(setup.registry.clone(), RoutingPolicy::default());
 
     let plain = cluster(json!([{"name": HELLO}]));
-    let mutated = router.mutate_cluster(&RoutedCluster::new(plain.clone())).await.unwrap();
+    let mutated = router.mutate_cluster(RoutedCluster::new(plain.clone())).await.unwrap();
     assert_eq!(mutated.patches.len(), 1);
     assert_eq!(
         mutated.object["spec"]["plugins"][0]["parameters"]["labels"],
