@@ -597,9 +597,11 @@ pub(crate) async fn breakdown(effort: Effort) -> anyhow::Result<(Samples, Sample
     Ok((handler, router))
 }
 
-/// The floor call through (a) the plugin framework's server and (b) the
-/// operator's client, each alone, to locate transport overhead.
-pub(crate) async fn transport_breakdown(effort: Effort) -> anyhow::Result<(Samples, Samples)> {
+/// The floor call through (a) the plugin framework's server, (b) the
+/// operator's client, and (c) answering hello-world's patch instead of
+/// nothing, each alone, to locate transport overhead; each beside the floor
+/// (returned as (call, floor) pairs).
+pub(crate) async fn transport_breakdown(floor: &mut Floor, effort: Effort) -> anyhow::Result<[(Samples, Samples); 3]> {
     use cnpgi_pluginhelper::{
         proto::{
             identity::v1::plugin_capability::service::Type as ServiceType,
@@ -612,18 +614,14 @@ pub(crate) async fn transport_breakdown(effort: Effort) -> anyhow::Result<(Sampl
     let pod = serde_json::to_vec(&fixtures::pod())?;
     // (a) framework server, bare client.
     let server = PluginServer::new(TestIdentity::new("echo.example.com").with_service(ServiceType::LifecycleService))
-        .add_service(OperatorLifecycleServer::new(setup::Echo));
+        .add_service(OperatorLifecycleServer::new(setup::Echo::default()));
     let plugin = TestPlugin::start_tls(server).await?;
     let mut bare = OperatorLifecycleClient::new(plugin.channel());
-    for _ in 0..effort.warmup {
-        bare.lifecycle_hook(hook_request(&cluster, &pod)).await?;
-    }
-    let mut framework = Samples::with_capacity(effort.calls);
-    for _ in 0..effort.calls {
-        let t = Instant::now();
-        bare.lifecycle_hook(hook_request(&cluster, &pod)).await?;
-        framework.push(t.elapsed());
-    }
+    let framework = beside_floor(floor, effort, || hook_request(&cluster, &pod), async |request| {
+        bare.lifecycle_hook(request).await?;
+        Ok(())
+    })
+    .await?;
     // (b) bare server, operator client.
     let certs = TestCertificates::generate("floor.example.com")?;
     let address = setup::start_floor(&certs).await?;
@@ -635,46 +633,44 @@ pub(crate) async fn transport_breakdown(effort: Effort) -> anyhow::Result<(Sampl
         server_cert: cnpgi_tls::pem::read_certificates(&certs.server.cert_path, "s")?,
     });
     let client = PluginClient::new("floor.example.com", transport, &ClientOptions::default())?;
-    for _ in 0..effort.warmup {
-        client
-            .lifecycle()
-            .lifecycle_hook(client.request(hook_request(&cluster, &pod)))
-            .await?;
-    }
-    let mut operator = Samples::with_capacity(effort.calls);
-    for _ in 0..effort.calls {
-        let t = Instant::now();
-        client
-            .lifecycle()
-            .lifecycle_hook(client.request(hook_request(&cluster, &pod)))
-            .await?;
-        operator.push(t.elapsed());
-    }
-    Ok((framework, operator))
+    let operator = beside_floor(floor, effort, || client.request(hook_request(&cluster, &pod)), async |request| {
+        client.lifecycle().lifecycle_hook(request).await?;
+        Ok(())
+    })
+    .await?;
+    // (c) bare server answering hello-world's patch (as bytes), bare client.
+    use cnpgi_pluginhelper::proto::operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycle;
+    let answer = cnpg_i_hello_world::plugin()
+        .local()
+        .lifecycle_service()
+        .lifecycle_hook(tonic::Request::new(hook_request(&cluster, &pod)))
+        .await?
+        .into_inner()
+        .json_patch;
+    let size = answer.len();
+    let address = setup::start_echo(&certs, setup::Echo { answer }).await?;
+    let mut echo = OperatorLifecycleClient::new(connect_tls(address, certs.client_config()?, "floor.example.com").await?);
+    let answering = beside_floor(floor, effort, || hook_request(&cluster, &pod), async |request| {
+        let answer = echo.lifecycle_hook(request).await?.into_inner().json_patch;
+        anyhow::ensure!(answer.len() == size, "the echo answered {} bytes", answer.len());
+        Ok(())
+    })
+    .await?;
+    Ok([framework, operator, answering])
 }
 
-/// A hello-world hook call through the operator's client, without the router.
-pub(crate) async fn direct_hello(effort: Effort) -> anyhow::Result<Samples> {
+/// A hello-world hook call through the operator's client, without the
+/// router, beside the floor.
+pub(crate) async fn direct_hello(floor: &mut Floor, effort: Effort) -> anyhow::Result<(Samples, Samples)> {
     let plugin = setup::start_plugin(HELLO).await?;
     let client = setup::client_for(&plugin, HELLO)?;
     let cluster = serde_json::to_vec(&fixtures::cluster(&names(1)))?;
     let pod = serde_json::to_vec(&fixtures::pod())?;
-    for _ in 0..effort.warmup {
-        client
-            .lifecycle()
-            .lifecycle_hook(client.request(hook_request(&cluster, &pod)))
-            .await?;
-    }
-    let mut samples = Samples::with_capacity(effort.calls);
-    for _ in 0..effort.calls {
-        let t = Instant::now();
-        client
-            .lifecycle()
-            .lifecycle_hook(client.request(hook_request(&cluster, &pod)))
-            .await?;
-        samples.push(t.elapsed());
-    }
-    Ok(samples)
+    beside_floor(floor, effort, || client.request(hook_request(&cluster, &pod)), async |request| {
+        client.lifecycle().lifecycle_hook(request).await?;
+        Ok(())
+    })
+    .await
 }
 
 /// The steps of hello-world's hook, timed one by one (median µs over `calls`).

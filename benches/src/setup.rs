@@ -51,8 +51,12 @@ pub(crate) async fn registry_with(names: &[String]) -> anyhow::Result<(Vec<TestP
     Ok((plugins, registry))
 }
 
-/// Answers every hook with "no change" and does nothing else: the transport floor.
-pub(crate) struct Echo;
+/// Answers every hook with `answer` (empty: "no change") and does nothing
+/// else: the transport floor.
+#[derive(Default)]
+pub(crate) struct Echo {
+    pub(crate) answer: Vec<u8>,
+}
 
 #[tonic::async_trait]
 impl OperatorLifecycle for Echo {
@@ -67,13 +71,20 @@ impl OperatorLifecycle for Echo {
         &self,
         _: Request<OperatorLifecycleRequest>,
     ) -> Result<Response<OperatorLifecycleResponse>, Status> {
-        Ok(Response::new(OperatorLifecycleResponse::default()))
+        Ok(Response::new(OperatorLifecycleResponse {
+            json_patch: self.answer.clone(),
+        }))
     }
 }
 
 /// A bare tonic server (no plugin framework) for the floor, over the same
 /// mutual TLS; returns its address.
 pub(crate) async fn start_floor(certs: &TestCertificates) -> anyhow::Result<SocketAddr> {
+    start_echo(certs, Echo::default()).await
+}
+
+/// A bare tonic server answering as `echo` does, over mutual TLS; returns its address.
+pub(crate) async fn start_echo(certs: &TestCertificates, echo: Echo) -> anyhow::Result<SocketAddr> {
     let tls = ReloadingServerConfig::new(certs.server_files())?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
@@ -92,7 +103,7 @@ pub(crate) async fn start_floor(certs: &TestCertificates) -> anyhow::Result<Sock
     });
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(OperatorLifecycleServer::new(Echo))
+            .add_service(OperatorLifecycleServer::new(echo))
             .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(rx)),
     );
     Ok(address)

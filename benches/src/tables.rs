@@ -29,36 +29,27 @@ pub(crate) async fn breakdown(effort: Effort) -> anyhow::Result<()> {
     for (step, median) in scenarios::handler_steps(effort)? {
         println!("| hello-world step: {step} | {} | |", fmt(median));
     }
-    let floor = scenarios::floor(effort).await?;
-    let (framework, operator) = scenarios::transport_breakdown(effort).await?;
-    println!(
-        "| floor call: bare server, bare client | {} | {} |",
-        fmt(floor.p50()),
-        fmt(floor.p99())
-    );
-    println!(
-        "| floor call: plugin framework server, bare client | {} | {} |",
-        fmt(framework.p50()),
-        fmt(framework.p99())
-    );
-    println!(
-        "| floor call: bare server, operator client | {} | {} |",
-        fmt(operator.p50()),
-        fmt(operator.p99())
-    );
-    let direct = scenarios::direct_hello(effort).await?;
-    println!(
-        "| hello-world hook over mTLS, operator client, no router | {} | {} |",
-        fmt(direct.p50()),
-        fmt(direct.p99())
-    );
+    println!("\nEach call below is measured in blocks alternating with the floor call (bare server, bare client):\n");
+    println!("| call | p50 | p99 | floor p50 beside it | p50 / floor p50 |\n|---|---|---|---|---|");
     let mut floor = scenarios::Floor::start().await?;
-    let (routed, _) = scenarios::lifecycle_chain(1, &mut floor, effort).await?;
-    println!(
-        "| the same through Router::lifecycle_hook | {} | {} |",
-        fmt(routed.p50()),
-        fmt(routed.p99())
-    );
+    let [framework, operator, answering] = scenarios::transport_breakdown(&mut floor, effort).await?;
+    let direct = scenarios::direct_hello(&mut floor, effort).await?;
+    let routed = scenarios::lifecycle_chain(1, &mut floor, effort).await?;
+    for (call, (samples, floors)) in [
+        ("floor call: plugin framework server, bare client", framework),
+        ("floor call: bare server, operator client", operator),
+        ("floor call answering hello-world's patch (bare server, bare client)", answering),
+        ("hello-world hook over mTLS, operator client, no router", direct),
+        ("the same through Router::lifecycle_hook", routed),
+    ] {
+        println!(
+            "| {call} | {} | {} | {} | {:.2} |",
+            fmt(samples.p50()),
+            fmt(samples.p99()),
+            fmt(floors.p50()),
+            samples.p50().as_secs_f64() / floors.p50().as_secs_f64()
+        );
+    }
     Ok(())
 }
 
