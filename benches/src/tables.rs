@@ -22,7 +22,7 @@ pub(crate) async fn breakdown(effort: Effort) -> anyhow::Result<()> {
         fmt(handler.p99())
     );
     println!(
-        "| router JSON work (encode Cluster and Pod, decode and apply the patch) | {} | {} |",
+        "| router JSON work (encode the Pod, decode and apply the patch) | {} | {} |",
         fmt(router.p50()),
         fmt(router.p99())
     );
@@ -38,7 +38,10 @@ pub(crate) async fn breakdown(effort: Effort) -> anyhow::Result<()> {
     for (call, (samples, floors)) in [
         ("floor call: plugin framework server, bare client", framework),
         ("floor call: bare server, operator client", operator),
-        ("floor call answering hello-world's patch (bare server, bare client)", answering),
+        (
+            "floor call answering hello-world's patch (bare server, bare client)",
+            answering,
+        ),
         ("hello-world hook over mTLS, operator client, no router", direct),
         ("the same through Router::lifecycle_hook", routed),
     ] {
