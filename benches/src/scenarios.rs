@@ -156,14 +156,23 @@ pub(crate) async fn beside_floor<I>(
 pub(crate) async fn lifecycle_chain(n: usize, floor: &mut Floor, effort: Effort) -> anyhow::Result<(Samples, Samples)> {
     let names = names(n);
     let (_plugins, registry) = setup::registry_with(&names).await?;
-    let router = Router::new(registry, RoutingPolicy::default());
-    let cluster = RoutedCluster::new(fixtures::cluster(&names));
+    chain_beside_floor(&Router::new(registry, RoutingPolicy::default()), &names, floor, effort).await
+}
+
+/// Chains through `router` for a Cluster enabling `names`, beside the floor.
+async fn chain_beside_floor(
+    router: &Router,
+    names: &[String],
+    floor: &mut Floor,
+    effort: Effort,
+) -> anyhow::Result<(Samples, Samples)> {
+    let cluster = RoutedCluster::new(fixtures::cluster(names));
     let pod = fixtures::pod();
     beside_floor(
         floor,
         effort,
         || pod.clone(),
-        async |pod| chain_call(&router, &cluster, pod).await,
+        async |pod| chain_call(router, &cluster, pod).await,
     )
     .await
 }
@@ -798,14 +807,11 @@ pub(crate) async fn go_plugin_chain(
         .add("bench", PluginClient::new(HELLO, transport, &ClientOptions::default())?)
         .await?;
     anyhow::ensure!(registry.get(HELLO).is_ok(), "the Go plugin is not routable");
-    let router = Router::new(registry, RoutingPolicy::default());
-    let cluster = RoutedCluster::new(fixtures::cluster(&names(1)));
-    let pod = fixtures::pod();
-    beside_floor(
+    chain_beside_floor(
+        &Router::new(registry, RoutingPolicy::default()),
+        &names(1),
         floor,
         effort,
-        || pod.clone(),
-        async |pod| chain_call(&router, &cluster, pod).await,
     )
     .await
 }

@@ -343,6 +343,43 @@ async fn typed_lifecycle_hooks_keep_what_the_type_does_not_know() {
     );
 }
 
+/// The SDK keeps the Clusters it decoded for the next hooks that send the
+/// same bytes: the hook sees each Cluster's own parameters, whatever the
+/// order, and a changed Cluster is never answered from a kept one.
+#[tokio::test]
+async fn lifecycle_hooks_see_each_clusters_own_parameters() {
+    let plugin = Plugin::<Config>::new(metadata())
+        .lifecycle_pod([Operation::Create], |cluster, config, pod| {
+            pod["metadata"]["labels"] = json!({ "bucket": config.bucket, "cluster": cluster.metadata.name });
+            Ok(())
+        })
+        .local();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pg-1"}, "spec": {}});
+    let mut renamed = cluster(json!({"bucket": "a"}));
+    renamed["metadata"]["name"] = json!("pg2");
+    for (cluster, bucket, name) in [
+        (cluster(json!({"bucket": "a"})), "a", "pg"),
+        (cluster(json!({"bucket": "b"})), "b", "pg"),
+        (cluster(json!({"bucket": "a"})), "a", "pg"),
+        (renamed, "a", "pg2"),
+        (cluster(json!({"bucket": "b"})), "b", "pg"),
+    ] {
+        let patched = plugin.lifecycle(Operation::Create, &cluster, &pod).await.unwrap();
+        assert_eq!(
+            patched["metadata"]["labels"],
+            json!({"bucket": bucket, "cluster": name})
+        );
+    }
+    // A Cluster that fails is decoded again, and fails again, each time.
+    for _ in 0..2 {
+        let status = plugin
+            .lifecycle(Operation::Create, &cluster(json!({})), &pod)
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument);
+    }
+}
+
 #[tokio::test]
 async fn reconciler_hooks_answer_per_kind_over_mutual_tls() {
     let plugin = Plugin::<Config>::new(metadata()).reconciler_pre(ReconcilerKind::Cluster, |call| async move {
