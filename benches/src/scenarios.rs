@@ -637,24 +637,8 @@ pub(crate) async fn transport_breakdown(floor: &mut Floor, effort: Effort) -> an
     // (b) bare server, operator client.
     let certs = TestCertificates::generate("floor.example.com")?;
     let address = setup::start_floor(&certs).await?;
-    let transport = Transport::Tls(cnpgi_client::client::TlsTransport {
-        address: address.to_string(),
-        server_name: "floor.example.com".into(),
-        client_cert: cnpgi_tls::pem::read_certificates(&certs.client.cert_path, "c")?,
-        client_key: cnpgi_tls::pem::read_private_key(&certs.client.key_path, "k")?,
-        server_cert: cnpgi_tls::pem::read_certificates(&certs.server.cert_path, "s")?,
-    });
-    let client = PluginClient::new("floor.example.com", transport, &ClientOptions::default())?;
-    let operator = beside_floor(
-        floor,
-        effort,
-        || client.request(hook_request(&cluster, &pod)),
-        async |request| {
-            client.lifecycle().lifecycle_hook(request).await?;
-            Ok(())
-        },
-    )
-    .await?;
+    let client = setup::tls_client("floor.example.com", &address.to_string(), &certs)?;
+    let operator = client_beside_floor(&client, floor, effort).await?;
     // (c) bare server answering hello-world's patch (as bytes), bare client.
     use cnpgi_pluginhelper::proto::operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycle;
     let answer = cnpg_i_hello_world::plugin()
@@ -686,7 +670,15 @@ pub(crate) async fn transport_breakdown(floor: &mut Floor, effort: Effort) -> an
 /// router, beside the floor.
 pub(crate) async fn direct_hello(floor: &mut Floor, effort: Effort) -> anyhow::Result<(Samples, Samples)> {
     let plugin = setup::start_plugin(HELLO).await?;
-    let client = setup::client_for(&plugin, HELLO)?;
+    client_beside_floor(&setup::client_for(&plugin, HELLO)?, floor, effort).await
+}
+
+/// LifecycleHook calls through the operator's `client` (no router), beside the floor.
+async fn client_beside_floor(
+    client: &PluginClient,
+    floor: &mut Floor,
+    effort: Effort,
+) -> anyhow::Result<(Samples, Samples)> {
     let cluster = serde_json::to_vec(&fixtures::cluster(&names(1)))?;
     let pod = serde_json::to_vec(&fixtures::pod())?;
     beside_floor(
@@ -795,16 +787,9 @@ pub(crate) async fn go_plugin_chain(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let transport = Transport::Tls(cnpgi_client::client::TlsTransport {
-        address: address.to_string(),
-        server_name: certs.server_name.clone(),
-        client_cert: cnpgi_tls::pem::read_certificates(&certs.client.cert_path, "client certificate")?,
-        client_key: cnpgi_tls::pem::read_private_key(&certs.client.key_path, "client key")?,
-        server_cert: cnpgi_tls::pem::read_certificates(&certs.server.cert_path, "server certificate")?,
-    });
     let registry = Arc::new(Registry::new(cnpgi_operator::registry::RegistryOptions::default()));
     registry
-        .add("bench", PluginClient::new(HELLO, transport, &ClientOptions::default())?)
+        .add("bench", setup::tls_client(HELLO, &address.to_string(), &certs)?)
         .await?;
     anyhow::ensure!(registry.get(HELLO).is_ok(), "the Go plugin is not routable");
     chain_beside_floor(

@@ -28,8 +28,13 @@ pub(crate) fn client_for(plugin: &TestPlugin, name: &str) -> anyhow::Result<Plug
     let certs = plugin
         .certificates()
         .ok_or_else(|| anyhow::anyhow!("not a TLS plugin"))?;
+    tls_client(name, plugin.address(), certs)
+}
+
+/// The operator's client for plugin `name` at `address`, over mTLS with `certs`.
+pub(crate) fn tls_client(name: &str, address: &str, certs: &TestCertificates) -> anyhow::Result<PluginClient> {
     let transport = Transport::Tls(TlsTransport {
-        address: plugin.address().to_owned(),
+        address: address.to_owned(),
         server_name: certs.server_name.clone(),
         client_cert: pem::read_certificates(&certs.client.cert_path, "client certificate")?,
         client_key: pem::read_private_key(&certs.client.key_path, "client key")?,
