@@ -60,20 +60,13 @@ pub fn create_patch(old: &Value, new: &Value) -> Patch {
 /// comparison of the Pod. Kept equal to `json_patch::diff` by a property
 /// test.
 fn diff_into(old: &Value, new: &Value, at: &mut PointerBuf, patch: &mut Patch) {
-    let op = |at: &PointerBuf, value: Option<&Value>, replace: bool| -> PatchOperation {
-        let path = at.clone();
-        match value {
-            None => PatchOperation::Remove(RemoveOperation { path }),
-            Some(value) if replace => PatchOperation::Replace(ReplaceOperation {
-                path,
-                value: value.clone(),
-            }),
-            Some(value) => PatchOperation::Add(AddOperation {
-                path,
-                value: value.clone(),
-            }),
-        }
+    let add = |at: &PointerBuf, value: &Value| {
+        PatchOperation::Add(AddOperation {
+            path: at.clone(),
+            value: value.clone(),
+        })
     };
+    let remove = |at: &PointerBuf| PatchOperation::Remove(RemoveOperation { path: at.clone() });
     match (old, new) {
         (Value::Object(old), Value::Object(new)) => {
             for (key, new_value) in new {
@@ -86,14 +79,14 @@ fn diff_into(old: &Value, new: &Value, at: &mut PointerBuf, patch: &mut Patch) {
                     }
                     None => {
                         at.push_back(key);
-                        patch.0.push(op(at, Some(new_value), false));
+                        patch.0.push(add(at, new_value));
                         at.pop_back();
                     }
                 }
             }
             for key in old.keys().filter(|key| !new.contains_key(*key)) {
                 at.push_back(key);
-                patch.0.push(op(at, None, false));
+                patch.0.push(remove(at));
                 at.pop_back();
             }
         }
@@ -109,17 +102,20 @@ fn diff_into(old: &Value, new: &Value, at: &mut PointerBuf, patch: &mut Patch) {
             // same index; items past the end of `old` are added in order.
             at.push_back(new.len());
             for _ in new.len()..old.len() {
-                patch.0.push(op(at, None, false));
+                patch.0.push(remove(at));
             }
             at.pop_back();
             for (index, new_item) in new.iter().enumerate().skip(old.len()) {
                 at.push_back(index);
-                patch.0.push(op(at, Some(new_item), false));
+                patch.0.push(add(at, new_item));
                 at.pop_back();
             }
         }
         _ if old == new => {}
-        _ => patch.0.push(op(at, Some(new), true)),
+        _ => patch.0.push(PatchOperation::Replace(ReplaceOperation {
+            path: at.clone(),
+            value: new.clone(),
+        })),
     }
 }
 
