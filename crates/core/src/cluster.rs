@@ -573,7 +573,7 @@ pub fn decode_object(bytes: &[u8], what: &'static str) -> Result<Value, DecodeEr
     // Any JSON fits a `Value`, so the only errors are syntax errors, which
     // carry their line and column; tracking the path (as for typed decoding)
     // would triple the cost of decoding a Pod for nothing.
-    let value: Value = serde_json::from_slice(bytes).map_err(|source| DecodeError::Invalid {
+    let value: Value = crate::json::from_bytes(bytes).map_err(|source| DecodeError::Invalid {
         what,
         path: ".".to_owned(),
         source,

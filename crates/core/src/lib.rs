@@ -41,6 +41,7 @@
 pub mod capabilities;
 pub mod cluster;
 pub mod echo;
+mod json;
 pub mod names;
 pub mod patch;
 pub mod path;

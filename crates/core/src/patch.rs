@@ -37,6 +37,10 @@
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation, jsonptr::PointerBuf};
 use serde_json::Value;
 
+mod from_json;
+
+pub use from_json::{create_patch_from_json, patch_bytes_from_json};
+
 /// The JSON Patch that turns `old` into `new` (empty when they are equal).
 ///
 /// ```
@@ -194,7 +198,7 @@ pub fn parse_patch(bytes: &[u8]) -> Result<Patch, PatchError> {
     if bytes.is_empty() {
         return Ok(Patch(Vec::new()));
     }
-    serde_json::from_slice(bytes).map_err(|source| PatchError::Malformed { source })
+    crate::json::from_bytes(bytes).map_err(|source| PatchError::Malformed { source })
 }
 
 /// `object` with `patch` applied, as a new value; `object` is left as it is.

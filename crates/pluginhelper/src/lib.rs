@@ -48,6 +48,7 @@
 extern crate self as cnpgi_pluginhelper;
 
 mod authority;
+mod batched_writes;
 pub mod cmd;
 pub mod logging;
 pub mod metrics;

@@ -36,7 +36,7 @@ use tonic::{
 };
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-use crate::{authority::AuthorityRewrite, middleware::CallLayer};
+use crate::{authority::AuthorityRewrite, batched_writes::BatchedWrites, middleware::CallLayer};
 
 /// Why a plugin could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -426,7 +426,7 @@ fn tls_incoming(
     tls: Arc<ReloadingServerConfig>,
     handshake_timeout: Duration,
     preface_timeout: Duration,
-) -> ReceiverStream<Result<Prefaced<TlsStream<TcpStream>>, std::io::Error>> {
+) -> ReceiverStream<Result<Prefaced<BatchedWrites<TlsStream<TcpStream>>>, std::io::Error>> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
@@ -466,7 +466,7 @@ fn tls_incoming(
 fn unix_incoming(
     listener: UnixListener,
     preface_timeout: Duration,
-) -> ReceiverStream<Result<Prefaced<UnixStream>, std::io::Error>> {
+) -> ReceiverStream<Result<Prefaced<BatchedWrites<UnixStream>>, std::io::Error>> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
@@ -498,10 +498,10 @@ async fn read_preface<S: AsyncRead + Unpin>(
     mut stream: S,
     timeout: Duration,
     peer: &(dyn std::fmt::Display + Sync),
-) -> Option<Prefaced<S>> {
+) -> Option<Prefaced<BatchedWrites<S>>> {
     let mut preface = [0u8; HTTP2_PREFACE.len()];
     match tokio::time::timeout(timeout, stream.read_exact(&mut preface)).await {
-        Ok(Ok(_)) if &preface == HTTP2_PREFACE => return Some(Prefaced::new(preface, stream)),
+        Ok(Ok(_)) if &preface == HTTP2_PREFACE => return Some(Prefaced::new(preface, BatchedWrites::new(stream))),
         Ok(Ok(_)) => tracing::warn!(%peer, "not an HTTP/2 client (no connection preface); closing"),
         Ok(Err(error)) => tracing::warn!(%peer, %error, "connection lost before the HTTP/2 preface"),
         Err(_) => tracing::warn!(

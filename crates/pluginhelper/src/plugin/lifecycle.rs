@@ -181,7 +181,7 @@ impl<P: Parameters> operator_lifecycle_server::OperatorLifecycle for LifecycleSe
             .as_ref()
             .map(OperatorOperationType::r#type)
             .ok_or_else(|| Status::invalid_argument("operation_type is required"))?;
-        let object = decode_object(&request.object_definition, "object")?;
+        let mut object = decode_object(&request.object_definition, "object")?;
         let text = |field| object.get(field).and_then(Value::as_str).unwrap_or_default();
         let Some(hook) = self
             .0
@@ -193,10 +193,11 @@ impl<P: Parameters> operator_lifecycle_server::OperatorLifecycle for LifecycleSe
             return Ok(Response::new(OperatorLifecycleResponse::default()));
         };
         let decoded = self.0.decoded(&request.cluster_definition)?;
-        let mut changed = object.clone();
-        hook(&decoded.cluster, &decoded.parameters, &mut changed)?;
-        let json_patch = patch::patch_bytes(&object, &changed)
-            .map_err(|e| Status::internal(format!("cannot encode the JSON patch: {e}")))?;
+        // The hook edits the one decoded copy; the patch is read against the
+        // bytes received (no second copy to keep, compare and drop).
+        hook(&decoded.cluster, &decoded.parameters, &mut object)?;
+        let json_patch = patch::patch_bytes_from_json(&request.object_definition, &object)
+            .map_err(|e| Status::internal(format!("cannot make the JSON patch: {e}")))?;
         Ok(Response::new(OperatorLifecycleResponse { json_patch }))
     }
 }
