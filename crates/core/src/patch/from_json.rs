@@ -235,11 +235,34 @@ impl<'de> Visitor<'de> for Node<'_, 'de, '_> {
         // keys `new` no longer has.
         let mut changed: Vec<(Cow<'de, str>, Range<usize>)> = Vec::new();
         let mut removed: Vec<Cow<'de, str>> = Vec::new();
+        // Text the operator encoded has its keys in `new`'s order (sorted),
+        // so the next field is usually the one read: one comparison instead
+        // of a search of the map.
+        let mut next_fields = fields.iter();
+        let mut next_field = next_fields.next();
         while let Some(key) = map.next_key_seed(KeySeed)? {
             if walk.keys[keys_start..].contains(&key) {
                 return Err(de::Error::custom(format_args!("duplicate key `{key}`")));
             }
-            match fields.get(&*key) {
+            let value = match next_field {
+                Some((name, value)) if *name == *key => {
+                    next_field = next_fields.next();
+                    Some(value)
+                }
+                // One key `new` added before this one (a hook's new label).
+                _ => {
+                    let mut ahead = next_fields.clone();
+                    match ahead.next() {
+                        Some((name, value)) if *name == *key => {
+                            next_fields = ahead;
+                            next_field = next_fields.next();
+                            Some(value)
+                        }
+                        _ => fields.get(&*key),
+                    }
+                }
+            };
+            match value {
                 Some(value) => {
                     let before = walk.patch.len();
                     walk.path.push(Step::Key(key.clone()));
