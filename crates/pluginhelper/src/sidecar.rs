@@ -41,6 +41,8 @@
 //! # Ok::<(), cnpgi_pluginhelper::sidecar::SidecarError>(())
 //! ```
 
+use std::sync::LazyLock;
+
 use k8s_openapi::api::core::v1::{Capabilities, Container, SeccompProfile, SecurityContext};
 use serde_json::{Map, Value, json};
 
@@ -217,9 +219,13 @@ pub fn inject_sidecar(pod: &mut Value, sidecar: &Container, options: SidecarOpti
 /// Sets each field of [`restricted_security_context`] that the container's
 /// `securityContext` leaves unset.
 fn apply_restricted_defaults(container: &mut Map<String, Value>) -> Result<(), SidecarError> {
-    let Value::Object(defaults) =
-        serde_json::to_value(restricted_security_context()).map_err(SidecarError::Serialize)?
-    else {
+    // Serialized once: every injection into every Pod uses the same fields.
+    static DEFAULTS: LazyLock<Option<Map<String, Value>>> =
+        LazyLock::new(|| match serde_json::to_value(restricted_security_context()) {
+            Ok(Value::Object(defaults)) => Some(defaults),
+            _ => None,
+        });
+    let Some(defaults) = DEFAULTS.clone() else {
         return Err(SidecarError::Serialize(serde::ser::Error::custom(
             "the security context did not serialize to a JSON object",
         )));

@@ -12,7 +12,11 @@
 use std::{borrow::Cow, fmt, ops::Range};
 
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation, jsonptr::PointerBuf};
-use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{
+    Serialize, Serializer,
+    de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
+    ser::SerializeStruct,
+};
 use serde_json::{Map, Number, Value};
 
 use crate::json::Reader;
@@ -39,6 +43,11 @@ use crate::json::Reader;
 /// `old` is not one JSON document, or an object in it repeats a key (the
 /// operator sends neither).
 pub fn create_patch_from_json(old: &[u8], new: &Value) -> Result<Patch, serde_json::Error> {
+    Ok(Patch(walk(old, new)?.into_iter().map(Op::into_owned).collect()))
+}
+
+/// The operations from `old` to `new`, their values borrowed from `new`.
+fn walk<'n>(old: &[u8], new: &'n Value) -> Result<Vec<Op<'n>>, serde_json::Error> {
     let mut walk = Walk::default();
     match crate::json::reader(old) {
         Reader::Text(mut reader) => {
@@ -50,7 +59,7 @@ pub fn create_patch_from_json(old: &[u8], new: &Value) -> Result<Patch, serde_js
             reader.end()?;
         }
     }
-    Ok(Patch(walk.patch))
+    Ok(walk.patch)
 }
 
 /// The serialized JSON Patch that turns the JSON document `old` into `new`,
@@ -61,11 +70,13 @@ pub fn create_patch_from_json(old: &[u8], new: &Value) -> Result<Patch, serde_js
 ///
 /// As [`create_patch_from_json`].
 pub fn patch_bytes_from_json(old: &[u8], new: &Value) -> Result<Vec<u8>, serde_json::Error> {
-    let patch = create_patch_from_json(old, new)?;
-    if patch.0.is_empty() {
+    // Serialized from the borrowed operations: the values a hook added are
+    // not copied into the patch first.
+    let ops = walk(old, new)?;
+    if ops.is_empty() {
         return Ok(Vec::new());
     }
-    serde_json::to_vec(&patch)
+    serde_json::to_vec(&ops)
 }
 
 /// One step of the path from the document's root.
@@ -76,16 +87,25 @@ enum Step<'de> {
 
 /// What the walk carries down: where it is, the keys of the objects it is
 /// in, and the operations so far.
-#[derive(Default)]
-struct Walk<'de> {
+struct Walk<'de, 'n> {
     path: Vec<Step<'de>>,
     /// The keys met so far in each enclosing object, innermost last (one
     /// stack for the whole walk, so that objects allocate nothing).
     keys: Vec<Cow<'de, str>>,
-    patch: Vec<PatchOperation>,
+    patch: Vec<Op<'n>>,
 }
 
-impl Walk<'_> {
+impl Default for Walk<'_, '_> {
+    fn default() -> Self {
+        Self {
+            path: Vec::new(),
+            keys: Vec::new(),
+            patch: Vec::new(),
+        }
+    }
+}
+
+impl<'n> Walk<'_, 'n> {
     /// The JSON pointer of the current place, then `last` if given.
     fn pointer(&self, last: Option<&Step<'_>>) -> PointerBuf {
         let mut pointer = PointerBuf::new();
@@ -98,35 +118,70 @@ impl Walk<'_> {
         pointer
     }
 
-    fn replace(&mut self, new: &Value) {
+    fn replace(&mut self, new: &'n Value) {
         let path = self.pointer(None);
-        self.patch.push(PatchOperation::Replace(ReplaceOperation {
-            path,
-            value: new.clone(),
-        }));
+        self.patch.push(Op::Replace(path, new));
     }
 
-    fn add(&mut self, last: Step<'_>, value: &Value) {
+    fn add(&mut self, last: Step<'_>, value: &'n Value) {
         let path = self.pointer(Some(&last));
-        self.patch.push(PatchOperation::Add(AddOperation {
-            path,
-            value: value.clone(),
-        }));
+        self.patch.push(Op::Add(path, value));
     }
 
     fn remove(&mut self, last: Step<'_>) {
         let path = self.pointer(Some(&last));
-        self.patch.push(PatchOperation::Remove(RemoveOperation { path }));
+        self.patch.push(Op::Remove(path));
+    }
+}
+
+/// A JSON Patch operation whose value is borrowed from the edited document.
+enum Op<'n> {
+    Add(PointerBuf, &'n Value),
+    Remove(PointerBuf),
+    Replace(PointerBuf, &'n Value),
+}
+
+impl Op<'_> {
+    fn into_owned(self) -> PatchOperation {
+        match self {
+            Op::Add(path, value) => PatchOperation::Add(AddOperation {
+                path,
+                value: value.clone(),
+            }),
+            Op::Remove(path) => PatchOperation::Remove(RemoveOperation { path }),
+            Op::Replace(path, value) => PatchOperation::Replace(ReplaceOperation {
+                path,
+                value: value.clone(),
+            }),
+        }
+    }
+}
+
+/// As json-patch serializes a `PatchOperation`: `op`, `path`, then `value`.
+impl Serialize for Op<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let (op, path, value) = match self {
+            Op::Add(path, value) => ("add", path, Some(value)),
+            Op::Remove(path) => ("remove", path, None),
+            Op::Replace(path, value) => ("replace", path, Some(value)),
+        };
+        let mut fields = serializer.serialize_struct("PatchOperation", 2 + usize::from(value.is_some()))?;
+        fields.serialize_field("op", op)?;
+        fields.serialize_field("path", path)?;
+        if let Some(value) = value {
+            fields.serialize_field("value", value)?;
+        }
+        fields.end()
     }
 }
 
 /// The old value at the walk's place, compared with `new` as it is read.
 struct Node<'w, 'de, 'n> {
-    walk: &'w mut Walk<'de>,
+    walk: &'w mut Walk<'de, 'n>,
     new: &'n Value,
 }
 
-impl Node<'_, '_, '_> {
+impl<'n> Node<'_, '_, 'n> {
     fn scalar(self, old: &Value) {
         if old != self.new {
             self.walk.replace(self.new);
@@ -294,15 +349,15 @@ impl<'de> Visitor<'de> for Node<'_, 'de, '_> {
 /// Puts an object's operations in `create_patch`'s order: `new`'s keys in
 /// its map order (the operations of a changed key, or the addition of a new
 /// one), then the removals in the order the old map would iterate them.
-fn order_like_create_patch<'de>(
-    walk: &mut Walk<'de>,
-    fields: &Map<String, Value>,
+fn order_like_create_patch<'de, 'n>(
+    walk: &mut Walk<'de, 'n>,
+    fields: &'n Map<String, Value>,
     keys_start: usize,
     ops_start: usize,
     changed: Vec<(Cow<'de, str>, Range<usize>)>,
     removed: Vec<Cow<'de, str>>,
 ) {
-    let mut read: Vec<Option<PatchOperation>> = walk.patch.drain(ops_start..).map(Some).collect();
+    let mut read: Vec<Option<Op<'n>>> = walk.patch.drain(ops_start..).map(Some).collect();
     for (key, value) in fields {
         if let Some((_, range)) = changed.iter().find(|(changed, _)| changed == key) {
             let ops = &mut read[range.start - ops_start..range.end - ops_start];
