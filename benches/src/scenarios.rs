@@ -15,7 +15,7 @@ use cnpgi_client::{
 };
 use cnpgi_operator::{
     registry::Registry,
-    routing::{RoutedCluster, Router, RoutingPolicy},
+    routing::{Patched, RoutedCluster, Router, RoutingPolicy},
     webhook,
 };
 use cnpgi_pluginhelper::{
@@ -93,10 +93,7 @@ impl Floor {
         measure(
             calls,
             || hook_request(cluster, pod),
-            async |request| {
-                client.lifecycle_hook(request).await?;
-                Ok(())
-            },
+            async |request| Ok(client.lifecycle_hook(request).await?),
         )
         .await
     }
@@ -109,21 +106,24 @@ pub(crate) async fn floor(effort: Effort) -> anyhow::Result<Samples> {
     floor.measure(effort.calls).await
 }
 
-/// Times `calls` calls of `call`, each given an input `prepare` makes
-/// before the clock starts: what the caller holds before it calls (the
-/// request of a gRPC call, the Pod a router's chain starts from).
-async fn measure<I>(
+/// Times `calls` calls of `call`. The clock covers the call only: each
+/// input is made by `prepare` before it starts (what the caller holds
+/// before it calls: the request of a gRPC call, the Pod a router's chain
+/// starts from), and each output is dropped after it stops (what the caller
+/// goes on with: the answer, the patched Pod).
+async fn measure<I, O>(
     calls: usize,
     mut prepare: impl FnMut() -> I,
-    mut call: impl AsyncFnMut(I) -> anyhow::Result<()>,
+    mut call: impl AsyncFnMut(I) -> anyhow::Result<O>,
 ) -> anyhow::Result<Samples> {
     let mut samples = Samples::with_capacity(calls);
     let started = Instant::now();
     for _ in 0..calls {
         let input = prepare();
         let t = Instant::now();
-        call(input).await?;
+        let output = call(input).await?;
         samples.push(t.elapsed());
+        drop(output);
     }
     samples.elapsed = started.elapsed();
     Ok(samples)
@@ -133,11 +133,11 @@ async fn measure<I>(
 /// both see the same machine: on a shared machine the floor moves by a
 /// third between runs, and a ratio of two runs measures that. Returns the
 /// samples of `call` and of the floor.
-pub(crate) async fn beside_floor<I>(
+pub(crate) async fn beside_floor<I, O>(
     floor: &mut Floor,
     effort: Effort,
     mut prepare: impl FnMut() -> I,
-    mut call: impl AsyncFnMut(I) -> anyhow::Result<()>,
+    mut call: impl AsyncFnMut(I) -> anyhow::Result<O>,
 ) -> anyhow::Result<(Samples, Samples)> {
     const BLOCKS: usize = 20;
     measure(effort.warmup, &mut prepare, &mut call).await?;
@@ -178,13 +178,13 @@ async fn chain_beside_floor(
 }
 
 /// One routed chain, checked to have patched the Pod.
-async fn chain_call(router: &Router, cluster: &RoutedCluster, pod: serde_json::Value) -> anyhow::Result<()> {
+async fn chain_call(router: &Router, cluster: &RoutedCluster, pod: serde_json::Value) -> anyhow::Result<Patched> {
     let patched = router.lifecycle_hook(cluster, pod, Operation::Create).await?;
     anyhow::ensure!(
         patched.object["spec"]["initContainers"].is_array(),
         "the chain did not add the sidecar"
     );
-    Ok(())
+    Ok(patched)
 }
 
 async fn chain(router: &Router, cluster: &RoutedCluster, effort: Effort) -> anyhow::Result<Samples> {
@@ -605,10 +605,11 @@ pub(crate) async fn breakdown(effort: Effort) -> anyhow::Result<(Samples, Sample
 }
 
 /// The floor call through (a) the plugin framework's server, (b) the
-/// operator's client, and (c) answering hello-world's patch instead of
-/// nothing, each alone, to locate transport overhead; each beside the floor
-/// (returned as (call, floor) pairs).
-pub(crate) async fn transport_breakdown(floor: &mut Floor, effort: Effort) -> anyhow::Result<[(Samples, Samples); 3]> {
+/// operator's client, (c) answering hello-world's patch instead of nothing,
+/// and (d) that answer from the plugin framework's server (which writes an
+/// answer's frames at once), each alone, to locate transport overhead;
+/// each beside the floor (returned as (call, floor) pairs).
+pub(crate) async fn transport_breakdown(floor: &mut Floor, effort: Effort) -> anyhow::Result<[(Samples, Samples); 4]> {
     use cnpgi_pluginhelper::{
         proto::{
             identity::v1::plugin_capability::service::Type as ServiceType,
@@ -649,7 +650,7 @@ pub(crate) async fn transport_breakdown(floor: &mut Floor, effort: Effort) -> an
         .into_inner()
         .json_patch;
     let size = answer.len();
-    let address = setup::start_echo(&certs, setup::Echo { answer }).await?;
+    let address = setup::start_echo(&certs, setup::Echo { answer: answer.clone() }).await?;
     let mut echo =
         OperatorLifecycleClient::new(connect_tls(address, certs.client_config()?, "floor.example.com").await?);
     let answering = beside_floor(
@@ -663,7 +664,27 @@ pub(crate) async fn transport_breakdown(floor: &mut Floor, effort: Effort) -> an
         },
     )
     .await?;
-    Ok([framework, operator, answering])
+    // (d) the plugin framework's server answering the same bytes, bare client.
+    let server = PluginServer::new(TestIdentity::new("echo.example.com").with_service(ServiceType::LifecycleService))
+        .add_service(OperatorLifecycleServer::new(setup::Echo { answer }));
+    let plugin = TestPlugin::start_tls(server).await?;
+    let mut bare = OperatorLifecycleClient::new(plugin.channel());
+    let framework_answering = beside_floor(
+        floor,
+        effort,
+        || hook_request(&cluster, &pod),
+        async |request| {
+            let answer = bare.lifecycle_hook(request).await?.into_inner().json_patch;
+            anyhow::ensure!(
+                answer.len() == size,
+                "the plugin server answered {} bytes",
+                answer.len()
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    Ok([framework, operator, answering, framework_answering])
 }
 
 /// A hello-world hook call through the operator's client, without the
@@ -710,13 +731,12 @@ pub(crate) fn handler_steps(effort: Effort) -> anyhow::Result<Vec<(&'static str,
         times[times.len() / 2]
     };
     let decoded = cluster::decode_cluster(&cluster_bytes)?;
-    let pod = cluster::decode_object(&pod_bytes, "object")?;
     let container = k8s_openapi::api::core::v1::Container {
         name: "pauser".into(),
         image: Some("registry.k8s.io/pause:3.10".into()),
         ..Default::default()
     };
-    let mut patched = pod.clone();
+    let mut patched = cluster::decode_object(&pod_bytes, "object")?;
     sidecar::inject_sidecar(&mut patched, &container, sidecar::SidecarOptions::default())?;
     Ok(vec![
         (
@@ -740,18 +760,20 @@ pub(crate) fn handler_steps(effort: Effort) -> anyhow::Result<Vec<(&'static str,
             }),
         ),
         (
-            "copy the Pod and inject the sidecar",
+            "decode the Pod and inject the sidecar into it (what the hook is given and does)",
             median(&mut || {
-                let mut p = pod.clone();
+                let Ok(mut p) = cluster::decode_object(&pod_bytes, "object") else {
+                    return;
+                };
                 std::hint::black_box(
                     sidecar::inject_sidecar(&mut p, &container, sidecar::SidecarOptions::default()).ok(),
                 );
             }),
         ),
         (
-            "diff and encode the patch (patch_bytes)",
+            "the patch from the bytes received to the edited Pod (patch_bytes_from_json)",
             median(&mut || {
-                std::hint::black_box(patch::patch_bytes(&pod, &patched).ok());
+                std::hint::black_box(patch::patch_bytes_from_json(&pod_bytes, &patched).ok());
             }),
         ),
     ])

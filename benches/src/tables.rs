@@ -32,7 +32,8 @@ pub(crate) async fn breakdown(effort: Effort) -> anyhow::Result<()> {
     println!("\nEach call below is measured in blocks alternating with the floor call (bare server, bare client):\n");
     println!("| call | p50 | p99 | floor p50 beside it | p50 / floor p50 |\n|---|---|---|---|---|");
     let mut floor = scenarios::Floor::start().await?;
-    let [framework, operator, answering] = scenarios::transport_breakdown(&mut floor, effort).await?;
+    let [framework, operator, answering, framework_answering] =
+        scenarios::transport_breakdown(&mut floor, effort).await?;
     let direct = scenarios::direct_hello(&mut floor, effort).await?;
     let routed = scenarios::lifecycle_chain(1, &mut floor, effort).await?;
     for (call, (samples, floors)) in [
@@ -41,6 +42,10 @@ pub(crate) async fn breakdown(effort: Effort) -> anyhow::Result<()> {
         (
             "floor call answering hello-world's patch (bare server, bare client)",
             answering,
+        ),
+        (
+            "the same answer from the plugin framework's server (one write per answer), bare client",
+            framework_answering,
         ),
         ("hello-world hook over mTLS, operator client, no router", direct),
         ("the same through Router::lifecycle_hook", routed),
