@@ -87,22 +87,13 @@ enum Step<'de> {
 
 /// What the walk carries down: where it is, the keys of the objects it is
 /// in, and the operations so far.
+#[derive(Default)]
 struct Walk<'de, 'n> {
     path: Vec<Step<'de>>,
     /// The keys met so far in each enclosing object, innermost last (one
     /// stack for the whole walk, so that objects allocate nothing).
     keys: Vec<Cow<'de, str>>,
     patch: Vec<Op<'n>>,
-}
-
-impl Default for Walk<'_, '_> {
-    fn default() -> Self {
-        Self {
-            path: Vec::new(),
-            keys: Vec::new(),
-            patch: Vec::new(),
-        }
-    }
 }
 
 impl<'n> Walk<'_, 'n> {
