@@ -514,3 +514,102 @@ async fn a_unix_socket_connection_that_never_sends_the_http2_preface_is_closed()
     );
     assert_eq!(metadata_over(plugin.channel()).await.unwrap(), NAME);
 }
+
+/// An Operator whose MutateCluster answers as many bytes as its request's
+/// definition says (in decimal), in a pattern that shows misordering.
+struct AnswerOfSize;
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+#[tonic::async_trait]
+impl Operator for AnswerOfSize {
+    async fn get_capabilities(
+        &self,
+        _: Request<OperatorCapabilitiesRequest>,
+    ) -> Result<Response<OperatorCapabilitiesResult>, Status> {
+        Ok(Response::new(OperatorCapabilitiesResult::default()))
+    }
+    async fn validate_cluster_create(
+        &self,
+        _: Request<OperatorValidateClusterCreateRequest>,
+    ) -> Result<Response<OperatorValidateClusterCreateResult>, Status> {
+        Err(Status::unimplemented("not here"))
+    }
+    async fn validate_cluster_change(
+        &self,
+        _: Request<OperatorValidateClusterChangeRequest>,
+    ) -> Result<Response<OperatorValidateClusterChangeResult>, Status> {
+        Err(Status::unimplemented("not here"))
+    }
+    async fn mutate_cluster(
+        &self,
+        request: Request<OperatorMutateClusterRequest>,
+    ) -> Result<Response<OperatorMutateClusterResult>, Status> {
+        let len = std::str::from_utf8(&request.into_inner().definition)
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .ok_or_else(|| Status::invalid_argument("not a size"))?;
+        Ok(Response::new(OperatorMutateClusterResult {
+            json_patch: pattern(len),
+        }))
+    }
+    async fn set_status_in_cluster(
+        &self,
+        _: Request<SetStatusInClusterRequest>,
+    ) -> Result<Response<SetStatusInClusterResponse>, Status> {
+        Err(Status::unimplemented("not here"))
+    }
+    async fn deregister(&self, _: Request<DeregisterRequest>) -> Result<Response<DeregisterResponse>, Status> {
+        Ok(Response::new(DeregisterResponse {}))
+    }
+}
+
+/// The server holds an answer's frames to write them at once: answers of
+/// every size (below, at and above h2's 256-byte chaining threshold, a frame,
+/// the 64 KiB batch limit, several MiB) must arrive whole and in order, one
+/// at a time and many at once on one connection, over both transports.
+#[tokio::test]
+async fn answers_of_every_size_arrive_whole_one_at_a_time_and_many_at_once() {
+    use cnpgi_pluginhelper::proto::operator::v1::operator_client::OperatorClient;
+
+    const SIZES: [usize; 10] = [0, 1, 255, 256, 1100, 16_384, 65_536, 65_537, 1 << 20, 3 << 20];
+    let server = || PluginServer::new(TestIdentity::new(NAME)).add_service(OperatorServer::new(AnswerOfSize));
+    for plugin in [
+        TestPlugin::start_tls(server()).await.unwrap(),
+        TestPlugin::start_unix(server()).await.unwrap(),
+    ] {
+        let client = OperatorClient::new(plugin.channel());
+        let ask = |len: usize| {
+            let mut client = client.clone();
+            async move {
+                let answer = client
+                    .mutate_cluster(OperatorMutateClusterRequest {
+                        definition: len.to_string().into_bytes(),
+                    })
+                    .await
+                    .unwrap_or_else(|status| panic!("asking for {len} bytes: {status}"))
+                    .into_inner()
+                    .json_patch;
+                assert!(
+                    answer == pattern(len),
+                    "the answer of {len} bytes arrived as {} bytes",
+                    answer.len()
+                );
+            }
+        };
+        for len in SIZES {
+            ask(len).await;
+        }
+        let at_once: Vec<_> = SIZES
+            .iter()
+            .chain(SIZES.iter())
+            .map(|len| tokio::spawn(ask(*len)))
+            .collect();
+        for call in at_once {
+            call.await.unwrap();
+        }
+        plugin.stop().await.unwrap();
+    }
+}
