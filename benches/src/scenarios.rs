@@ -610,38 +610,9 @@ pub(crate) async fn breakdown(effort: Effort) -> anyhow::Result<(Samples, Sample
 /// answer's frames at once), each alone, to locate transport overhead;
 /// each beside the floor (returned as (call, floor) pairs).
 pub(crate) async fn transport_breakdown(floor: &mut Floor, effort: Effort) -> anyhow::Result<[(Samples, Samples); 4]> {
-    use cnpgi_pluginhelper::{
-        proto::{
-            identity::v1::plugin_capability::service::Type as ServiceType,
-            operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycleServer,
-        },
-        server::PluginServer,
-        testing::{TestIdentity, TestPlugin},
-    };
+    use cnpgi_pluginhelper::proto::operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycle;
     let cluster = serde_json::to_vec(&fixtures::cluster(&names(1)))?;
     let pod = serde_json::to_vec(&fixtures::pod())?;
-    // (a) framework server, bare client.
-    let server = PluginServer::new(TestIdentity::new("echo.example.com").with_service(ServiceType::LifecycleService))
-        .add_service(OperatorLifecycleServer::new(setup::Echo::default()));
-    let plugin = TestPlugin::start_tls(server).await?;
-    let mut bare = OperatorLifecycleClient::new(plugin.channel());
-    let framework = beside_floor(
-        floor,
-        effort,
-        || hook_request(&cluster, &pod),
-        async |request| {
-            bare.lifecycle_hook(request).await?;
-            Ok(())
-        },
-    )
-    .await?;
-    // (b) bare server, operator client.
-    let certs = TestCertificates::generate("floor.example.com")?;
-    let address = setup::start_floor(&certs).await?;
-    let client = setup::tls_client("floor.example.com", &address.to_string(), &certs)?;
-    let operator = client_beside_floor(&client, floor, effort).await?;
-    // (c) bare server answering hello-world's patch (as bytes), bare client.
-    use cnpgi_pluginhelper::proto::operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycle;
     let answer = cnpg_i_hello_world::plugin()
         .local()
         .lifecycle_service()
@@ -649,42 +620,61 @@ pub(crate) async fn transport_breakdown(floor: &mut Floor, effort: Effort) -> an
         .await?
         .into_inner()
         .json_patch;
-    let size = answer.len();
+    let certs = TestCertificates::generate("floor.example.com")?;
+    // (a) framework server, bare client.
+    let plugin = framework_echo(Vec::new()).await?;
+    let framework = bare_beside_floor(plugin.channel(), 0, floor, effort, (&cluster, &pod)).await?;
+    // (b) bare server, operator client.
+    let address = setup::start_floor(&certs).await?;
+    let client = setup::tls_client("floor.example.com", &address.to_string(), &certs)?;
+    let operator = client_beside_floor(&client, floor, effort).await?;
+    // (c) bare server answering hello-world's patch (as bytes), bare client.
     let address = setup::start_echo(&certs, setup::Echo { answer: answer.clone() }).await?;
-    let mut echo =
-        OperatorLifecycleClient::new(connect_tls(address, certs.client_config()?, "floor.example.com").await?);
-    let answering = beside_floor(
-        floor,
-        effort,
-        || hook_request(&cluster, &pod),
-        async |request| {
-            let answer = echo.lifecycle_hook(request).await?.into_inner().json_patch;
-            anyhow::ensure!(answer.len() == size, "the echo answered {} bytes", answer.len());
-            Ok(())
-        },
-    )
-    .await?;
+    let channel = connect_tls(address, certs.client_config()?, "floor.example.com").await?;
+    let answering = bare_beside_floor(channel, answer.len(), floor, effort, (&cluster, &pod)).await?;
     // (d) the plugin framework's server answering the same bytes, bare client.
+    let size = answer.len();
+    let plugin = framework_echo(answer).await?;
+    let framework_answering = bare_beside_floor(plugin.channel(), size, floor, effort, (&cluster, &pod)).await?;
+    Ok([framework, operator, answering, framework_answering])
+}
+
+/// The plugin framework's server (`PluginServer`) answering every hook with `answer`.
+async fn framework_echo(answer: Vec<u8>) -> anyhow::Result<cnpgi_pluginhelper::testing::TestPlugin> {
+    use cnpgi_pluginhelper::{
+        proto::{
+            identity::v1::plugin_capability::service::Type as ServiceType,
+            operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycleServer,
+        },
+        server::PluginServer,
+        testing::TestIdentity,
+    };
     let server = PluginServer::new(TestIdentity::new("echo.example.com").with_service(ServiceType::LifecycleService))
         .add_service(OperatorLifecycleServer::new(setup::Echo { answer }));
-    let plugin = TestPlugin::start_tls(server).await?;
-    let mut bare = OperatorLifecycleClient::new(plugin.channel());
-    let framework_answering = beside_floor(
+    Ok(TestPlugin::start_tls(server).await?)
+}
+
+/// Hook calls with the Cluster and Pod `payload` through a bare tonic client
+/// on `channel`, each checked to be answered `size` bytes, beside the floor.
+async fn bare_beside_floor(
+    channel: tonic::transport::Channel,
+    size: usize,
+    floor: &mut Floor,
+    effort: Effort,
+    (cluster, pod): (&[u8], &[u8]),
+) -> anyhow::Result<(Samples, Samples)> {
+    let mut client = OperatorLifecycleClient::new(channel);
+    beside_floor(
         floor,
         effort,
-        || hook_request(&cluster, &pod),
+        || hook_request(cluster, pod),
         async |request| {
-            let answer = bare.lifecycle_hook(request).await?.into_inner().json_patch;
-            anyhow::ensure!(
-                answer.len() == size,
-                "the plugin server answered {} bytes",
-                answer.len()
-            );
+            let answer = client.lifecycle_hook(request).await?.into_inner().json_patch;
+            anyhow::ensure!(answer.len() == size, "answered {} bytes, not {size}", answer.len());
             Ok(())
         },
     )
-    .await?;
-    Ok([framework, operator, answering, framework_answering])
+    .await
 }
 
 /// A hello-world hook call through the operator's client, without the

@@ -48,17 +48,19 @@ pub fn create_patch_from_json(old: &[u8], new: &Value) -> Result<Patch, serde_js
 
 /// The operations from `old` to `new`, their values borrowed from `new`.
 fn walk<'n>(old: &[u8], new: &'n Value) -> Result<Vec<Op<'n>>, serde_json::Error> {
-    let mut walk = Walk::default();
     match crate::json::reader(old) {
-        Reader::Text(mut reader) => {
-            Node { walk: &mut walk, new }.deserialize(&mut reader)?;
-            reader.end()?;
-        }
-        Reader::Bytes(mut reader) => {
-            Node { walk: &mut walk, new }.deserialize(&mut reader)?;
-            reader.end()?;
-        }
+        Reader::Text(reader) => walk_with(reader, new),
+        Reader::Bytes(reader) => walk_with(reader, new),
     }
+}
+
+fn walk_with<'de, 'n, R: serde_json::de::Read<'de>>(
+    mut reader: serde_json::Deserializer<R>,
+    new: &'n Value,
+) -> Result<Vec<Op<'n>>, serde_json::Error> {
+    let mut walk = Walk::default();
+    Node { walk: &mut walk, new }.deserialize(&mut reader)?;
+    reader.end()?;
     Ok(walk.patch)
 }
 
