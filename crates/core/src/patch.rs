@@ -38,6 +38,8 @@ use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOp
 use serde_json::Value;
 
 mod from_json;
+#[cfg(test)]
+mod strategies;
 
 pub use from_json::{create_patch_from_json, patch_bytes_from_json};
 
@@ -450,23 +452,7 @@ mod never_panics {
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
-    use super::{apply_patch_bytes, create_patch, parse_patch, patched};
-
-    fn any_json() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::from),
-            any::<i64>().prop_map(Value::from),
-            ".{0,8}".prop_map(Value::from),
-        ];
-        leaf.prop_recursive(3, 24, 4, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
-                prop::collection::btree_map("[a-c/~0-1]{0,3}", inner, 0..4)
-                    .prop_map(|map| Value::Object(map.into_iter().collect())),
-            ]
-        })
-    }
+    use super::{apply_patch_bytes, create_patch, parse_patch, patched, strategies::any_json};
 
     fn any_path() -> impl Strategy<Value = String> {
         prop_oneof![Just(String::new()), "(/[a-c0-2~-]{0,2}){0,3}"]

@@ -404,7 +404,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::{create_patch_from_json, patch_bytes_from_json};
-    use crate::patch::{create_patch, parse_patch, patch_bytes, patched};
+    use crate::patch::{create_patch, parse_patch, patch_bytes, patched, strategies::any_json};
 
     /// `value` as JSON text with every object's keys in reverse order, as
     /// a Go encoder's struct order differs from serde_json's sorted maps.
@@ -421,24 +421,6 @@ mod tests {
             Value::Array(items) => format!("[{}]", items.iter().map(reversed_json).collect::<Vec<_>>().join(",")),
             scalar => scalar.to_string(),
         }
-    }
-
-    fn any_json() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::from),
-            any::<i64>().prop_map(Value::from),
-            any::<u64>().prop_map(Value::from),
-            (-1e6f64..1e6).prop_map(Value::from),
-            ".{0,8}".prop_map(Value::from),
-        ];
-        leaf.prop_recursive(4, 32, 5, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::from),
-                prop::collection::btree_map("[a-c/~\"\\\\é0-1]{0,3}", inner, 0..5)
-                    .prop_map(|map| Value::Object(map.into_iter().collect())),
-            ]
-        })
     }
 
     /// `old` changed in place by a few random edits, as a hook changes the
