@@ -22,6 +22,8 @@
 //! * [`postgres`]: what a Cluster says about its PostgreSQL instances (WAL
 //!   archiver, restore plugins, recovery target, parameters) and
 //!   configuration-file quoting;
+//! * [`wal_segment`]: whether a file handed to `archive_command` can be a
+//!   WAL segment (size and long page header);
 //! * [`names`]: plugin-name rules and gRPC service names;
 //! * [`echo`]: bounding the input that errors and logs repeat (1 KiB).
 //!
@@ -48,3 +50,4 @@ pub mod path;
 pub mod pod;
 pub mod postgres;
 pub mod status;
+pub mod wal_segment;

@@ -40,6 +40,30 @@ pub fn wal_archiver(cluster: &Value) -> Option<&str> {
         .find_map(|entry| entry.get("name")?.as_str())
 }
 
+/// The annotation that turns CloudNativePG's empty-archive check off when
+/// set to `enabled`.
+pub const SKIP_EMPTY_WAL_ARCHIVE_CHECK_ANNOTATION: &str = "cnpg.io/skipEmptyWalArchiveCheck";
+
+/// CloudNativePG's `IsEmptyWalArchiveCheckEnabled`: whether a new instance
+/// must check that the archive it is about to write to is empty (true
+/// unless the Cluster is annotated `cnpg.io/skipEmptyWalArchiveCheck:
+/// enabled`). CloudNativePG sends it as `RestoreRequest.check_empty_wal_archive`,
+/// and, while `PGDATA/.check-empty-wal-archive` exists, as
+/// `WALArchiveRequest.check_empty_wal_archive`.
+///
+/// ```
+/// let skip = serde_json::json!({"metadata": {"annotations": {"cnpg.io/skipEmptyWalArchiveCheck": "enabled"}}});
+/// assert!(!cnpgi_core::postgres::empty_wal_archive_check_enabled(&skip));
+/// assert!(cnpgi_core::postgres::empty_wal_archive_check_enabled(&serde_json::json!({})));
+/// ```
+pub fn empty_wal_archive_check_enabled(cluster: &Value) -> bool {
+    cluster
+        .pointer("/metadata/annotations")
+        .and_then(|annotations| annotations.get(SKIP_EMPTY_WAL_ARCHIVE_CHECK_ANNOTATION))
+        .and_then(Value::as_str)
+        != Some("enabled")
+}
+
 /// CloudNativePG's `GetExternalClustersEnabledPluginNames`: the plugin of
 /// every `spec.externalClusters[]` entry that has one, in the order written.
 /// Upstream does not look at their `enabled` field; neither does this.

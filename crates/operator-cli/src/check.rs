@@ -33,13 +33,13 @@ pub(crate) struct CheckArgs {
 pub(crate) async fn check(args: CheckArgs) -> ExitCode {
     let cluster = match &args.cluster {
         None => None,
-        Some(path) => match std::fs::read_to_string(path)
-            .map_err(|e| e.to_string())
-            .and_then(|text| crate::render::parse_yaml(path, &text).map_err(|e| format!("{e:#}")))
+        Some(path) => match crate::render::read_input(path)
+            .and_then(|text| crate::render::parse_yaml(path, &text))
+            .map_err(|e| format!("{e:#}"))
         {
             Ok(cluster) => Some(cluster),
             Err(error) => {
-                eprintln!("error: cannot read {}: {error}", path.display());
+                eprintln!("error: --cluster: {error}");
                 return ExitCode::from(2);
             }
         },

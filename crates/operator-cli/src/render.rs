@@ -51,11 +51,43 @@ pub(crate) struct RenderArgs {
     pub(crate) plugins: LocalPluginFlags,
 }
 
-fn read_object(path: &PathBuf) -> anyhow::Result<Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let value = parse_yaml(path, &text)?;
+/// Reads and parses an object file (a Cluster), refusing what is not one.
+pub(crate) fn read_object(path: &Path) -> anyhow::Result<Value> {
+    let value = parse_yaml(path, &read_input(path)?)?;
     anyhow::ensure!(value.is_object(), "{} does not hold an object", path.display());
     Ok(value)
+}
+
+/// Largest input file read (a Cluster, with its status, is a few KiB; the
+/// API server stores objects of at most about 1.5 MiB). A larger file is
+/// refused before it is read: parsing 100 MB of YAML takes seconds and half
+/// a gigabyte.
+pub(crate) const MAX_INPUT_BYTES: u64 = 16 << 20;
+
+/// The text of an input file, refused at once when larger than
+/// [`MAX_INPUT_BYTES`] (checked on what is read, not only on the size the
+/// file system reports: a pipe or a growing file has none).
+pub(crate) fn read_input(path: &Path) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let too_large = || {
+        anyhow::anyhow!(
+            "{} is larger than {} MiB; refusing to read it",
+            path.display(),
+            MAX_INPUT_BYTES >> 20
+        )
+    };
+    if file.metadata().is_ok_and(|m| m.is_file() && m.len() > MAX_INPUT_BYTES) {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    file.take(MAX_INPUT_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if text.len() as u64 > MAX_INPUT_BYTES {
+        return Err(too_large());
+    }
+    Ok(text)
 }
 
 /// Deepest flow nesting (`[`, `{`) accepted in an input file. A Cluster
@@ -188,7 +220,7 @@ fn yaml(value: &Value) -> String {
 pub(crate) async fn render(args: RenderArgs) -> ExitCode {
     let input = async {
         let cluster = read_object(&args.cluster)?;
-        let old = args.old.as_ref().map(read_object).transpose()?;
+        let old = args.old.as_deref().map(read_object).transpose()?;
         anyhow::Ok((cluster, old))
     };
     let (cluster, old) = match input.await {

@@ -14,7 +14,7 @@ use std::{
 use base64::Engine as _;
 use cnpgi_core::{
     capabilities::{BackupRpc, RestoreJobKind, ServiceType},
-    postgres::recovery_target_options,
+    postgres::{empty_wal_archive_check_enabled, recovery_target_options},
 };
 use cnpgi_proto::{
     backup::v1::{BackupRequest, BackupResult},
@@ -160,7 +160,8 @@ pub fn backup_result_json(result: &BackupResult) -> Value {
 
 /// `RestoreJobHooks.Restore` on `plugin` (which must advertise
 /// `TYPE_RESTORE_JOB` and `KIND_RESTORE`) with the Cluster: the plugin fills
-/// PGDATA before answering.
+/// PGDATA before answering. `check_empty_wal_archive` is the Cluster's
+/// [`empty_wal_archive_check_enabled`], as CloudNativePG's main branch sends it.
 ///
 /// # Errors
 ///
@@ -179,7 +180,7 @@ pub async fn restore(
     }
     let request = RestoreRequest {
         cluster_definition: serde_json::to_vec(cluster)?,
-        check_empty_wal_archive: None,
+        check_empty_wal_archive: Some(empty_wal_archive_check_enabled(cluster)),
     };
     Ok(target
         .client

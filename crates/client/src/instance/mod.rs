@@ -14,10 +14,13 @@
 //!   first that has the file;
 //! * [`backup`]: `Backup.Backup`, `RestoreJobHooks.Restore` and the recovery
 //!   configuration CloudNativePG writes after it;
+//! * [`commands`]: CloudNativePG's instance-manager commands in a plugin's
+//!   `restore_config`, mapped to `cnpgi-operator`'s;
 //! * [`metrics`]: `Metrics.Define` and `Collect`, checked as CloudNativePG
 //!   checks them, in the Prometheus text format.
 
 pub mod backup;
+pub mod commands;
 pub mod metrics;
 pub mod wal;
 
@@ -103,6 +106,14 @@ pub enum InstanceError {
         rpc: &'static str,
         /// Why.
         reason: String,
+    },
+    /// A file named like a WAL segment cannot be one.
+    #[error("{} is not a whole WAL segment: {reason}; refusing to archive it", path.display())]
+    NotASegment {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: cnpgi_core::wal_segment::SegmentError,
     },
     /// The Cluster could not be encoded.
     #[error("cannot encode the Cluster as JSON: {0}")]

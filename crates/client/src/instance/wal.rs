@@ -10,25 +10,75 @@
 //!   name order; the first that answers OK wins.
 //!
 //! The requests carry the Cluster as JSON and empty `parameters` (plugins
-//! read theirs from the Cluster), and leave `check_empty_wal_archive` and
-//! `mode` unset, as CloudNativePG 1.29 does.
+//! read theirs from the Cluster), and, as CloudNativePG's main branch (cnpg-i
+//! v0.6) does, `check_empty_wal_archive` on every archive (see
+//! [`should_check_empty_wal_archive`]) and `mode` on every restore.
+//!
+//! A restore tells absence from failure ([`RestoreWalError::is_absent`]):
+//! PostgreSQL reads a failed `restore_command` as "not in the archive" and
+//! ends recovery, so only a file that every plugin answered `NOT_FOUND` for
+//! may be reported that way.
 
-use std::path::Path;
+use std::{io::Read as _, path::Path};
 
 use cnpgi_core::{
     capabilities::{ServiceType, WalRpc},
     cluster::enabled_plugins,
     echo::bounded_string,
-    postgres::{external_cluster_plugins, wal_archiver},
+    postgres::{empty_wal_archive_check_enabled, external_cluster_plugins, wal_archiver},
+    wal_segment::{HEADER_LEN, check_segment, cluster_segment_size, is_segment_name},
 };
-use cnpgi_proto::wal::v1::{WalArchiveRequest, WalRestoreRequest};
+use cnpgi_proto::wal::v1::{WalArchiveRequest, WalRestoreRequest, wal_restore_request::Mode};
 use serde_json::Value;
 
-use super::{InstanceError, InstanceOptions, connect, list};
+use super::{InstanceError, InstanceOptions, backup::CHECK_EMPTY_WAL_ARCHIVE_FILE, connect, list};
+
+/// CloudNativePG's `shouldCheckEmptyWalArchive`: whether an archive must
+/// first check that the archive is empty. True while
+/// `PGDATA/.check-empty-wal-archive` exists (created after initdb, a
+/// restore or a join; removed once the first WAL file is archived) unless
+/// the Cluster is annotated `cnpg.io/skipEmptyWalArchiveCheck: enabled`.
+pub fn should_check_empty_wal_archive(cluster: &Value, pgdata: &Path) -> bool {
+    empty_wal_archive_check_enabled(cluster) && pgdata.join(CHECK_EMPTY_WAL_ARCHIVE_FILE).exists()
+}
+
+/// Refuses `source_file` when its name is a WAL segment's but it cannot be
+/// one (empty, truncated, not the Cluster's segment size, no long page
+/// header): archiving it would store a segment recovery cannot replay.
+///
+/// # Errors
+///
+/// [`InstanceError::NotASegment`] saying why, or [`InstanceError::Io`] when
+/// the file cannot be read.
+pub fn check_wal_file(cluster: &Value, source_file: &Path) -> Result<(), InstanceError> {
+    let Some(name) = source_file.file_name().and_then(|n| n.to_str()) else {
+        return Ok(());
+    };
+    if !is_segment_name(name) {
+        return Ok(());
+    }
+    let io = |source| InstanceError::Io {
+        what: format!("cannot read {}", source_file.display()),
+        source,
+    };
+    let mut file = std::fs::File::open(source_file).map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    let mut header = Vec::with_capacity(HEADER_LEN);
+    file.by_ref()
+        .take(HEADER_LEN as u64)
+        .read_to_end(&mut header)
+        .map_err(io)?;
+    check_segment(size, &header, cluster_segment_size(cluster)).map_err(|reason| InstanceError::NotASegment {
+        path: source_file.to_owned(),
+        reason,
+    })
+}
 
 /// `WAL.Archive` of `source_file` (an absolute path: PGDATA joined with
-/// PostgreSQL's `%p`) on every enabled plugin that archives WAL. Returns the
-/// plugins that archived it.
+/// PostgreSQL's `%p`) on every enabled plugin that archives WAL, with
+/// `check_empty_wal_archive` (see [`should_check_empty_wal_archive`]).
+/// Returns the plugins that archived it. A file named like a WAL segment
+/// must be one ([`check_wal_file`]).
 ///
 /// Where CloudNativePG would report success with no plugin called (it then
 /// falls back to its in-tree Barman Cloud support, or skips archiving when
@@ -37,13 +87,16 @@ use super::{InstanceError, InstanceOptions, connect, list};
 ///
 /// # Errors
 ///
-/// The `isWALArchiver` plugin has no socket; a plugin cannot be reached or
-/// refuses the file; no plugin archives WAL.
+/// The file cannot be a WAL segment; the `isWALArchiver` plugin has no
+/// socket; a plugin cannot be reached or refuses the file; no plugin
+/// archives WAL.
 pub async fn archive_wal(
     cluster: &Value,
     source_file: &Path,
+    check_empty_wal_archive: bool,
     options: &InstanceOptions,
 ) -> Result<Vec<String>, InstanceError> {
+    check_wal_file(cluster, source_file)?;
     let enabled: Vec<String> = enabled_plugins(cluster).into_iter().map(|p| p.name).collect();
     let (plugins, missing) = connect(enabled.iter().map(String::as_str), &[ServiceType::WalService], options).await?;
     if let Some(archiver) = wal_archiver(cluster)
@@ -64,7 +117,7 @@ pub async fn archive_wal(
             cluster_definition: definition.clone(),
             source_file_name: source_file.to_string_lossy().into_owned(),
             parameters: Default::default(),
-            check_empty_wal_archive: None,
+            check_empty_wal_archive: Some(check_empty_wal_archive),
         };
         plugin
             .client
@@ -99,8 +152,9 @@ pub struct Miss {
 /// Why [`restore_wal`] restored nothing.
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreWalError {
-    /// Every plugin that restores WAL refused (for a file not archived, the
-    /// ordinary case PostgreSQL expects).
+    /// Every plugin that restores WAL refused: all with `NOT_FOUND` for a
+    /// file not archived (the ordinary case PostgreSQL expects at the end of
+    /// the archive), otherwise at least one failed ([`Self::is_absent`]).
     #[error("{wal} not restored: {}", misses.iter().map(|m| format!("plugin {}: {:?}: {}", m.plugin, m.code, m.message)).collect::<Vec<_>>().join("; "))]
     NotRestored {
         /// The WAL file asked for.
@@ -113,9 +167,48 @@ pub enum RestoreWalError {
     Instance(#[from] InstanceError),
 }
 
+impl RestoreWalError {
+    /// Whether the file is simply not in the archive: every plugin asked
+    /// answered `NOT_FOUND`. Anything else (damage, `DATA_LOSS`; an
+    /// unreachable store, `UNAVAILABLE`; a deadline; a plugin that cannot be
+    /// reached; no plugin at all) is a failure, which must not end a
+    /// recovery.
+    pub fn is_absent(&self) -> bool {
+        match self {
+            Self::NotRestored { misses, .. } => {
+                !misses.is_empty() && misses.iter().all(|m| m.code == tonic::Code::NotFound)
+            }
+            Self::Instance(_) => false,
+        }
+    }
+
+    /// Whether trying again may succeed: a plugin was unreachable, busy or
+    /// out of time (`UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`,
+    /// `ABORTED`, `UNKNOWN`, or a connection that failed), and none reported
+    /// damage. Absence, damage and refusals are answers, not accidents.
+    pub fn is_transient(&self) -> bool {
+        use tonic::Code;
+        let transient = |code: Code| {
+            matches!(
+                code,
+                Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted | Code::Aborted | Code::Unknown
+            )
+        };
+        match self {
+            Self::NotRestored { misses, .. } => {
+                misses.iter().any(|m| transient(m.code))
+                    && misses.iter().all(|m| transient(m.code) || m.code == Code::NotFound)
+            }
+            Self::Instance(InstanceError::Client(_) | InstanceError::Probe(_)) => true,
+            Self::Instance(InstanceError::Call { code, .. }) => transient(*code),
+            Self::Instance(_) => false,
+        }
+    }
+}
+
 /// `WAL.Restore` of `wal_name` (PostgreSQL's `%f`) into `destination` (an
-/// absolute path: PGDATA joined with `%p`), from the first plugin that has
-/// it. Returns that plugin.
+/// absolute path: PGDATA joined with `%p`) in `mode`, from the first plugin
+/// that has it. Returns that plugin.
 ///
 /// # Errors
 ///
@@ -126,6 +219,7 @@ pub async fn restore_wal(
     cluster: &Value,
     wal_name: &str,
     destination: &Path,
+    mode: Mode,
     options: &InstanceOptions,
 ) -> Result<String, RestoreWalError> {
     let mut names: Vec<String> = enabled_plugins(cluster).into_iter().map(|p| p.name).collect();
@@ -142,7 +236,7 @@ pub async fn restore_wal(
             source_wal_name: wal_name.to_owned(),
             destination_file_name: destination.to_string_lossy().into_owned(),
             parameters: Default::default(),
-            mode: 0,
+            mode: mode.into(),
         };
         match plugin.client.wal().restore(plugin.client.request(request)).await {
             Ok(_) => return Ok(plugin.name.clone()),

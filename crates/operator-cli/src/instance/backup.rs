@@ -9,14 +9,16 @@ use std::{
     time::SystemTime,
 };
 
+use anyhow::Context as _;
 use clap::Args;
-use cnpgi_client::instance::backup::{
-    backup, backup_object, backup_result_json, default_backup_name, restore, write_recovery_configuration,
+use cnpgi_client::instance::{
+    backup::{backup, backup_object, backup_result_json, default_backup_name, restore, write_recovery_configuration},
+    commands::{InstanceCli, map_instance_manager},
 };
 use cnpgi_core::postgres::recovery_source_plugin;
 use serde_json::Value;
 
-use super::{InstanceFlags, deadline};
+use super::{InstanceFlags, absolute, deadline};
 
 /// `K=V` of `--parameter`.
 fn parameter(text: &str) -> Result<(String, String), String> {
@@ -53,7 +55,7 @@ pub(crate) struct BackupArgs {
 /// Prints the plugin's `BackupResult` as JSON; exit 1 when the backup
 /// failed, 2 on bad input.
 pub(crate) async fn run_backup(args: BackupArgs) -> ExitCode {
-    let cluster = match args.instance.read_cluster() {
+    let cluster = match args.instance.read_cluster(true) {
         Ok(cluster) => cluster,
         Err(error) => {
             eprintln!("backup: {error:#}");
@@ -114,7 +116,8 @@ pub(crate) struct RestoreArgs {
 }
 
 /// Refuses a PGDATA that has files; creates a missing one (mode 0700).
-fn prepare_pgdata(pgdata: &Path) -> anyhow::Result<()> {
+/// Returns whether it was created.
+fn prepare_pgdata(pgdata: &Path) -> anyhow::Result<bool> {
     match std::fs::read_dir(pgdata) {
         Ok(mut entries) => {
             anyhow::ensure!(
@@ -122,23 +125,70 @@ fn prepare_pgdata(pgdata: &Path) -> anyhow::Result<()> {
                 "refusing to restore into {}: it is not empty",
                 pgdata.display()
             );
-            Ok(())
+            Ok(false)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(pgdata)
+            .map(|()| true)
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", pgdata.display())),
         Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", pgdata.display())),
     }
 }
 
-/// Has the plugin fill PGDATA, writes the recovery configuration, prints
-/// the plugin's `envs` (one `NAME=VALUE` a line); exit 1 when the restore
-/// failed, 2 on bad input.
+/// Puts PGDATA back as it was before a failed restore (it was checked
+/// empty, or created): a PGDATA half-filled by a restore that failed (a
+/// base backup that failed its checksum, a plugin that died) must never be
+/// started. Returns what was done, for the message.
+fn undo_restore(pgdata: &Path, created: bool) -> String {
+    let result = if created {
+        std::fs::remove_dir_all(pgdata)
+    } else {
+        std::fs::read_dir(pgdata).and_then(|entries| {
+            entries.into_iter().try_for_each(|entry| {
+                let path = entry?.path();
+                if path.is_dir() && !path.is_symlink() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                }
+            })
+        })
+    };
+    match result {
+        Ok(()) if created => format!("{} removed again", pgdata.display()),
+        Ok(()) => format!("{} emptied again", pgdata.display()),
+        Err(error) => format!(
+            "{} could NOT be emptied ({error}): remove what the plugin wrote before starting PostgreSQL on it",
+            pgdata.display()
+        ),
+    }
+}
+
+/// How the recovering PostgreSQL runs this program's `wal-restore` (and
+/// `wal-archive`): this executable, the Cluster file and the plugin
+/// directory of this restore, all as absolute paths.
+fn instance_cli(flags: &InstanceFlags) -> anyhow::Result<InstanceCli> {
+    let text = |path: PathBuf| {
+        path.into_os_string()
+            .into_string()
+            .map_err(|path| anyhow::anyhow!("{} is not UTF-8", PathBuf::from(path).display()))
+    };
+    Ok(InstanceCli {
+        program: text(std::env::current_exe().context("cannot tell where this executable is")?)?,
+        cluster: text(absolute(&flags.cluster)?)?,
+        plugin_dir: text(absolute(&flags.plugin_dir)?)?,
+    })
+}
+
+/// Has the plugin fill PGDATA, writes the recovery configuration (with the
+/// instance manager's commands mapped to this program's), prints the
+/// plugin's `envs` (one `NAME=VALUE` a line); exit 1 when the restore failed
+/// (PGDATA is then left as it was: empty), 2 on bad input.
 pub(crate) async fn run_restore(args: RestoreArgs) -> ExitCode {
     let input = (|| {
-        let cluster = args.instance.read_cluster()?;
+        let cluster = args.instance.read_cluster(false)?;
         let plugin = match &args.plugin {
             Some(plugin) => plugin.clone(),
             None => recovery_source_plugin(&cluster)
@@ -154,10 +204,11 @@ pub(crate) async fn run_restore(args: RestoreArgs) -> ExitCode {
             "--config-file {:?} must be a file name in PGDATA",
             args.config_file
         );
-        prepare_pgdata(&args.pgdata)?;
-        anyhow::Ok((cluster, plugin))
+        let cli = instance_cli(&args.instance)?;
+        let created = prepare_pgdata(&args.pgdata)?;
+        anyhow::Ok((cluster, plugin, cli, created))
     })();
-    let (cluster, plugin) = match input {
+    let (cluster, plugin, cli, created) = match input {
         Ok(input) => input,
         Err(error) => {
             eprintln!("restore: {error:#}");
@@ -165,35 +216,43 @@ pub(crate) async fn run_restore(args: RestoreArgs) -> ExitCode {
         }
     };
     let options = args.instance.options(args.timeout.and_then(deadline));
-    let answer = match restore(&cluster, &plugin, &options).await {
-        Ok(answer) => answer,
-        Err(error) => {
-            eprintln!("restore: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if !args.pgdata.join("PG_VERSION").is_file() {
-        eprintln!(
-            "restore: plugin {plugin} answered, but {} has no PG_VERSION: the plugin did not fill this PGDATA",
+    let restored = async {
+        let answer = restore(&cluster, &plugin, &options).await?;
+        anyhow::ensure!(
+            args.pgdata.join("PG_VERSION").is_file(),
+            "plugin {plugin} answered, but {} has no PG_VERSION: the plugin did not fill this PGDATA",
             args.pgdata.display()
         );
-        return ExitCode::FAILURE;
+        let mapped = map_instance_manager(&answer.restore_config, &cli)
+            .with_context(|| format!("plugin {plugin}'s restore_config cannot be used here"))?;
+        let files = write_recovery_configuration(&args.pgdata, &args.config_file, &mapped.config, &cluster)?;
+        anyhow::Ok((answer.envs, mapped.settings, files))
     }
-    match write_recovery_configuration(&args.pgdata, &args.config_file, &answer.restore_config, &cluster) {
-        Ok(files) => {
+    .await;
+    match restored {
+        Ok((envs, mapped, files)) => {
+            let mapped = if mapped.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} mapped from CloudNativePG's instance manager to {}",
+                    mapped.join(" and "),
+                    cli.program
+                )
+            };
             eprintln!(
-                "restore: {} restored by plugin {plugin}; recovery configuration appended to {}; {} created",
+                "restore: {} restored by plugin {plugin}; recovery configuration appended to {}{mapped}; {} created",
                 args.pgdata.display(),
                 files.config.display(),
                 files.signal.display()
             );
-            for env in &answer.envs {
+            for env in &envs {
                 println!("{env}");
             }
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("restore: {error}");
+            eprintln!("restore: {error:#}; {}", undo_restore(&args.pgdata, created));
             ExitCode::FAILURE
         }
     }

@@ -80,7 +80,7 @@ impl Scraper {
     /// One scrape: the Cluster file is read again (it may have changed), the
     /// plugins asked, the errors counted.
     async fn scrape(&self) -> String {
-        let collection = match self.instance.read_cluster() {
+        let collection = match self.instance.read_cluster(false) {
             Ok(cluster) => {
                 collect(
                     &cluster,

@@ -21,6 +21,35 @@ use cnpgi_client::{
 };
 use serde_json::Value;
 
+/// The fields every instance command needs in the Cluster file: the JSON
+/// pointer, its name as a user writes it, and why.
+pub(crate) const REQUIRED_FIELDS: [(&str, &str, &str); 5] = [
+    ("/apiVersion", "apiVersion", "plugins decode the Cluster by its type"),
+    ("/kind", "kind", "plugins decode the Cluster by its type"),
+    (
+        "/metadata/name",
+        "metadata.name",
+        "plugins name their archive and backups after it",
+    ),
+    (
+        "/metadata/namespace",
+        "metadata.namespace",
+        "plugins look their configuration up in it",
+    ),
+    (
+        "/metadata/uid",
+        "metadata.uid",
+        "plugins tell one Cluster from another of the same name by it (outside Kubernetes, any unique id, e.g. from uuidgen)",
+    ),
+];
+
+/// What `wal-archive` and `backup` also need.
+pub(crate) const PRIMARY_FIELD: (&str, &str, &str) = (
+    "/status/currentPrimary",
+    "status.currentPrimary",
+    "archiving and backups run on the current primary, which plugins check (the name of this instance)",
+);
+
 /// Where the Cluster and the plugins are.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct InstanceFlags {
@@ -34,16 +63,27 @@ pub(crate) struct InstanceFlags {
 }
 
 impl InstanceFlags {
-    /// The Cluster file, as JSON.
-    pub(crate) fn read_cluster(&self) -> anyhow::Result<Value> {
-        let text = std::fs::read_to_string(&self.cluster)
-            .with_context(|| format!("cannot read the Cluster {}", self.cluster.display()))?;
-        let cluster = crate::render::parse_yaml(&self.cluster, &text)?;
-        anyhow::ensure!(
-            cluster.is_object(),
-            "{} does not hold an object",
-            self.cluster.display()
-        );
+    /// The Cluster file, as JSON, with the fields plugins read from what
+    /// CloudNativePG's instance manager sends them (an API object, where
+    /// they are always set): [`REQUIRED_FIELDS`], plus `status.currentPrimary`
+    /// when `primary` (archiving and backups run on the primary, and plugins
+    /// such as plugin-barman-cloud check it).
+    pub(crate) fn read_cluster(&self, primary: bool) -> anyhow::Result<Value> {
+        let cluster = crate::render::read_object(&self.cluster)
+            .with_context(|| format!("cannot use the Cluster file {}", self.cluster.display()))?;
+        let required = REQUIRED_FIELDS.iter().chain(primary.then_some(&PRIMARY_FIELD));
+        for (pointer, shown, why) in required {
+            let present = cluster
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .is_some_and(|text| !text.is_empty());
+            anyhow::ensure!(
+                present,
+                "the Cluster file {} has no {shown}: {why} (CloudNativePG always passes it; see the README's \
+                 \"Instance mode\")",
+                self.cluster.display()
+            );
+        }
         Ok(cluster)
     }
 
