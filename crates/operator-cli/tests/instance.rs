@@ -74,7 +74,7 @@ impl Setup {
         std::fs::write(
             &path,
             format!(
-                "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata:\n  name: pg\n  namespace: db\nspec:\n  plugins:\n  - name: {PLUGIN}\n    isWALArchiver: true\n    parameters:\n      archive: {}\n      pgdata: {}\n{extra_parameters}",
+                "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata:\n  name: pg\n  namespace: db\n  uid: 6f1c0de4-0c7e-4d4e-9a55-6c1b2f3e4d5a\nstatus:\n  currentPrimary: pg-1\nspec:\n  plugins:\n  - name: {PLUGIN}\n    isWALArchiver: true\n    parameters:\n      archive: {}\n      pgdata: {}\n{extra_parameters}",
                 self.path("archive").display(),
                 self.path("pgdata").display()
             ),
@@ -114,18 +114,23 @@ fn failed(output: &Output) -> (i32, String) {
 
 const SEGMENT: &str = "000000010000000000000001";
 
+/// A 1 MiB WAL segment (the smallest `initdb --wal-segsize`) with its long
+/// page header, the rest `fill`.
+fn segment(fill: u8) -> Vec<u8> {
+    let mut bytes = vec![fill; 1 << 20];
+    bytes[..cnpgi_core::wal_segment::HEADER_LEN].copy_from_slice(&cnpgi_core::wal_segment::segment_header(1 << 20));
+    bytes
+}
+
 #[test]
 fn wal_archive_then_restore_round_trip() {
     let setup = Setup::new();
-    std::fs::write(setup.path("pgdata/pg_wal").join(SEGMENT), b"segment one").unwrap();
+    std::fs::write(setup.path("pgdata/pg_wal").join(SEGMENT), segment(1)).unwrap();
 
     let archived = setup.run(&["wal-archive", &format!("pg_wal/{SEGMENT}")]);
     assert!(archived.status.success(), "{}", stderr(&archived));
     assert!(stderr(&archived).is_empty(), "silent on success: {}", stderr(&archived));
-    assert_eq!(
-        std::fs::read(setup.path("archive").join(SEGMENT)).unwrap(),
-        b"segment one"
-    );
+    assert_eq!(std::fs::read(setup.path("archive").join(SEGMENT)).unwrap(), segment(1));
 
     // PostgreSQL retries after a crash: the same content again is a success.
     assert!(
@@ -136,7 +141,7 @@ fn wal_archive_then_restore_round_trip() {
     );
 
     // Different content under an archived name: refused, never overwritten.
-    std::fs::write(setup.path("pgdata/pg_wal").join(SEGMENT), b"something else").unwrap();
+    std::fs::write(setup.path("pgdata/pg_wal").join(SEGMENT), segment(2)).unwrap();
     let (code, line) = failed(&setup.run(&["wal-archive", &format!("pg_wal/{SEGMENT}")]));
     assert_eq!(code, 1);
     assert!(
@@ -145,16 +150,13 @@ fn wal_archive_then_restore_round_trip() {
         )),
         "{line}"
     );
-    assert_eq!(
-        std::fs::read(setup.path("archive").join(SEGMENT)).unwrap(),
-        b"segment one"
-    );
+    assert_eq!(std::fs::read(setup.path("archive").join(SEGMENT)).unwrap(), segment(1));
 
     let restored = setup.run(&["wal-restore", SEGMENT, "pg_wal/RECOVERYXLOG"]);
     assert!(restored.status.success(), "{}", stderr(&restored));
     assert_eq!(
         std::fs::read(setup.path("pgdata/pg_wal/RECOVERYXLOG")).unwrap(),
-        b"segment one"
+        segment(1)
     );
 
     // A file the archive lacks (the next timeline's history, say): exit 1,
@@ -173,7 +175,7 @@ fn wal_archive_then_restore_round_trip() {
 #[test]
 fn wal_archive_refuses_to_report_what_nobody_archived() {
     let mut setup = Setup::new();
-    std::fs::write(setup.path("pgdata/pg_wal").join(SEGMENT), b"x").unwrap();
+    std::fs::write(setup.path("pgdata/pg_wal").join(SEGMENT), segment(0)).unwrap();
     let wal = format!("pg_wal/{SEGMENT}");
 
     // The file PostgreSQL names does not exist.
@@ -232,9 +234,10 @@ fn wal_archive_refuses_to_report_what_nobody_archived() {
             setup.sockets().join(PLUGIN).display()
         )
     );
-    // Restoring with no plugin: exit 1 as well, PostgreSQL carries on.
-    let (code, line) = failed(&setup.run(&["wal-restore", SEGMENT, "pg_wal/RECOVERYXLOG"]));
-    assert_eq!(code, 1);
+    // Restoring with no plugin is a failure, not an absence (see
+    // wal_restore_never_lets_a_failure_end_a_recovery).
+    let (code, line) = failed(&setup.run(&["wal-restore", "--retries", "0", SEGMENT, "pg_wal/RECOVERYXLOG"]));
+    assert_eq!(code, 255);
     assert!(line.contains("no plugin restores WAL"), "{line}");
 
     // Back on the same path, it serves again.
@@ -246,7 +249,7 @@ fn wal_archive_refuses_to_report_what_nobody_archived() {
 fn backup_and_restore_through_the_plugin() {
     let setup = Setup::new();
     std::fs::write(setup.path("pgdata/postgresql.conf"), "port = 5432\n").unwrap();
-    std::fs::write(setup.path("pgdata/pg_wal").join(SEGMENT), b"not in base backups").unwrap();
+    std::fs::write(setup.path("pgdata/pg_wal").join(SEGMENT), segment(3)).unwrap();
 
     let output = setup.run(&[
         "backup",
@@ -313,17 +316,51 @@ fn backup_and_restore_through_the_plugin() {
         std::fs::read_to_string(target.join("postgresql.conf")).unwrap(),
         "port = 5432\n"
     );
-    let auto = std::fs::read_to_string(target.join("postgresql.auto.conf")).unwrap();
+    // The plugin answered CloudNativePG's instance-manager command
+    // (`/controller/manager wal-restore --log-destination … %f %p`): it is
+    // mapped to this program, with this restore's Cluster and plugins.
     assert!(
-        auto.ends_with(
+        stderr(&output).contains("restore_command mapped from CloudNativePG's instance manager"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        envs.contains("CNPGI_DIR_PLUGIN_CHECK_EMPTY_WAL_ARCHIVE=true\n"),
+        "sent as CloudNativePG sends it: {envs}"
+    );
+    let auto = std::fs::read_to_string(target.join("postgresql.auto.conf")).unwrap();
+    let command = format!(
+        "{BIN} wal-restore --cluster {} --plugin-dir {} %f %p",
+        setup.path("restore.yaml").display(),
+        setup.sockets().display()
+    );
+    assert!(
+        auto.ends_with(&format!(
             "archive_command = 'false'\nrecovery_target_action = promote\n\
-             restore_command = 'cnpgi-operator wal-restore %f %p'\n\
+             restore_command = '{command}'\n\
              recovery_target_name = 'before'\nrecovery_target_inclusive = true\n"
-        ),
+        )),
         "{auto}"
     );
     assert!(target.join("recovery.signal").exists());
     assert!(target.join(".check-empty-wal-archive").exists());
+    // The mapped command works as PostgreSQL runs it: through sh, in PGDATA.
+    assert!(
+        setup
+            .run(&["wal-archive", &format!("pg_wal/{SEGMENT}")])
+            .status
+            .success()
+    );
+    let ran = Command::new("sh")
+        .arg("-c")
+        .arg(command.replace("%f", SEGMENT).replace("%p", "pg_wal/RECOVERYXLOG"))
+        .current_dir(&target)
+        .env_remove("CNPGI_CLUSTER")
+        .env_remove("CNPGI_PLUGIN_DIR")
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    assert_eq!(std::fs::read(target.join("pg_wal/RECOVERYXLOG")).unwrap(), segment(3));
 
     // A PGDATA with files is never restored into.
     let (code, line) = failed(&setup.run_with(
@@ -347,10 +384,329 @@ fn backup_and_restore_through_the_plugin() {
     ));
     assert_eq!(code, 1, "{line}");
     assert!(
-        line.ends_with("has no PG_VERSION: the plugin did not fill this PGDATA"),
+        line.contains("has no PG_VERSION: the plugin did not fill this PGDATA")
+            && line.ends_with(&format!("{} removed again", elsewhere.display())),
         "{line}"
     );
     assert!(setup.path("decoy/PG_VERSION").exists());
+    assert!(!elsewhere.exists());
+}
+
+#[test]
+fn a_failed_restore_leaves_pgdata_as_it_was() {
+    let setup = Setup::new();
+    std::fs::write(setup.path("pgdata/postgresql.conf"), "port = 5432\n").unwrap();
+    assert!(
+        setup
+            .run(&["backup", "--plugin", PLUGIN, "--backup-name", "b"])
+            .status
+            .success()
+    );
+    // The plugin fills PGDATA, then takes 30 s to answer (a slow
+    // verification): the deadline passes with PGDATA half restored.
+    let target = setup.path("restored");
+    std::fs::create_dir(&target).unwrap();
+    let cluster = setup.write_cluster("slow-restore.yaml", "      restoreDelaySeconds: \"30\"\n");
+    let text = std::fs::read_to_string(&cluster).unwrap().replace(
+        &setup.path("pgdata").display().to_string(),
+        &target.display().to_string(),
+    );
+    std::fs::write(&cluster, text).unwrap();
+    let started = Instant::now();
+    let (code, line) = failed(&setup.run_with(
+        &[
+            "restore",
+            "--plugin",
+            PLUGIN,
+            "--pgdata",
+            target.to_str().unwrap(),
+            "--timeout",
+            "2",
+        ],
+        &cluster,
+    ));
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(code, 1, "{line}");
+    assert!(
+        line.contains("RestoreJobHooks/Restore failed: DeadlineExceeded")
+            && line.ends_with(&format!("{} emptied again", target.display())),
+        "{line}"
+    );
+    assert!(target.is_dir(), "a PGDATA that existed stays");
+    assert_eq!(
+        std::fs::read_dir(&target).unwrap().count(),
+        0,
+        "nothing of the restore is left"
+    );
+
+    // A restore_config calling the instance manager in a way that has no
+    // equivalent here: refused, and PGDATA emptied, rather than a
+    // recovery that would fail on every file.
+    let cluster = setup.write_cluster(
+        "odd-command.yaml",
+        "      restoreCommand: /controller/manager wal-restore --spool /x %f %p\n",
+    );
+    let text = std::fs::read_to_string(&cluster).unwrap().replace(
+        &setup.path("pgdata").display().to_string(),
+        &target.display().to_string(),
+    );
+    std::fs::write(&cluster, text).unwrap();
+    let (code, line) = failed(&setup.run_with(
+        &["restore", "--plugin", PLUGIN, "--pgdata", target.to_str().unwrap()],
+        &cluster,
+    ));
+    assert_eq!(code, 1, "{line}");
+    assert!(
+        line.contains("restore_config cannot be used here: restore_command calls CloudNativePG's instance manager")
+            && line.contains("its flag --spool has no equivalent"),
+        "{line}"
+    );
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+}
+
+/// The exit code and every stderr line.
+fn outcome(output: &Output) -> (i32, Vec<String>) {
+    (
+        output.status.code().unwrap(),
+        stderr(output).lines().map(str::to_owned).collect(),
+    )
+}
+
+#[test]
+fn wal_restore_never_lets_a_failure_end_a_recovery() {
+    let mut setup = Setup::new();
+    std::fs::write(setup.path("pgdata/pg_wal").join(SEGMENT), segment(1)).unwrap();
+    assert!(
+        setup
+            .run(&["wal-archive", &format!("pg_wal/{SEGMENT}")])
+            .status
+            .success()
+    );
+    std::fs::write(setup.path("pgdata/recovery.signal"), "").unwrap();
+    let restore =
+        |setup: &Setup, name: &str| setup.run(&["wal-restore", "--retries", "1", name, "pg_wal/RECOVERYXLOG"]);
+
+    // Absent (every plugin NOT_FOUND): exit 1, PostgreSQL ends recovery there.
+    let (code, line) = failed(&restore(&setup, "000000010000000000000002"));
+    assert_eq!(code, 1);
+    assert!(line.contains("NotFound"), "{line}");
+
+    // The store down (the archive directory unmounted): UNAVAILABLE, retried
+    // once after 1 s, then exit 255, which makes PostgreSQL abort recovery.
+    std::fs::rename(setup.path("archive"), setup.path("archive.away")).unwrap();
+    let started = Instant::now();
+    let (code, lines) = outcome(&restore(&setup, SEGMENT));
+    assert!(started.elapsed() >= Duration::from_secs(1), "retried after a pause");
+    assert_eq!(code, 255, "{lines:?}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].contains("Unavailable") && lines[0].ends_with("(attempt 1 of 2; retrying in 1 s)"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "wal-restore {SEGMENT} not restored: plugin {PLUGIN}: Unavailable:"
+        )) && lines[1].contains("is not there")
+            && lines[1].contains("after 2 attempts (recovery aborted"),
+        "{lines:?}"
+    );
+    assert!(!setup.path("pgdata/pg_wal/RECOVERYXLOG").exists());
+
+    // In standby mode the same failure exits 1: PostgreSQL streams instead,
+    // and promotes nothing.
+    std::fs::write(setup.path("pgdata/standby.signal"), "").unwrap();
+    let (code, lines) = outcome(&restore(&setup, SEGMENT));
+    assert_eq!(code, 1, "{lines:?}");
+    assert!(lines[1].contains("standby mode"), "{lines:?}");
+    std::fs::remove_file(setup.path("pgdata/standby.signal")).unwrap();
+
+    // The store back while retrying: restored.
+    let back = {
+        let (from, to) = (setup.path("archive.away"), setup.path("archive"));
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            std::fs::rename(from, to).unwrap();
+        })
+    };
+    let output = setup.run(&["wal-restore", "--retries", "3", SEGMENT, "pg_wal/RECOVERYXLOG"]);
+    back.join().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        std::fs::read(setup.path("pgdata/pg_wal/RECOVERYXLOG")).unwrap(),
+        segment(1)
+    );
+    std::fs::remove_file(setup.path("pgdata/pg_wal/RECOVERYXLOG")).unwrap();
+
+    // The plugin dead (its socket left behind): a failure too.
+    let mut plugin = setup.plugin.take().unwrap();
+    plugin.kill().unwrap();
+    plugin.wait().unwrap();
+    let (code, lines) = outcome(&restore(&setup, "000000010000000000000002"));
+    assert_eq!(code, 255, "{lines:?}");
+    assert!(
+        lines[1].contains(&format!("plugin {PLUGIN}")) && lines[1].contains("recovery aborted"),
+        "{lines:?}"
+    );
+
+    // An unreadable Cluster file during a recovery: not "absent" either.
+    let (code, line) = failed(&setup.run_with(
+        &["wal-restore", SEGMENT, "pg_wal/RECOVERYXLOG"],
+        &setup.path("missing.yaml"),
+    ));
+    assert_eq!(code, 255, "{line}");
+    assert!(
+        line.contains("missing.yaml") && line.contains("recovery aborted"),
+        "{line}"
+    );
+    // Outside a recovery it is bad input, as for every command.
+    std::fs::remove_file(setup.path("pgdata/recovery.signal")).unwrap();
+    let (code, _) = failed(&setup.run_with(
+        &["wal-restore", SEGMENT, "pg_wal/RECOVERYXLOG"],
+        &setup.path("missing.yaml"),
+    ));
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn wal_archive_refuses_what_cannot_be_a_segment() {
+    let setup = Setup::new();
+    let wal = setup.path("pgdata/pg_wal").join(SEGMENT);
+    let archive = |setup: &Setup| failed(&setup.run(&["wal-archive", &format!("pg_wal/{SEGMENT}")]));
+    for (bytes, reason) in [
+        (Vec::new(), "it is empty (0 bytes)"),
+        (
+            segment(1)[..(1 << 20) - 8192].to_vec(),
+            "its size, 1040384 bytes, is not a WAL segment size",
+        ),
+        (vec![0; 1 << 20], "its first page has no WAL long page header"),
+    ] {
+        std::fs::write(&wal, bytes).unwrap();
+        let (code, line) = archive(&setup);
+        assert_eq!(code, 1, "{line}");
+        assert!(
+            line.starts_with(&format!(
+                "wal-archive pg_wal/{SEGMENT}: {} is not a whole WAL segment: {reason}",
+                wal.display()
+            )) && line.ends_with("refusing to archive it"),
+            "{line}"
+        );
+        assert!(!setup.path("archive").join(SEGMENT).exists(), "nothing archived");
+    }
+    // The Cluster's own segment size (initdb --wal-segsize 16).
+    std::fs::write(&wal, segment(1)).unwrap();
+    let sized = setup.write_cluster("sized.yaml", "");
+    let text = std::fs::read_to_string(&sized).unwrap() + "  bootstrap:\n    initdb:\n      walSegmentSize: 16\n";
+    std::fs::write(&sized, text).unwrap();
+    let (code, line) = failed(&setup.run_with(&["wal-archive", &format!("pg_wal/{SEGMENT}")], &sized));
+    assert_eq!(code, 1);
+    assert!(
+        line.contains("differs from the Cluster's WAL segment size (16777216 bytes)"),
+        "{line}"
+    );
+    // Files with other rules are not segments: a history file is archived.
+    std::fs::write(setup.path("pgdata/pg_wal/00000002.history"), b"1\t0/3000000\tx\n").unwrap();
+    assert!(setup.run(&["wal-archive", "pg_wal/00000002.history"]).status.success());
+    assert!(
+        setup
+            .run(&["wal-archive", &format!("pg_wal/{SEGMENT}")])
+            .status
+            .success()
+    );
+}
+
+#[test]
+fn wal_archive_sends_the_empty_archive_check_and_clears_its_marker() {
+    let setup = Setup::new();
+    std::fs::write(setup.path("archive/000000010000000000000007"), segment(7)).unwrap();
+    std::fs::write(setup.path("pgdata/pg_wal").join(SEGMENT), segment(1)).unwrap();
+    let marker = setup.path("pgdata/.check-empty-wal-archive");
+    std::fs::write(&marker, "").unwrap();
+    // A new instance must not archive into another cluster's WAL.
+    let (code, line) = failed(&setup.run(&["wal-archive", &format!("pg_wal/{SEGMENT}")]));
+    assert_eq!(code, 1);
+    assert!(
+        line.contains("FailedPrecondition: the archive") && line.contains("is not empty"),
+        "{line}"
+    );
+    assert!(marker.exists());
+    // cnpg.io/skipEmptyWalArchiveCheck: enabled turns the check off; once
+    // archived, the marker is gone and later files are not checked.
+    let skip = setup.write_cluster("skip.yaml", "");
+    let text = std::fs::read_to_string(&skip).unwrap().replace(
+        "  uid:",
+        "  annotations:\n    cnpg.io/skipEmptyWalArchiveCheck: enabled\n  uid:",
+    );
+    std::fs::write(&skip, text).unwrap();
+    let output = setup.run_with(&["wal-archive", &format!("pg_wal/{SEGMENT}")], &skip);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(!marker.exists(), "the marker is removed once archiving works");
+    std::fs::write(setup.path("pgdata/pg_wal/000000010000000000000002"), segment(2)).unwrap();
+    assert!(
+        setup
+            .run(&["wal-archive", "pg_wal/000000010000000000000002"])
+            .status
+            .success()
+    );
+}
+
+#[test]
+fn cluster_files_must_be_small_and_say_what_plugins_read() {
+    let setup = Setup::new();
+    std::fs::write(setup.path("pgdata/pg_wal").join(SEGMENT), segment(1)).unwrap();
+    let wal = format!("pg_wal/{SEGMENT}");
+    // 100 MB: refused before it is read.
+    let huge = setup.path("huge.yaml");
+    let file = std::fs::File::create(&huge).unwrap();
+    file.set_len(100_000_000).unwrap();
+    let started = Instant::now();
+    let (code, line) = failed(&setup.run_with(&["wal-archive", &wal], &huge));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(code, 2);
+    assert!(
+        line.contains("huge.yaml is larger than 16 MiB; refusing to read it"),
+        "{line}"
+    );
+
+    for (field, removed, commands) in [
+        (
+            "metadata.uid",
+            "  uid: 6f1c0de4-0c7e-4d4e-9a55-6c1b2f3e4d5a\n",
+            &["wal-archive", "wal-restore"][..],
+        ),
+        ("metadata.namespace", "  namespace: db\n", &["wal-archive"][..]),
+        (
+            "status.currentPrimary",
+            "status:\n  currentPrimary: pg-1\n",
+            &["wal-archive"][..],
+        ),
+    ] {
+        let path = setup.path("partial.yaml");
+        let text = std::fs::read_to_string(setup.path("cluster.yaml"))
+            .unwrap()
+            .replace(removed, "");
+        std::fs::write(&path, text).unwrap();
+        for command in commands {
+            let args: Vec<&str> = if *command == "wal-archive" {
+                vec![command, &wal]
+            } else {
+                vec![command, SEGMENT, "pg_wal/RECOVERYXLOG"]
+            };
+            let (code, line) = failed(&setup.run_with(&args, &path));
+            assert_eq!(code, 2, "{command}: {line}");
+            assert!(
+                line.contains(&format!("partial.yaml has no {field}: ")),
+                "{command}: {line}"
+            );
+        }
+    }
+    // wal-restore runs before there is a primary: it does not need one.
+    let path = setup.path("partial.yaml");
+    let text = std::fs::read_to_string(setup.path("cluster.yaml"))
+        .unwrap()
+        .replace("status:\n  currentPrimary: pg-1\n", "");
+    std::fs::write(&path, text).unwrap();
+    let (code, line) = failed(&setup.run_with(&["wal-restore", "00000002.history", "pg_wal/X"], &path));
+    assert_eq!(code, 1, "not in the archive: {line}");
 }
 
 /// GET `path` on `address` over plain HTTP/1.1: (status line, body).
@@ -388,7 +744,7 @@ fn parse(body: &str) -> prometheus_parse::Scrape {
 #[test]
 fn metrics_are_collected_on_each_scrape() {
     let setup = Setup::new();
-    std::fs::write(setup.path("pgdata/pg_wal").join(SEGMENT), b"x").unwrap();
+    std::fs::write(setup.path("pgdata/pg_wal").join(SEGMENT), segment(0)).unwrap();
     assert!(
         setup
             .run(&["wal-archive", &format!("pg_wal/{SEGMENT}")])

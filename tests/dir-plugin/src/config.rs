@@ -16,6 +16,7 @@ pub(crate) struct Config {
     pub(crate) pgdata: Option<PathBuf>,
     pub(crate) enrich: Vec<(String, String)>,
     pub(crate) backup_delay: Duration,
+    pub(crate) restore_delay: Duration,
     pub(crate) restore_command: String,
     pub(crate) bad_metrics: bool,
 }
@@ -51,14 +52,15 @@ impl Config {
                 })
                 .collect::<Result<_, _>>()?,
         };
-        let backup_delay = match parameters.get("backupDelaySeconds") {
-            None => Duration::ZERO,
-            Some(seconds) => Duration::from_secs(
-                seconds
-                    .parse()
-                    .map_err(|_| Status::invalid_argument("backupDelaySeconds must be a number of seconds"))?,
-            ),
+        let delay = |parameter: &str| match parameters.get(parameter) {
+            None => Ok(Duration::ZERO),
+            Some(seconds) => seconds
+                .parse()
+                .map(Duration::from_secs)
+                .map_err(|_| Status::invalid_argument(format!("{parameter} must be a number of seconds"))),
         };
+        let backup_delay = delay("backupDelaySeconds")?;
+        let restore_delay = delay("restoreDelaySeconds")?;
         Ok(Self {
             archive: parameters.get("archive").map(PathBuf::from),
             pgdata: parameters
@@ -67,19 +69,31 @@ impl Config {
                 .or_else(|| std::env::var_os("PGDATA").map(PathBuf::from)),
             enrich,
             backup_delay,
-            restore_command: parameters
-                .get("restoreCommand")
-                .cloned()
-                .unwrap_or_else(|| "cnpgi-operator wal-restore %f %p".to_owned()),
+            restore_delay,
+            // What plugins written for CloudNativePG's Pods answer
+            // (plugin-barman-cloud's exact string).
+            restore_command: parameters.get("restoreCommand").cloned().unwrap_or_else(|| {
+                "/controller/manager wal-restore --log-destination /controller/log/postgres.json %f %p".to_owned()
+            }),
             bad_metrics: parameters.get("badMetrics").map(String::as_str) == Some("undefined"),
         })
     }
 
-    /// The archive directory, which every storing call needs.
+    /// The archive directory, which every storing call needs. A directory
+    /// that is not there is a store that is down (an unmounted volume), not
+    /// an archive without the file: `UNAVAILABLE`, never `NOT_FOUND`.
     pub(crate) fn archive(&self) -> Result<&PathBuf, Status> {
-        self.archive
+        let archive = self
+            .archive
             .as_ref()
-            .ok_or_else(|| Status::failed_precondition(format!("plugin {NAME}: the parameter archive is not set")))
+            .ok_or_else(|| Status::failed_precondition(format!("plugin {NAME}: the parameter archive is not set")))?;
+        if !archive.is_dir() {
+            return Err(Status::unavailable(format!(
+                "plugin {NAME}: the archive directory {} is not there (not mounted?)",
+                archive.display()
+            )));
+        }
+        Ok(archive)
     }
 
     /// PGDATA, which backups and restores need.

@@ -123,7 +123,22 @@ impl wal_server::Wal for Dir {
             )));
         }
         let contents = std::fs::read(source).map_err(|e| io_error("read", source, &e))?;
-        let target = config.archive()?.join(name.as_str());
+        let archive = config.archive()?;
+        if request.check_empty_wal_archive == Some(true) {
+            // As CloudNativePG's plugins: a new instance must not archive
+            // into another cluster's WAL (only this very file may be there).
+            let others = std::fs::read_dir(archive)
+                .map_err(|e| io_error("read", archive, &e))?
+                .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+                .any(|file| file != name.as_str() && file != "base");
+            if others {
+                return Err(Status::failed_precondition(format!(
+                    "the archive {} is not empty",
+                    archive.display()
+                )));
+            }
+        }
+        let target = archive.join(name.as_str());
         let existing = match std::fs::read(&target) {
             Ok(existing) => Some(existing),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -229,12 +244,23 @@ impl restore_job_hooks_server::RestoreJobHooks for Dir {
         let pgdata = config.pgdata()?;
         copy_tree(&base.join(&latest), pgdata, &|_| false).map_err(|e| io_error("restore into", pgdata, &e))?;
         std::fs::create_dir_all(pgdata.join("pg_wal")).map_err(|e| io_error("create", pgdata, &e))?;
+        // A slow verification after the copy (`restoreDelaySeconds`): a
+        // deadline or a kill then leaves PGDATA filled, as a real restore
+        // that fails late would.
+        tokio::time::sleep(config.restore_delay).await;
+        let check_empty = match request.get_ref().check_empty_wal_archive {
+            Some(check) => check.to_string(),
+            None => "unset".to_owned(),
+        };
         Ok(Response::new(RestoreResponse {
             restore_config: format!(
                 "recovery_target_action = promote\nrestore_command = '{}'\n",
                 config.restore_command.replace('\'', "''")
             ),
-            envs: vec![format!("CNPGI_DIR_PLUGIN_BACKUP={latest}")],
+            envs: vec![
+                format!("CNPGI_DIR_PLUGIN_BACKUP={latest}"),
+                format!("CNPGI_DIR_PLUGIN_CHECK_EMPTY_WAL_ARCHIVE={check_empty}"),
+            ],
         }))
     }
 }

@@ -90,18 +90,16 @@ pub(crate) async fn archive(args: ArchiveArgs) -> ExitCode {
     .await
     {
         Ok(_) => {
-            if check_empty {
-                // As CloudNativePG's instance manager once archiving works:
-                // the archive is now this instance's own.
-                let marker = pgdata.join(CHECK_EMPTY_WAL_ARCHIVE_FILE);
-                if let Err(error) = std::fs::remove_file(&marker)
-                    && error.kind() != std::io::ErrorKind::NotFound
-                {
-                    eprintln!(
-                        "wal-archive {shown}: archived, but cannot remove {}: {error}",
-                        marker.display()
-                    );
-                }
+            // As CloudNativePG's instance manager once archiving works (the
+            // annotation aside): the archive is now this instance's own.
+            let marker = pgdata.join(CHECK_EMPTY_WAL_ARCHIVE_FILE);
+            if let Err(error) = std::fs::remove_file(&marker)
+                && error.kind() != std::io::ErrorKind::NotFound
+            {
+                eprintln!(
+                    "wal-archive {shown}: archived, but cannot remove {}: {error}",
+                    marker.display()
+                );
             }
             ExitCode::SUCCESS
         }
@@ -186,7 +184,10 @@ impl Recovering {
                 "recovery aborted so that it does not end early; repair the archive or the plugin, then start \
                  PostgreSQL again to resume it",
             ),
-            Self::No => (EXIT_ABORT_RECOVERY, "the archive failed"),
+            Self::No => (
+                EXIT_ABORT_RECOVERY,
+                "a failure, not an absence (no recovery.signal or standby.signal in PGDATA)",
+            ),
         }
     }
 }
