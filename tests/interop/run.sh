@@ -241,6 +241,9 @@ kind: Cluster
 metadata:
   name: go-example
   namespace: default
+  uid: 3b0f6c1e-8a2d-4c5e-9f70-1d2e3f4a5b6c
+status:
+  currentPrimary: go-example-1
 spec:
   instances: 1
   postgresql:
@@ -268,7 +271,16 @@ else
   cat "$work/check-instance.txt"; fail "check-plugin -> Go plugin's instance services (failed checks above)"
 fi
 segment=000000010000000000000003
-head -c 65536 /dev/urandom >"$inst/pgdata/pg_wal/$segment"
+# A 1 MiB segment (initdb --wal-segsize 1) with the long page header
+# PostgreSQL writes: the instance command refuses anything else under a
+# segment's name.
+python3 - "$inst/pgdata/pg_wal/$segment" <<'PY'
+import os, struct, sys
+size = 1 << 20
+header = struct.pack("<HHIQII", 0xD110, 0x0006, 1, 0, 0, 0)[:24].ljust(24, b"\0")
+header += struct.pack("<QII", 7, size, 8192)
+open(sys.argv[1], "wb").write(header + os.urandom(size - len(header)))
+PY
 if instance wal-archive "pg_wal/$segment" 2>"$work/archive.err" && cmp -s "$inst/pgdata/pg_wal/$segment" "$inst/archive/$segment" \
     && instance wal-archive "pg_wal/$segment" 2>>"$work/archive.err"; then
   ok "wal-archive -> Go plugin: WAL.Archive of %p made absolute; the same file again succeeds"
@@ -303,8 +315,8 @@ if CNPGI_CLUSTER="$inst/restore.yaml" CNPGI_PLUGIN_DIR="$inst/sockets" "$operato
       --pgdata "$inst/restored" >"$work/restore.env" 2>"$work/restore.err" \
     && grep -qx "GO_PLUGIN_BACKUP=interop" "$work/restore.env" && [ -f "$inst/restored/PG_VERSION" ] \
     && [ -f "$inst/restored/recovery.signal" ] && grep -qx "archive_command = 'false'" "$inst/restored/postgresql.auto.conf" \
-    && grep -qx "restore_command = 'cnpgi-operator wal-restore %f %p'" "$inst/restored/postgresql.auto.conf"; then
-  ok "restore -> Go plugin: RestoreJobHooks.Restore fills PGDATA; restore_config, archive_command = 'false', recovery.signal written; envs printed"
+    && grep -qx "restore_command = '$operator wal-restore --cluster $inst/restore.yaml --plugin-dir $inst/sockets %f %p'" "$inst/restored/postgresql.auto.conf"; then
+  ok "restore -> Go plugin: RestoreJobHooks.Restore fills PGDATA; restore_config (its /controller/manager wal-restore mapped to cnpgi-operator's), archive_command = 'false', recovery.signal written; envs printed"
 else
   cat "$work/restore.err" "$work/restore.env"; fail "restore -> Go plugin"
 fi

@@ -11,7 +11,13 @@
 #   3. faults: the plugin killed while archiving (PostgreSQL retries, nothing
 #      lost, no torn object); the store unwritable (a clear error, then it
 #      catches up) [local store only]; a segment archived again with other
-#      content is refused; a segment missing at restore ends recovery there.
+#      content is refused; a segment missing at restore ends recovery there;
+#   4. retention (keepBackups);
+#   5. a damaged or unreachable archive never ends a recovery early: one byte
+#      of a stored segment flipped, or the store down, with and without a
+#      recovery target: PostgreSQL aborts the recovery (wal-restore exits
+#      255), never promotes with rows missing, and once the store is
+#      repaired, starting it again recovers every row.
 #
 # Usage: tests/postgres.sh [local|s3]   (s3: a moto S3 server on loopback)
 # Needs: the binaries built by `cargo build -p cnpgi-wal-archive --bins --examples`,
@@ -163,16 +169,18 @@ PY
 }
 
 # --- the plugin -----------------------------------------------------------------------------------------
-# start_plugin NAME SOCKET_DIR PGDATA RESTORE_CLUSTER: the plugin on SOCKET_DIR/<plugin name>.
+# start_plugin NAME SOCKET_DIR PGDATA: the plugin on SOCKET_DIR/<plugin name>.
 declare -A plugin_pid
 start_plugin() {
-  local name=$1 dir=$2 pgdata=$3 cluster=$4 i
+  local name=$1 dir=$2 pgdata=$3 i
   mkdir -p "$dir"
   chown --reference="$work" "$dir"
   # Not through run(): a function in the background is a subshell, whose PID
   # is not the plugin's.
+  # No WAL_ARCHIVE_RESTORE_COMMAND: the plugin answers CloudNativePG's
+  # `/controller/manager wal-restore …`, as in a Pod, and `restore` maps it
+  # to the instance CLI with this Cluster file and socket directory.
   "${as_user[@]}" env HOME="$work" "${s3_env[@]}" PGDATA="$pgdata" \
-    WAL_ARCHIVE_RESTORE_COMMAND="$instance_cli wal-restore --cluster $cluster --plugin-dir $dir %f %p" \
     "$plugin_bin" plugin --plugin-path="$dir" >>"$work/plugin-$name.log" 2>&1 &
   plugin_pid[$name]=$!
   pids+=($!)
@@ -209,7 +217,7 @@ cluster_json() {
   [ -n "${5:-}" ] && status=$5
   cat >"$1" <<JSON
 {"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster",
- "metadata": {"name": "$2", "namespace": "default"},
+ "metadata": {"name": "$2", "namespace": "default", "uid": "$(python3 -c 'import uuid; print(uuid.uuid4())')"},
  "spec": {"instances": 1,
           "plugins": [{"name": "$PLUGIN_NAME", "isWALArchiver": true, "parameters": $3}]${4:+, $4}},
  "status": $status}
@@ -238,7 +246,7 @@ port1="$(free_port)"
 cluster1="$work/cluster-pg1.json"
 cluster_json "$cluster1" pg1 "$(params pg1 "$port1")" "" '{"currentPrimary": "pg1-1", "targetPrimary": "pg1-1"}'
 sockets1="$work/sockets-instance"
-start_plugin instance "$sockets1" "$work/pg1" "$cluster1"
+start_plugin instance "$sockets1" "$work/pg1"
 
 run "$pgbin/initdb" -D "$work/pg1" -U postgres --auth=trust >"$work/initdb.log" 2>&1 || die "initdb failed: $(tail -n 5 "$work/initdb.log")"
 cat >>"$work/pg1/postgresql.conf" <<EOF
@@ -326,7 +334,7 @@ restore_into() {
   cluster_json "$cluster" "$name" "$(params "$name")" \
     "\"bootstrap\": {\"recovery\": {\"source\": \"origin\", \"recoveryTarget\": $target}},
      \"externalClusters\": [{\"name\": \"origin\", \"plugin\": {\"name\": \"$PLUGIN_NAME\", \"parameters\": $(params pg1)}}]"
-  start_plugin "$name" "$sockets" "$work/$name" "$cluster"
+  start_plugin "$name" "$sockets" "$work/$name"
   run "$instance_cli" restore --cluster "$cluster" --plugin-dir "$sockets" --plugin "$PLUGIN_NAME" \
     --pgdata "$work/$name" 2>"$work/restore-$name.log" || { cat "$work/restore-$name.log" >&2; return 1; }
 }
@@ -375,7 +383,7 @@ sql "$port1" "INSERT INTO t (phase) VALUES ('after-kill'); SELECT pg_switch_wal(
 sleep 2
 failed_before="$(sql "$port1" "SELECT failed_count FROM pg_stat_archiver")"
 check "plugin killed: archive_command fails and PostgreSQL keeps the WAL ($failed_before failures so far)" test "$failed_before" -gt 0
-start_plugin instance "$sockets1" "$work/pg1" "$cluster1"
+start_plugin instance "$sockets1" "$work/pg1"
 last_segment="$(sql "$port1" "SELECT pg_walfile_name(pg_current_wal_lsn())")"
 sql "$port1" "SELECT pg_switch_wal()" >/dev/null
 check "plugin restarted: PostgreSQL's retries archive everything through $last_segment" wait_archived "$port1" "$last_segment" 90
@@ -470,6 +478,137 @@ kept_restores() {
 }
 check "retention: the kept backup and its WAL still restore, to the last row" kept_restores
 stop_pg "$work/kept"
+
+# =====================================================================================================
+echo "== 5. a damaged or unreachable archive never ends a recovery early"
+batch_segments=()
+# Each batch is followed by a few more segments, so that a recovery spends
+# seconds past its consistency point: the store can then go down mid-way.
+for batch in 1 2 3 4; do
+  sql "$port1" "INSERT INTO t (phase, pad) SELECT 'batch-$batch', repeat('b', 200) FROM generate_series(1, 1000)"
+  batch_segments+=("$(sql "$port1" "SELECT pg_walfile_name(pg_current_wal_lsn())")")
+  sql "$port1" "SELECT pg_switch_wal()" >/dev/null
+  for _ in 1 2 3 4 5; do
+    sql "$port1" "INSERT INTO t (phase) VALUES ('batch-$batch-filler')"
+    sql "$port1" "SELECT pg_switch_wal()" >/dev/null
+  done
+done
+sleep 1.2
+fault_target="$(sql "$port1" "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")"
+sleep 1.2
+sql "$port1" "INSERT INTO t (phase, pad) SELECT 'after-fault-target', repeat('a', 200) FROM generate_series(1, 1000)"
+rows_fault_target="$(sql "$port1" "SELECT count(*) FROM t WHERE at <= '$fault_target'")"
+rows_fault_all="$(sql "$port1" "SELECT count(*) FROM t")"
+final_segment="$(sql "$port1" "SELECT pg_walfile_name(pg_switch_wal())")"
+check "the four batches and the rows after them are archived (through $final_segment)" wait_archived "$port1" "$final_segment" 60
+damaged="${batch_segments[1]}"
+damaged_key="pg1/wals/${damaged:0:16}/$damaged.zst"
+
+# store_object get|put KEY FILE: a stored object copied out of, or into, the store.
+store_object() {
+  if [ "$mode" = s3 ]; then
+    python3 - "$s3_port" "ci/$2" "$3" "$1" <<'PY'
+import sys, boto3
+client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{sys.argv[1]}")
+if sys.argv[4] == "get":
+    client.download_file("wal-archive", sys.argv[2], sys.argv[3])
+else:
+    client.upload_file(sys.argv[3], "wal-archive", sys.argv[2])
+PY
+  elif [ "$1" = get ]; then
+    cp "$destination/$2" "$3"
+  else
+    cp "$3" "$destination/$2"
+  fi
+}
+store_object get "$damaged_key" "$work/intact.zst"
+
+# break_store FAULT CLUSTER / repair_store FAULT CLUSTER
+break_store() {
+  case "$1" in
+    damaged) # one byte in the middle of the stored segment flipped
+      cp "$work/intact.zst" "$work/damaged.zst"
+      python3 - "$work/damaged.zst" <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+data[len(data) // 2] ^= 0xFF
+open(sys.argv[1], "wb").write(bytes(data))
+PY
+      store_object put "$damaged_key" "$work/damaged.zst" ;;
+    down) # local: the store's directory gone (unmounted); S3: nothing listening at its endpoint
+      if [ "$mode" = s3 ]; then
+        cp "$2" "$2.up"
+        sed -i "s#127.0.0.1:$s3_port#127.0.0.1:$(free_port)#g" "$2"
+      else
+        mv "$destination" "$destination.down"
+      fi ;;
+  esac
+}
+repair_store() {
+  case "$1" in
+    damaged) store_object put "$damaged_key" "$work/intact.zst" ;;
+    down) if [ "$mode" = s3 ]; then cp "$2.up" "$2"; else mv "$destination.down" "$destination"; fi ;;
+  esac
+}
+
+# fault_recovery FAULT TARGET-JSON EXPECTED-ROWS: restore, break the store,
+# start PostgreSQL (it must stop, not promote), repair, start it again.
+fault_recovery() {
+  local fault=$1 target=$2 expected=$3 name port i
+  name="fault-$fault-$([ "$target" = '{}' ] && echo end || echo pitr)"
+  port="$(free_port)"
+  restore_into "$name" "$target" || die "the restore ($name) failed"
+  # The damage is there from the start; the store goes down once the
+  # recovery is consistent, when ending it early would lose rows silently.
+  [ "$fault" = damaged ] && break_store "$fault" "$work/cluster-$name.json"
+  datadirs+=("$work/$name")
+  run "$pgbin/pg_ctl" -D "$work/$name" -l "$work/$name.log" -W \
+    -o "-p $port -k $work/run -c listen_addresses=''" start >/dev/null 2>&1
+  if [ "$fault" = down ]; then
+    for ((i = 0; i < 1200; i++)); do
+      grep -q 'consistent recovery state reached' "$work/$name.log" 2>/dev/null && break
+      sleep 0.02
+    done
+    break_store "$fault" "$work/cluster-$name.json"
+    check "$name: the store went down mid-recovery, past its consistency point ($(grep -c 'restored log file' "$work/$name.log") files restored before)" \
+      grep -q 'consistent recovery state reached' "$work/$name.log"
+  fi
+  # PostgreSQL either stops or, wrongly, ends recovery and serves.
+  for ((i = 0; i < 1200; i++)); do
+    grep -q 'database system is shut down' "$work/$name.log" 2>/dev/null && break
+    [ "$(sql "$port" "SELECT NOT pg_is_in_recovery()" 2>/dev/null)" = t ] && break
+    sleep 0.1
+  done
+  for ((i = 0; i < 100; i++)); do [ -f "$work/$name/postmaster.pid" ] || break; sleep 0.1; done
+  if [ -f "$work/$name/postmaster.pid" ]; then
+    fail "$name: PostgreSQL ended recovery through a $fault archive ($(sql "$port" "SELECT count(*) FROM t" 2>/dev/null) rows of $expected)"
+    stop_pg "$work/$name" || true
+    repair_store "$fault" "$work/cluster-$name.json"
+    stop_plugin "$name"
+    return
+  fi
+  check "$name: the $fault archive aborts the recovery (restore_command exited 255)" \
+    grep -q 'could not restore file .* from archive: child process exited with exit code 255' "$work/$name.log"
+  check "$name: nothing promoted (recovery.signal kept, no new timeline)" \
+    bash -c "[ -f '$work/$name/recovery.signal' ] && ! ls '$work/$name/pg_wal' | grep -q '^00000002'"
+  if [ "$fault" = damaged ]; then
+    check "$name: the log names the segment, the plugin and its DataLoss answer" \
+      grep -q "wal-restore $damaged not restored: plugin $PLUGIN_NAME: DataLoss" "$work/$name.log"
+  else
+    check "$name: the log names the plugin, its Unavailable answer and the retries" \
+      grep -q "plugin $PLUGIN_NAME: Unavailable.*after 4 attempts (recovery aborted" "$work/$name.log"
+  fi
+  repair_store "$fault" "$work/cluster-$name.json"
+  start_pg "$work/$name" "$port"
+  check "$name: once repaired, started again, the recovery finishes and promotes" recovered "$port"
+  check "$name: every row is there ($expected)" test "$(sql "$port" "SELECT count(*) FROM t")" = "$expected"
+  stop_pg "$work/$name"
+  stop_plugin "$name"
+}
+fault_recovery damaged '{}' "$rows_fault_all"
+fault_recovery damaged "{\"targetTime\": \"$fault_target\"}" "$rows_fault_target"
+fault_recovery down '{}' "$rows_fault_all"
+fault_recovery down "{\"targetTime\": \"$fault_target\"}" "$rows_fault_target"
 
 stop_pg "$work/pg1"
 finished=1

@@ -297,7 +297,8 @@ func (restoreServer) Restore(_ context.Context, r *restore.RestoreRequest) (*res
 	}
 	command := params["restoreCommand"]
 	if command == "" {
-		command = "cnpgi-operator wal-restore %f %p"
+		// What plugins written for CloudNativePG's Pods answer (plugin-barman-cloud's string).
+		command = "/controller/manager wal-restore --log-destination /controller/log/postgres.json %f %p"
 	}
 	return &restore.RestoreResponse{
 		RestoreConfig: fmt.Sprintf("recovery_target_action = promote\nrestore_command = '%s'\n", strings.ReplaceAll(command, "'", "''")),
