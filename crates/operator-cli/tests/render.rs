@@ -227,6 +227,27 @@ fn plugins_from_a_socket_directory_a_unix_url_and_an_https_url() {
     drop(remote);
 }
 
+/// A Cluster file of 100 MB (it took 15 s and 517 MB to parse): refused
+/// before it is read, with exit 2 (issue 24, point 4).
+#[test]
+fn an_oversized_cluster_file_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.yaml");
+    let mut text = String::from("kind: Cluster\nmetadata:\n  annotations:\n");
+    let line = format!("    a: {}\n", "x".repeat(1000));
+    while text.len() <= 17 << 20 {
+        text.push_str(&line);
+    }
+    std::fs::write(&path, text).unwrap();
+    let output = render(&[path.to_str().unwrap(), &exec_flag()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("huge.yaml is larger than 16 MiB; refusing to read it"),
+        "{stderr}"
+    );
+}
+
 /// A YAML file nested 100,000 levels deep: parsing it is quadratic in the
 /// depth (20–60 s); render refuses it at once, naming the file (issue 13, point 12).
 #[test]
