@@ -241,7 +241,9 @@ async fn errors_name_what_failed() {
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(status.message().contains("compression"), "{}", status.message());
 
-    // A recovery without a backup in the source archive.
+    // A recovery without a backup in the source archive (which exists: a
+    // missing directory is another error, below).
+    std::fs::create_dir_all(&store).unwrap();
     let recovering = serde_json::to_vec(&json!({
         "metadata": {"name": "pg2"},
         "spec": {"bootstrap": {"recovery": {"source": "origin"}},
@@ -476,10 +478,15 @@ fn write_backup(store: &std::path::Path, id: &str) -> (std::path::PathBuf, Vec<u
         tar.append_data(&mut header, name, content).unwrap();
     };
     add("PG_VERSION", b"17\n");
-    add("backup_label", b"START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\n");
+    add(
+        "backup_label",
+        b"START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\n",
+    );
     // Large and incompressible enough that a damaged end is reached only
     // after the first files were written.
-    let big: Vec<u8> = (0..3u64 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let big: Vec<u8> = (0..3u64 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     add("base/1/1259", &big);
     add("global/pg_control", b"control");
     let tar = tar.into_inner().unwrap();
@@ -487,7 +494,9 @@ fn write_backup(store: &std::path::Path, id: &str) -> (std::path::PathBuf, Vec<u
     let folder = store.join("pg1/backups").join(id);
     std::fs::create_dir_all(&folder).unwrap();
     std::fs::write(folder.join(manifest::DATA_FILE), &data).unwrap();
-    let at = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().to_utc();
+    let at = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+        .unwrap()
+        .to_utc();
     let manifest = Manifest {
         format: manifest::FORMAT.into(),
         backup_id: id.into(),
@@ -523,17 +532,18 @@ fn write_backup(store: &std::path::Path, id: &str) -> (std::path::PathBuf, Vec<u
 }
 
 /// The plugin with a RestoreJobHooks service restoring into `pgdata`.
-fn restoring_into(pgdata: &std::path::Path) -> cnpgi_pluginhelper::server::PluginServer<cnpgi_wal_archive::identity::Identity> {
+fn restoring_into(
+    pgdata: &std::path::Path,
+) -> cnpgi_pluginhelper::server::PluginServer<cnpgi_wal_archive::identity::Identity> {
     use cnpgi_pluginhelper::proto::wal::v1::restore_job_hooks_server::RestoreJobHooksServer;
     let service = cnpgi_wal_archive::restore::Restore::with(
         cnpgi_wal_archive::state::State::new(),
         pgdata.to_owned(),
         "cli wal-restore %f %p".into(),
     );
-    cnpgi_pluginhelper::server::PluginServer::new(cnpgi_wal_archive::identity::Identity)
-        .register(move |routes| {
-            routes.add_service(RestoreJobHooksServer::new(service));
-        })
+    cnpgi_pluginhelper::server::PluginServer::new(cnpgi_wal_archive::identity::Identity).register(move |routes| {
+        routes.add_service(RestoreJobHooksServer::new(service));
+    })
 }
 
 /// A Cluster recovering from the archive in `store` (server `pg1`).
@@ -620,7 +630,15 @@ async fn a_damaged_base_backup_never_reaches_pgdata() {
     hooks.restore(recovering_from(&store)).await.unwrap();
     assert_eq!(
         tree(&pgdata),
-        ["PG_VERSION", "backup_label", "base", "base/1", "base/1/1259", "global", "global/pg_control"]
+        [
+            "PG_VERSION",
+            "backup_label",
+            "base",
+            "base/1",
+            "base/1/1259",
+            "global",
+            "global/pg_control"
+        ]
     );
     assert_eq!(tree(&volume).len(), 1 + 7, "{:?}", tree(&volume));
     use std::os::unix::fs::PermissionsExt;
@@ -637,7 +655,11 @@ async fn a_damaged_base_backup_never_reaches_pgdata() {
     std::fs::rename(&store, dir.path().join("moved-away")).unwrap();
     let status = hooks.restore(recovering_from(&store)).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-    assert!(status.message().contains(store.to_str().unwrap()), "{}", status.message());
+    assert!(
+        status.message().contains(store.to_str().unwrap()),
+        "{}",
+        status.message()
+    );
 }
 
 /// A moto S3 server on loopback, stopped when dropped.
@@ -745,7 +767,7 @@ async fn wal_codes_on_s3() {
 }
 
 async fn s3_codes(endpoint: &str) {
-    use object_store::{ObjectStore, ObjectStoreExt, PutPayload, aws::AmazonS3Builder, path::Path};
+    use object_store::{ObjectStoreExt, PutPayload, aws::AmazonS3Builder, path::Path};
     let plugin = TestPlugin::start_unix(server()).await.unwrap();
     let mut wal = WalClient::new(plugin.channel());
     let dir = tempfile::tempdir().unwrap();
@@ -792,10 +814,7 @@ async fn s3_codes(endpoint: &str) {
 
     // A bucket that does not exist: never NOT_FOUND, and said so.
     let missing = s3_cluster("no-such-bucket", endpoint);
-    let status = wal
-        .restore(restore(&missing, SEGMENT, &destination))
-        .await
-        .unwrap_err();
+    let status = wal.restore(restore(&missing, SEGMENT, &destination)).await.unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
     assert!(
         status.message().contains("bucket no-such-bucket does not exist"),
