@@ -105,7 +105,7 @@ pub enum StoreError {
     },
     /// The store's endpoint cannot be reached (connection refused, DNS,
     /// timeout), after the client's retries.
-    #[error("object store {store}: {operation} {key}: {what} {endpoint}: {detail}")]
+    #[error("object store {store}: {operation} {key}: {reason}")]
     Unreachable {
         /// The store.
         store: String,
@@ -113,12 +113,8 @@ pub enum StoreError {
         operation: &'static str,
         /// The key.
         key: String,
-        /// `cannot connect to` or `no answer from`.
-        what: &'static str,
-        /// The endpoint.
-        endpoint: String,
-        /// The client's error.
-        detail: String,
+        /// `cannot connect to <endpoint>: …` or `no answer from <endpoint>: …`.
+        reason: String,
     },
     /// The store cannot be opened (bad directory, bad S3 settings).
     #[error("cannot open the object store {store}: {reason}")]
@@ -406,9 +402,7 @@ impl Store {
                     store,
                     operation,
                     key: key_text,
-                    what,
-                    endpoint: endpoint.clone(),
-                    detail: text,
+                    reason: format!("{what} {endpoint}: {text}"),
                 };
             }
         }
