@@ -439,7 +439,7 @@ impl Restore {
         let damaged = {
             let (id, key, store) = (
                 chosen.backup_id.clone(),
-                key.to_string(),
+                store.show(&key),
                 store.description().to_owned(),
             );
             move |detail| UnpackError::Damaged {

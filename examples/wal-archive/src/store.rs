@@ -376,13 +376,22 @@ impl Store {
         self.key(&format!("backups/{id}"))
     }
 
+    /// `key` for messages: a local store's keys are absolute paths, shown
+    /// with their leading `/`.
+    pub fn show(&self, key: &Path) -> String {
+        match self.backend {
+            Backend::Local { .. } => format!("/{key}"),
+            Backend::S3 { .. } => key.to_string(),
+        }
+    }
+
     /// Classifies an error of `operation` on `key` (see the module
     /// documentation): only a plain `NotFound` is an absence, and on S3 only
     /// once [`Store::confirm_absent`] ruled out a missing bucket.
     pub(crate) fn classify(&self, operation: &'static str, key: &Path, source: object_store::Error) -> StoreError {
         let text = error_chain(&source);
         let store = self.description.clone();
-        let key_text = key.to_string();
+        let key_text = self.show(key);
         if let Backend::S3 { bucket, endpoint } = &self.backend {
             if text.contains("<Code>NoSuchBucket</Code>") {
                 return StoreError::BucketMissing {
@@ -452,7 +461,7 @@ impl Store {
                     bucket: bucket.clone(),
                     store: self.description.clone(),
                     operation: "list",
-                    key: root.to_string(),
+                    key: self.show(&root),
                 },
                 Backend::Local { .. } => error,
             },
@@ -460,7 +469,7 @@ impl Store {
             Err(_) => StoreError::Timeout {
                 store: self.description.clone(),
                 operation: "list",
-                key: root.to_string(),
+                key: self.show(&root),
             },
         }
     }
@@ -521,7 +530,7 @@ impl Store {
             Err(_) => Err(StoreError::Timeout {
                 store: self.description.clone(),
                 operation,
-                key: key.to_string(),
+                key: self.show(key),
             }),
         }
     }

@@ -76,7 +76,8 @@ fn blocking_failed(error: tokio::task::JoinError) -> Status {
 /// A stored object that cannot be read back: `DATA_LOSS`, naming the key.
 fn damaged(name: &WalFileName, key: &object_store::path::Path, store: &Store, error: &ObjectError) -> Status {
     Status::data_loss(format!(
-        "the archived WAL file {name} (object {key} in {}) is damaged: {error}",
+        "the archived WAL file {name} (object {} in {}) is damaged: {error}",
+        store.show(key),
         store.description()
     ))
 }

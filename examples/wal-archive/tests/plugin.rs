@@ -701,8 +701,9 @@ fn http(endpoint: &str, request_line: &str) -> String {
 
 impl Moto {
     /// Starts moto with one bucket, `wal-archive`; `None` when moto is not
-    /// installed (`pip install 'moto[server]==5.2.1'`).
-    fn start() -> Option<Self> {
+    /// installed (`pip install 'moto[server]==5.2.1'`). With `checking`,
+    /// moto checks credentials after creating the bucket (and knows none).
+    fn start(checking: bool) -> Option<Self> {
         let installed = std::process::Command::new("python3")
             .args(["-c", "import moto.server"])
             .status()
@@ -711,7 +712,13 @@ impl Moto {
             return None;
         }
         let port = free_port();
-        let child = std::process::Command::new("python3")
+        let mut command = std::process::Command::new("python3");
+        if checking {
+            // Every request after the first (the bucket's creation) must be
+            // signed with credentials moto knows.
+            command.env("INITIAL_NO_AUTH_ACTION_COUNT", "1");
+        }
+        let child = command
             .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -736,11 +743,13 @@ impl Moto {
 /// credentials in its environment as the sidecar does (the store reads
 /// them from there; a test cannot set its own environment safely).
 const S3_ENDPOINT_ENV: &str = "WAL_ARCHIVE_TEST_S3_ENDPOINT";
+/// The endpoint of a moto checking credentials, for the child process.
+const S3_CHECKING_ENDPOINT_ENV: &str = "WAL_ARCHIVE_TEST_S3_CHECKING_ENDPOINT";
 
 #[tokio::test]
 async fn wal_codes_on_s3() {
     let Ok(endpoint) = std::env::var(S3_ENDPOINT_ENV) else {
-        let Some(moto) = Moto::start() else {
+        let Some(moto) = Moto::start(false) else {
             assert!(
                 std::env::var_os("WAL_ARCHIVE_REQUIRE_S3").is_none(),
                 "moto is not installed: pip install 'moto[server]==5.2.1'"
@@ -748,9 +757,11 @@ async fn wal_codes_on_s3() {
             eprintln!("SKIPPED: moto is not installed (pip install 'moto[server]==5.2.1')");
             return;
         };
+        let checking = Moto::start(true).unwrap();
         let output = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "wal_codes_on_s3", "--nocapture", "--test-threads=1"])
             .env(S3_ENDPOINT_ENV, &moto.endpoint)
+            .env(S3_CHECKING_ENDPOINT_ENV, &checking.endpoint)
             .env("AWS_ACCESS_KEY_ID", "test")
             .env("AWS_SECRET_ACCESS_KEY", "test")
             .output()
@@ -763,10 +774,11 @@ async fn wal_codes_on_s3() {
         );
         return;
     };
-    s3_codes(&endpoint).await;
+    let checking = std::env::var(S3_CHECKING_ENDPOINT_ENV).unwrap();
+    s3_codes(&endpoint, &checking).await;
 }
 
-async fn s3_codes(endpoint: &str) {
+async fn s3_codes(endpoint: &str, checking_endpoint: &str) {
     use object_store::{ObjectStoreExt, PutPayload, aws::AmazonS3Builder, path::Path};
     let plugin = TestPlugin::start_unix(server()).await.unwrap();
     let mut wal = WalClient::new(plugin.channel());
@@ -828,6 +840,22 @@ async fn s3_codes(endpoint: &str) {
         "{}",
         status.message()
     );
+
+    // Credentials the store does not know: never NOT_FOUND, and said so.
+    let refused = s3_cluster("wal-archive", checking_endpoint);
+    for status in [
+        wal.restore(restore(&refused, SEGMENT, &destination)).await.unwrap_err(),
+        wal.archive(archive(&refused, &source)).await.unwrap_err(),
+    ] {
+        assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+        assert!(
+            status
+                .message()
+                .contains("the credentials were refused: InvalidAccessKeyId"),
+            "{}",
+            status.message()
+        );
+    }
 
     // Nothing listening at the endpoint: UNAVAILABLE, naming it.
     let nowhere = format!("http://127.0.0.1:{}", free_port());
