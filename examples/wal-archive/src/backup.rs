@@ -152,13 +152,34 @@ impl Backup {
     }
 }
 
-/// Every completed backup in the store (folders with a readable manifest).
+/// A backup folder whose manifest cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedManifest {
+    /// The backup's id (its folder).
+    pub backup_id: String,
+    /// The manifest's key.
+    pub key: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// The backups in a store.
+#[derive(Debug, Clone, Default)]
+pub struct Backups {
+    /// Completed backups (a readable manifest), oldest first.
+    pub complete: Vec<Manifest>,
+    /// Folders whose manifest is there but cannot be read: damaged, which a
+    /// restore must report rather than take for absent.
+    pub damaged: Vec<DamagedManifest>,
+}
+
+/// Every backup in the store, completed or with a damaged manifest.
 ///
 /// # Errors
 ///
 /// [`StoreError`] when the store fails.
-pub async fn list_backups(store: &Store) -> Result<Vec<Manifest>, StoreError> {
-    let mut manifests = Vec::new();
+pub async fn scan_backups(store: &Store) -> Result<Backups, StoreError> {
+    let mut backups = Backups::default();
     for meta in store.list(&store.backups_prefix()).await? {
         if meta.location.filename() != Some(manifest::MANIFEST_FILE) {
             continue;
@@ -166,16 +187,43 @@ pub async fn list_backups(store: &Store) -> Result<Vec<Manifest>, StoreError> {
         let Some(bytes) = store.get(&meta.location).await? else {
             continue;
         };
-        match serde_json::from_slice::<Manifest>(&bytes) {
-            Ok(manifest) if manifest.format == manifest::FORMAT => manifests.push(manifest),
-            Ok(other) => {
-                tracing::warn!(key = %meta.location, format = %other.format, "skipping a manifest of unknown format")
+        let reason = match serde_json::from_slice::<Manifest>(&bytes) {
+            Ok(manifest) if manifest.format == manifest::FORMAT => {
+                backups.complete.push(manifest);
+                continue;
             }
-            Err(error) => tracing::warn!(key = %meta.location, %error, "skipping an unreadable manifest"),
-        }
+            Ok(other) => format!("unknown format {:?}", other.format.chars().take(64).collect::<String>()),
+            Err(error) => format!("unreadable: {error}"),
+        };
+        tracing::warn!(key = %meta.location, %reason, "skipping a damaged backup manifest");
+        let backup_id = meta
+            .location
+            .parts()
+            .collect::<Vec<_>>()
+            .iter()
+            .rev()
+            .nth(1)
+            .map(|p| p.as_ref().to_owned())
+            .unwrap_or_default();
+        backups.damaged.push(DamagedManifest {
+            backup_id,
+            key: store.show(&meta.location),
+            reason,
+        });
     }
-    manifests.sort_by(|a, b| (a.stopped_at, &a.backup_id).cmp(&(b.stopped_at, &b.backup_id)));
-    Ok(manifests)
+    backups
+        .complete
+        .sort_by(|a, b| (a.stopped_at, &a.backup_id).cmp(&(b.stopped_at, &b.backup_id)));
+    Ok(backups)
+}
+
+/// Every completed backup in the store (folders with a readable manifest).
+///
+/// # Errors
+///
+/// [`StoreError`] when the store fails.
+pub async fn list_backups(store: &Store) -> Result<Vec<Manifest>, StoreError> {
+    Ok(scan_backups(store).await?.complete)
 }
 
 /// An error and its causes, `: `-separated.

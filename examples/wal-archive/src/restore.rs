@@ -44,7 +44,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::io::{StreamReader, SyncIoBridge};
 use tonic::{Request, Response, Status};
 
-use crate::backup::list_backups;
+use crate::backup::scan_backups;
 use crate::cluster::{ClusterView, RecoveryTarget};
 use crate::manifest::{self, Manifest};
 use crate::metadata::PLUGIN_NAME;
@@ -415,8 +415,39 @@ impl Restore {
         }
 
         let store = self.state.store(&config.store)?;
-        let backups = list_backups(&store).await?;
-        let chosen = manifest::choose(&backups, &target)?.clone();
+        let backups = scan_backups(&store).await?;
+        let damaged_manifests = || {
+            backups
+                .damaged
+                .iter()
+                .map(|d| format!("{} ({}: {})", d.backup_id, d.key, d.reason))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if let Some(damaged) = backups.damaged.iter().find(|d| d.backup_id == target.backup_id) {
+            return Err(Status::data_loss(format!(
+                "the manifest of backup {} ({} in {}) is damaged: {}",
+                damaged.backup_id,
+                damaged.key,
+                store.description(),
+                damaged.reason
+            )));
+        }
+        // No usable backup while some manifests are damaged: damage, not
+        // absence. (A damaged newest backup with an older one usable is
+        // only logged: the older one reaches the same target, replaying
+        // more WAL.)
+        let chosen = match manifest::choose(&backups.complete, &target) {
+            Ok(chosen) => chosen.clone(),
+            Err(error) if !backups.damaged.is_empty() => {
+                return Err(Status::data_loss(format!(
+                    "{error} in {}; these backups' manifests are damaged: {}",
+                    store.description(),
+                    damaged_manifests()
+                )));
+            }
+            Err(error) => return Err(error.into()),
+        };
         match is_empty_or_absent(&self.pgdata) {
             Ok(true) => {}
             Ok(false) => {

@@ -651,6 +651,26 @@ async fn a_damaged_base_backup_never_reaches_pgdata() {
     assert_eq!(status.code(), Code::DataLoss, "{status:?}");
     assert_eq!(tree(&volume), Vec::<String>::new());
 
+    // The only manifest damaged: DATA_LOSS naming it, not "no backup";
+    // the same when asked for that backup by id.
+    let manifest_path = data_path.with_file_name("backup.json");
+    let manifest = std::fs::read(&manifest_path).unwrap();
+    std::fs::write(&manifest_path, &manifest[..manifest.len() / 2]).unwrap();
+    let mut by_id = recovering_from(&store);
+    let mut definition: Value = serde_json::from_slice(&by_id.cluster_definition).unwrap();
+    definition["spec"]["bootstrap"]["recovery"]["recoveryTarget"] = json!({"backupID": "20260101T000000"});
+    by_id.cluster_definition = serde_json::to_vec(&definition).unwrap();
+    for request in [recovering_from(&store), by_id] {
+        let status = hooks.restore(request).await.unwrap_err();
+        assert_eq!(status.code(), Code::DataLoss, "{status:?}");
+        assert!(
+            status.message().contains("20260101T000000") && status.message().contains("backup.json"),
+            "{}",
+            status.message()
+        );
+    }
+    assert_eq!(tree(&volume), Vec::<String>::new());
+
     // The store's directory gone: UNAVAILABLE, not "no backup".
     std::fs::rename(&store, dir.path().join("moved-away")).unwrap();
     let status = hooks.restore(recovering_from(&store)).await.unwrap_err();
