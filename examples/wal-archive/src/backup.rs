@@ -606,7 +606,7 @@ pub async fn take_backup(
 ) -> Result<Manifest, BackupError> {
     let store = state.store(&config.store)?;
     // A backup writes: it creates a local store's directory.
-    store.prepare_write()?;
+    store.prepare_write().await?;
     let session = Session::open(&config.postgres).await?;
     let instance = inspect(&session).await?;
 

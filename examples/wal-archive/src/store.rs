@@ -474,27 +474,45 @@ impl Store {
         }
     }
 
+    /// For a local store: whether its directory exists (`None` for S3).
+    /// Bounded in time and off the async threads: a hung network mount must
+    /// not stall the plugin.
+    async fn local_root_exists(&self) -> Result<Option<bool>, StoreError> {
+        let Backend::Local { dir } = &self.backend else {
+            return Ok(None);
+        };
+        let unusable = |reason: String| StoreError::RootMissing {
+            dir: dir.display().to_string(),
+            reason,
+        };
+        match tokio::time::timeout(OPERATION_TIMEOUT, tokio::fs::metadata(dir)).await {
+            Ok(Ok(metadata)) if metadata.is_dir() => Ok(Some(true)),
+            Ok(Ok(_)) => Err(unusable("is not a directory".into())),
+            Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => Ok(Some(false)),
+            Ok(Err(error)) => Err(unusable(format!("cannot be read: {error}"))),
+            Err(_) => Err(unusable(format!(
+                "does not answer within {} s",
+                OPERATION_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
     /// For a local store: fails unless its directory exists. Reads never
     /// create it: an unmounted volume must not look like an empty archive.
     ///
     /// # Errors
     ///
     /// [`StoreError::RootMissing`].
-    pub fn check_root(&self) -> Result<(), StoreError> {
-        let Backend::Local { dir } = &self.backend else {
-            return Ok(());
-        };
-        let missing = |reason: String| StoreError::RootMissing {
-            dir: dir.display().to_string(),
-            reason,
-        };
-        match std::fs::metadata(dir) {
-            Ok(metadata) if metadata.is_dir() => Ok(()),
-            Ok(_) => Err(missing("is not a directory".into())),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                Err(missing("does not exist (is its volume mounted?)".into()))
-            }
-            Err(error) => Err(missing(format!("cannot be read: {error}"))),
+    pub async fn check_root(&self) -> Result<(), StoreError> {
+        match self.local_root_exists().await? {
+            Some(false) => Err(StoreError::RootMissing {
+                dir: match &self.backend {
+                    Backend::Local { dir } => dir.display().to_string(),
+                    Backend::S3 { .. } => String::new(),
+                },
+                reason: "does not exist (is its volume mounted?)".into(),
+            }),
+            Some(true) | None => Ok(()),
         }
     }
 
@@ -504,14 +522,18 @@ impl Store {
     /// # Errors
     ///
     /// [`StoreError::Open`] when it cannot be created.
-    pub fn prepare_write(&self) -> Result<(), StoreError> {
+    pub async fn prepare_write(&self) -> Result<(), StoreError> {
         let Backend::Local { dir } = &self.backend else {
             return Ok(());
         };
-        std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
+        let failed = |reason: String| StoreError::Open {
             store: self.description.clone(),
-            reason: format!("cannot create the directory {}: {e}", dir.display()),
-        })
+            reason: format!("cannot create the directory {}: {reason}", dir.display()),
+        };
+        match tokio::time::timeout(OPERATION_TIMEOUT, tokio::fs::create_dir_all(dir)).await {
+            Ok(result) => result.map_err(|e| failed(e.to_string())),
+            Err(_) => Err(failed(format!("no answer within {} s", OPERATION_TIMEOUT.as_secs()))),
+        }
     }
 
     async fn bounded<T>(
@@ -541,7 +563,7 @@ impl Store {
     ///
     /// [`StoreError`] when the store fails (never for an absent key).
     pub async fn get(&self, key: &Path) -> Result<Option<Bytes>, StoreError> {
-        self.check_root()?;
+        self.check_root().await?;
         let result = self
             .bounded("get", key, async { self.inner.get(key).await?.bytes().await })
             .await;
@@ -560,7 +582,7 @@ impl Store {
     ///
     /// [`StoreError`] when the store fails (never for an absent key).
     pub async fn get_stream(&self, key: &Path) -> Result<Option<object_store::GetResult>, StoreError> {
-        self.check_root()?;
+        self.check_root().await?;
         match self.bounded("get", key, self.inner.get(key)).await {
             Ok(result) => Ok(Some(result)),
             Err(StoreError::NotFound { .. }) => Ok(None),
@@ -576,7 +598,7 @@ impl Store {
     ///
     /// [`StoreError`] when the store fails.
     pub async fn put_new(&self, key: &Path, data: Bytes) -> Result<PutOutcome, StoreError> {
-        self.prepare_write()?;
+        self.prepare_write().await?;
         let options = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
@@ -599,7 +621,7 @@ impl Store {
     ///
     /// [`StoreError`] when the store fails.
     pub async fn put(&self, key: &Path, data: Bytes) -> Result<(), StoreError> {
-        self.prepare_write()?;
+        self.prepare_write().await?;
         self.bounded("put", key, self.inner.put(key, PutPayload::from(data)))
             .await
             .map(drop)
@@ -612,7 +634,7 @@ impl Store {
     /// [`StoreError`] when the store fails, including a local store whose
     /// directory is missing.
     pub async fn list(&self, prefix: &Path) -> Result<Vec<ObjectMeta>, StoreError> {
-        self.check_root()?;
+        self.check_root().await?;
         self.bounded("list", prefix, self.inner.list(Some(prefix)).try_collect())
             .await
     }
@@ -625,12 +647,9 @@ impl Store {
     ///
     /// [`StoreError`] when the store fails.
     pub async fn is_empty(&self) -> Result<bool, StoreError> {
-        if let Backend::Local { dir } = &self.backend
-            && matches!(std::fs::metadata(dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
-        {
+        if self.local_root_exists().await? == Some(false) {
             return Ok(true);
         }
-        self.check_root()?;
         let root = self.root.clone();
         self.bounded("list", &root, async {
             let mut objects = self.inner.list(Some(&root));
@@ -645,7 +664,7 @@ impl Store {
     ///
     /// [`StoreError`] when the store fails.
     pub async fn delete(&self, key: &Path) -> Result<(), StoreError> {
-        self.check_root()?;
+        self.check_root().await?;
         match self.bounded("delete", key, self.inner.delete(key)).await {
             Ok(()) | Err(StoreError::NotFound { .. }) => Ok(()),
             Err(error) => Err(error),

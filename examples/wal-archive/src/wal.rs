@@ -116,7 +116,7 @@ pub(crate) async fn store_wal(
 ) -> Result<ArchiveDecision, Status> {
     let key = store.wal_key(name);
     // Archiving creates a local store's directory (a restore never does).
-    store.prepare_write()?;
+    store.prepare_write().await?;
     let owned_name = name.to_string();
     let (sha256, encoded) = tokio::task::spawn_blocking(move || {
         let sha256 = object::sha256_hex(&content);
