@@ -548,12 +548,17 @@ fn restoring_into(
 
 /// A Cluster recovering from the archive in `store` (server `pg1`).
 fn recovering_from(store: &std::path::Path) -> RestoreRequest {
+    recovering_with(json!({"destinationPath": store.to_str().unwrap()}))
+}
+
+/// A Cluster recovering from the archive `parameters` describe (server `pg1`).
+fn recovering_with(parameters: Value) -> RestoreRequest {
     RestoreRequest {
         cluster_definition: serde_json::to_vec(&json!({
             "metadata": {"name": "pg2"},
             "spec": {"bootstrap": {"recovery": {"source": "pg1"}},
                      "externalClusters": [{"name": "pg1", "plugin": {"name": PLUGIN_NAME,
-                         "parameters": {"destinationPath": store.to_str().unwrap()}}}]}
+                         "parameters": parameters}}]}
         }))
         .unwrap(),
         check_empty_wal_archive: None,
@@ -893,4 +898,56 @@ async fn s3_codes(endpoint: &str, checking_endpoint: &str) {
             status.message()
         );
     }
+
+    // RestoreJobHooks on S3: a damaged base backup never reaches PGDATA, and
+    // a missing bucket or an unreachable endpoint is not "no backup".
+    let backup = tempfile::tempdir().unwrap();
+    let (data_path, data) = write_backup(backup.path(), "20260101T000000");
+    let folder = "ci/pg1/backups/20260101T000000";
+    let mut damaged = data.clone();
+    flip_near_end(&mut damaged);
+    s3.put(&Path::from(format!("{folder}/data.tar.zst")), PutPayload::from(damaged))
+        .await
+        .unwrap();
+    let manifest = std::fs::read(data_path.with_file_name("backup.json")).unwrap();
+    s3.put(&Path::from(format!("{folder}/backup.json")), PutPayload::from(manifest))
+        .await
+        .unwrap();
+    let volume = dir.path().join("volume");
+    let pgdata = volume.join("pgdata");
+    std::fs::create_dir_all(&pgdata).unwrap();
+    let restoring = TestPlugin::start_unix(restoring_into(&pgdata)).await.unwrap();
+    let mut hooks = RestoreJobHooksClient::new(restoring.channel());
+    let from = |bucket: &str, endpoint: &str| {
+        recovering_with(json!({"destinationPath": format!("s3://{bucket}/ci"), "endpointURL": endpoint}))
+    };
+    let status = hooks.restore(from("wal-archive", endpoint)).await.unwrap_err();
+    assert_eq!(status.code(), Code::DataLoss, "{status:?}");
+    assert!(
+        status.message().contains(&format!("{folder}/data.tar.zst")),
+        "{}",
+        status.message()
+    );
+    assert_eq!(tree(&volume), ["pgdata"]);
+    s3.put(&Path::from(format!("{folder}/data.tar.zst")), PutPayload::from(data))
+        .await
+        .unwrap();
+    hooks.restore(from("wal-archive", endpoint)).await.unwrap();
+    assert!(pgdata.join("backup_label").is_file());
+    assert_eq!(tree(&volume).len(), 1 + 7, "{:?}", tree(&volume));
+
+    let status = hooks.restore(from("no-such-bucket", endpoint)).await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert!(
+        status.message().contains("bucket no-such-bucket does not exist"),
+        "{}",
+        status.message()
+    );
+    let status = hooks.restore(from("wal-archive", &nowhere)).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains(&format!("cannot connect to {nowhere}")),
+        "{}",
+        status.message()
+    );
 }
