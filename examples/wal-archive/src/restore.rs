@@ -12,7 +12,7 @@
 //! 2. streams its data into a staging directory beside `$PGDATA` (which
 //!    must be empty or absent), checking the SHA-256 and size the manifest
 //!    recorded, and only once the whole object matched renames the staging
-//!    directory into place ([`Staging`]): a damaged backup (checksum,
+//!    directory into place (see `Staging`): a damaged backup (checksum,
 //!    decompression, tar format, truncation, or a data object missing while
 //!    its manifest is there) fails with `DATA_LOSS` and leaves `$PGDATA` as
 //!    it was, and so does a store that fails mid-way (`UNAVAILABLE`, …);

@@ -576,7 +576,7 @@ impl Store {
 
     /// The object as a stream (a backup's data), or `None` when the store
     /// was read and lacks it. Errors in the stream itself are the caller's
-    /// to classify ([`Store::classify`] with operation `"get"`).
+    /// to classify (`Store::classify`, crate-internal, with operation `"get"`).
     ///
     /// # Errors
     ///
