@@ -24,6 +24,7 @@
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -151,13 +152,34 @@ impl Backup {
     }
 }
 
-/// Every completed backup in the store (folders with a readable manifest).
+/// A backup folder whose manifest cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedManifest {
+    /// The backup's id (its folder).
+    pub backup_id: String,
+    /// The manifest's key.
+    pub key: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// The backups in a store.
+#[derive(Debug, Clone, Default)]
+pub struct Backups {
+    /// Completed backups (a readable manifest), oldest first.
+    pub complete: Vec<Manifest>,
+    /// Folders whose manifest is there but cannot be read: damaged, which a
+    /// restore must report rather than take for absent.
+    pub damaged: Vec<DamagedManifest>,
+}
+
+/// Every backup in the store, completed or with a damaged manifest.
 ///
 /// # Errors
 ///
 /// [`StoreError`] when the store fails.
-pub async fn list_backups(store: &Store) -> Result<Vec<Manifest>, StoreError> {
-    let mut manifests = Vec::new();
+pub async fn scan_backups(store: &Store) -> Result<Backups, StoreError> {
+    let mut backups = Backups::default();
     for meta in store.list(&store.backups_prefix()).await? {
         if meta.location.filename() != Some(manifest::MANIFEST_FILE) {
             continue;
@@ -165,16 +187,43 @@ pub async fn list_backups(store: &Store) -> Result<Vec<Manifest>, StoreError> {
         let Some(bytes) = store.get(&meta.location).await? else {
             continue;
         };
-        match serde_json::from_slice::<Manifest>(&bytes) {
-            Ok(manifest) if manifest.format == manifest::FORMAT => manifests.push(manifest),
-            Ok(other) => {
-                tracing::warn!(key = %meta.location, format = %other.format, "skipping a manifest of unknown format")
+        let reason = match serde_json::from_slice::<Manifest>(&bytes) {
+            Ok(manifest) if manifest.format == manifest::FORMAT => {
+                backups.complete.push(manifest);
+                continue;
             }
-            Err(error) => tracing::warn!(key = %meta.location, %error, "skipping an unreadable manifest"),
-        }
+            Ok(other) => format!("unknown format {:?}", other.format.chars().take(64).collect::<String>()),
+            Err(error) => format!("unreadable: {error}"),
+        };
+        tracing::warn!(key = %meta.location, %reason, "skipping a damaged backup manifest");
+        let backup_id = meta
+            .location
+            .parts()
+            .collect::<Vec<_>>()
+            .iter()
+            .rev()
+            .nth(1)
+            .map(|p| p.as_ref().to_owned())
+            .unwrap_or_default();
+        backups.damaged.push(DamagedManifest {
+            backup_id,
+            key: store.show(&meta.location),
+            reason,
+        });
     }
-    manifests.sort_by(|a, b| (a.stopped_at, &a.backup_id).cmp(&(b.stopped_at, &b.backup_id)));
-    Ok(manifests)
+    backups
+        .complete
+        .sort_by(|a, b| (a.stopped_at, &a.backup_id).cmp(&(b.stopped_at, &b.backup_id)));
+    Ok(backups)
+}
+
+/// Every completed backup in the store (folders with a readable manifest).
+///
+/// # Errors
+///
+/// [`StoreError`] when the store fails.
+pub async fn list_backups(store: &Store) -> Result<Vec<Manifest>, StoreError> {
+    Ok(scan_backups(store).await?.complete)
 }
 
 /// An error and its causes, `: `-separated.
@@ -375,7 +424,53 @@ impl<W: Write> Write for Hashing<W> {
     }
 }
 
-type Sink = Counting<zstd::stream::write::Encoder<'static, Hashing<SyncIoBridge<BufWriter>>>>;
+/// The upload of a backup's data: an error there is the store's, kept
+/// classified in `failure` (the tar and zstd layers above it only pass its
+/// text on), so that a backup failing on the store is answered with the
+/// store's code (`UNAVAILABLE`, `FAILED_PRECONDITION`…), not `INTERNAL`.
+struct Upload {
+    inner: SyncIoBridge<BufWriter>,
+    store: Store,
+    key: object_store::path::Path,
+    failure: Arc<Mutex<Option<StoreError>>>,
+}
+
+impl Upload {
+    fn record(&self, error: io::Error) -> io::Error {
+        if !error.get_ref().is_some_and(|e| e.is::<object_store::Error>()) {
+            return error;
+        }
+        let kind = error.kind();
+        match error.into_inner().map(|e| e.downcast::<object_store::Error>()) {
+            Some(Ok(source)) => {
+                let classified = self.store.classify("upload", &self.key, *source);
+                let text = classified.to_string();
+                *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(classified);
+                io::Error::new(kind, text)
+            }
+            Some(Err(other)) => io::Error::new(kind, other),
+            None => io::Error::from(kind),
+        }
+    }
+
+    /// Completes the upload (the last part, then the rename or the S3
+    /// multipart completion).
+    fn shutdown(&mut self) -> io::Result<()> {
+        self.inner.shutdown().map_err(|e| self.record(e))
+    }
+}
+
+impl Write for Upload {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf).map_err(|e| self.record(e))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush().map_err(|e| self.record(e))
+    }
+}
+
+type Sink = Counting<zstd::stream::write::Encoder<'static, Hashing<Upload>>>;
 
 fn header_for(metadata: &std::fs::Metadata, kind: tar::EntryType, size: u64) -> tar::Header {
     let mut header = tar::Header::new_gnu();
@@ -481,8 +576,6 @@ fn finish(builder: tar::Builder<Sink>) -> io::Result<(u64, u64, String)> {
     let stored_size = hashing.count;
     let sha256 = object::hex(&hashing.hasher.finalize());
     let mut upload = hashing.inner;
-    // Completes the upload (the last part, and the rename or the S3
-    // multipart completion).
     upload.shutdown()?;
     Ok((tar_size, stored_size, sha256))
 }
@@ -512,6 +605,8 @@ pub async fn take_backup(
     backup_name: &str,
 ) -> Result<Manifest, BackupError> {
     let store = state.store(&config.store)?;
+    // A backup writes: it creates a local store's directory.
+    store.prepare_write().await?;
     let session = Session::open(&config.postgres).await?;
     let instance = inspect(&session).await?;
 
@@ -538,16 +633,26 @@ pub async fn take_backup(
 
     // Stream PGDATA; the builder comes back open, to receive backup_label.
     let data_key = folder.clone().join(manifest::DATA_FILE);
-    let upload = SyncIoBridge::new(BufWriter::new(store.object_store(), data_key.clone()));
+    let upload_failure = Arc::new(Mutex::new(None));
+    let upload = Upload {
+        inner: SyncIoBridge::new(BufWriter::new(store.object_store(), data_key.clone())),
+        store: store.clone(),
+        key: data_key.clone(),
+        failure: upload_failure.clone(),
+    };
     let pgdata = instance.data_directory.clone();
     let skip = match &config.store.location {
         Location::Local(dir) => Some(dir.clone()),
         Location::S3 { .. } => None,
     };
     let level = config.compression_level;
-    let stream_error = |source: io::Error| BackupError::Stream {
-        pgdata: instance.data_directory.display().to_string(),
-        source,
+    // The store's own error when the upload failed, else reading PGDATA's.
+    let stream_error = |source: io::Error| match upload_failure.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        Some(store_error) => BackupError::Store(store_error),
+        None => BackupError::Stream {
+            pgdata: instance.data_directory.display().to_string(),
+            source,
+        },
     };
     let streaming = Instant::now();
     let (builder, files) = tokio::task::spawn_blocking(move || -> io::Result<_> {
@@ -802,6 +907,41 @@ mod tests {
         .read_to_end(&mut out)
         .unwrap();
         assert_eq!(out, b"abcd");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upload_failing_on_the_store_keeps_the_store_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&crate::parameters::StoreConfig {
+            location: Location::Local(dir.path().to_owned()),
+            server_name: "pg1".into(),
+        })
+        .unwrap();
+        // The backup's folder is a file: the store cannot create the object.
+        std::fs::create_dir_all(dir.path().join("pg1/backups")).unwrap();
+        std::fs::write(dir.path().join("pg1/backups/20260101T000000"), b"x").unwrap();
+        let key = store.backup_prefix("20260101T000000").join(manifest::DATA_FILE);
+        let failure = Arc::new(Mutex::new(None));
+        let mut upload = Upload {
+            inner: SyncIoBridge::new(BufWriter::new(store.object_store(), key.clone())),
+            store: store.clone(),
+            key,
+            failure: failure.clone(),
+        };
+        let error = tokio::task::spawn_blocking(move || {
+            upload.write_all(b"data")?;
+            upload.shutdown()
+        })
+        .await
+        .unwrap()
+        .unwrap_err();
+        let kept = failure.lock().unwrap().take().unwrap();
+        assert_eq!(error.to_string(), kept.to_string());
+        assert!(
+            kept.to_string().contains("pg1/backups/20260101T000000/data.tar.zst"),
+            "{kept}"
+        );
+        assert_eq!(Status::from(BackupError::Store(kept)).code(), tonic::Code::Unavailable);
     }
 
     #[test]

@@ -16,7 +16,14 @@
 //!   writes `destination_file_name` through a temporary file renamed into
 //!   place, so PostgreSQL never reads half a file. A name the archive lacks
 //!   is `NOT_FOUND` (PostgreSQL then ends recovery, or tries the next
-//!   timeline); a corrupt object is `DATA_LOSS`.
+//!   timeline), and only that: a damaged object (checksum, decompression,
+//!   format, truncation) is `DATA_LOSS` naming the key; a store that cannot
+//!   be read (missing directory, network, 5xx) `UNAVAILABLE`; a missing
+//!   bucket or refused credentials `FAILED_PRECONDITION`
+//!   ([`crate::store::StoreError`]).
+//! * `Archive` over an existing object with the same content checks that
+//!   copy whole: a damaged one is `DATA_LOSS`, never OK (PostgreSQL would
+//!   recycle the segment) and never overwritten.
 //! * `Status` gives the first and last archived segments.
 
 use std::path::{Path, PathBuf};
@@ -66,13 +73,37 @@ fn blocking_failed(error: tokio::task::JoinError) -> Status {
     Status::internal(format!("a worker thread failed: {error}"))
 }
 
-/// The SHA-256 recorded in an archived object, or why it has none.
-fn archived_sha256(name: &WalFileName, stored: &[u8]) -> Result<String, Status> {
-    object::header(stored).map(|(header, _)| header.sha256).map_err(|e| {
-        Status::already_exists(format!(
-            "WAL file {name} is already archived, but the object cannot be read ({e}); refusing to overwrite it"
-        ))
-    })
+/// A stored object that cannot be read back: `DATA_LOSS`, naming the key.
+fn damaged(name: &WalFileName, key: &object_store::path::Path, store: &Store, error: &ObjectError) -> Status {
+    Status::data_loss(format!(
+        "the archived WAL file {name} (object {} in {}) is damaged: {error}",
+        store.show(key),
+        store.description()
+    ))
+}
+
+/// The SHA-256 of the archived copy of `name`, once that copy is known to
+/// be intact: a copy whose header says "same content" but whose data is
+/// damaged must not let `Archive` answer OK (PostgreSQL would then recycle
+/// the only good copy of the segment).
+async fn archived_sha256(
+    store: &Store,
+    name: &WalFileName,
+    key: &object_store::path::Path,
+    stored: Bytes,
+    sha256: &str,
+) -> Result<String, Status> {
+    let (header, _) = object::header(&stored).map_err(|e| damaged(name, key, store, &e))?;
+    if header.sha256 != sha256 {
+        // Different content: refused whatever the state of the stored copy.
+        return Ok(header.sha256);
+    }
+    let expected = name.to_string();
+    tokio::task::spawn_blocking(move || object::decode(&stored, &expected))
+        .await
+        .map_err(blocking_failed)?
+        .map_err(|e| damaged(name, key, store, &e))?;
+    Ok(header.sha256)
 }
 
 /// Archives `content` as `name` unless the same content is there: the
@@ -84,6 +115,8 @@ pub(crate) async fn store_wal(
     level: i32,
 ) -> Result<ArchiveDecision, Status> {
     let key = store.wal_key(name);
+    // Archiving creates a local store's directory (a restore never does).
+    store.prepare_write().await?;
     let owned_name = name.to_string();
     let (sha256, encoded) = tokio::task::spawn_blocking(move || {
         let sha256 = object::sha256_hex(&content);
@@ -104,7 +137,7 @@ pub(crate) async fn store_wal(
     // write makes the conditional put report it, and we compare again.
     for _ in 0..2 {
         let existing = match store.get(&key).await? {
-            Some(stored) => Some(archived_sha256(name, &stored)?),
+            Some(stored) => Some(archived_sha256(store, name, &key, stored, &sha256).await?),
             None => None,
         };
         match wal::decide_archive(name, existing.as_deref(), sha256.as_str())? {
@@ -222,20 +255,16 @@ impl Wal {
             )));
         }
         let store = self.state.store(&config.store)?;
-        let stored = store
-            .get(&store.wal_key(&name))
-            .await?
-            .ok_or_else(|| wal::not_in_archive(&name))?;
+        let key = store.wal_key(&name);
+        // `None` only when the store was read and lacks the key: any other
+        // failure (a missing bucket or directory, the network) is an error
+        // that must not end PostgreSQL's recovery.
+        let stored = store.get(&key).await?.ok_or_else(|| wal::not_in_archive(&name))?;
         let expected = name.to_string();
         let content = tokio::task::spawn_blocking(move || object::decode(&stored, &expected))
             .await
             .map_err(blocking_failed)?
-            .map_err(|e| {
-                Status::data_loss(format!(
-                    "the archived {name} in {} is damaged: {e}",
-                    store.description()
-                ))
-            })?
+            .map_err(|e| damaged(&name, &key, &store, &e))?
             .1;
         write_atomically(&destination, content)
             .await
