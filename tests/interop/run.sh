@@ -288,7 +288,11 @@ else
   cat "$work/archive.err"; fail "wal-archive -> Go plugin"
 fi
 cp "$inst/pgdata/pg_wal/$segment" "$work/segment.bak"
-echo different >"$inst/pgdata/pg_wal/$segment"
+# The same segment with one byte changed past its header: a whole segment,
+# with other content.
+cp "$work/segment.bak" "$inst/pgdata/pg_wal/$segment"
+printf 'X' | dd of="$inst/pgdata/pg_wal/$segment" bs=1 seek=4096 conv=notrunc status=none
+cmp -s "$inst/pgdata/pg_wal/$segment" "$work/segment.bak" && printf 'Y' | dd of="$inst/pgdata/pg_wal/$segment" bs=1 seek=4096 conv=notrunc status=none
 code=0; instance wal-archive "pg_wal/$segment" 2>"$work/archive.err" || code=$?
 if [ "$code" = 1 ] && grep -q "plugin $GO_PLUGIN: WAL/Archive failed: AlreadyExists" "$work/archive.err"; then
   ok "wal-archive -> Go plugin: other content under an archived name exits 1: $(cat "$work/archive.err")"
