@@ -6,9 +6,13 @@
 #   $CACHE/kube-controller-manager-<version>/kube-controller-manager
 # where CACHE is $CNPGI_E2E_CACHE or $HOME/.cache/cnpgi-e2e.
 #
-# Usage: tests/e2e/build-kube.sh     (needs Go >= 1.25; cold: ~6.5 min on 2 cores)
+# Usage: tests/e2e/build-kube.sh [--node]   (needs Go >= 1.25; cold: ~6.5 min on 2 cores)
+# --node also builds, in the same way and the same cache, what a real node
+# needs (tests/realkube): kube-scheduler, kubelet, kube-proxy and kubectl
+#   $CACHE/<command>-<version>/<command>              (cold: ~5 min more)
 # Versions: KUBE_VERSION (default v1.34.4), ETCD_VERSION (default v3.6.16).
-# Prints the three binaries' paths on stdout, one per line.
+# Prints the binaries' paths on stdout, one per line (etcd, kube-apiserver,
+# kube-controller-manager, then with --node kube-scheduler, kubelet, kube-proxy, kubectl).
 set -euo pipefail
 
 kube_version="${KUBE_VERSION:-v1.34.4}"
@@ -16,6 +20,13 @@ etcd_version="${ETCD_VERSION:-v3.6.16}"
 cache="${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}"
 # The staging modules (k8s.io/api, client-go, ...) of release v1.X.Y are v0.X.Y.
 staging_version="v0.${kube_version#v1.}"
+
+node=0
+case "${1:-}" in
+  "") ;;
+  --node) node=1 ;;
+  *) echo "build-kube.sh: unknown argument $1 (only --node)" >&2; exit 2 ;;
+esac
 
 export GOTOOLCHAIN=local
 export GOFLAGS="-mod=mod -buildvcs=false"
@@ -67,10 +78,12 @@ GO
   install_bin "$scratch/etcd/etcd" "$etcd_bin"
 fi
 
-if [ ! -x "$apiserver_bin" ] || [ ! -x "$kcm_bin" ]; then
-  echo "build-kube.sh: building kube-apiserver and kube-controller-manager $kube_version (cold: ~5.5 min)" >&2
-  dir="$scratch/kube"
+# build_kube COMMAND...: builds k8s.io/kubernetes/cmd/COMMAND for each one
+# into $CACHE/COMMAND-$kube_version/COMMAND.
+build_kube() {
+  local dir="$scratch/kube-$1" cmd
   mkdir -p "$dir"
+  echo "build-kube.sh: building $* $kube_version" >&2
   (
     cd "$dir"
     # k8s.io/kubernetes replaces its staging modules with ./staging/src/...;
@@ -84,25 +97,34 @@ if [ ! -x "$apiserver_bin" ] || [ ! -x "$kcm_bin" ]; then
       printf 'require k8s.io/kubernetes %s\n\n' "$kube_version"
       for m in $staging; do printf 'replace %s => %s %s\n' "$m" "$m" "$staging_version"; done
     } > go.mod
-    cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-)
-GO
+    {
+      printf '//go:build tools\n\npackage tools\n\nimport (\n'
+      for cmd in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$cmd"; done
+      printf ')\n'
+    } > tools.go
     go mod tidy
     minor="${kube_version#v1.}"; minor="${minor%%.*}"
     v=k8s.io/component-base/version
+    pkgs=()
+    for cmd in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$cmd"); done
     go build -trimpath -o "$dir/out/" \
       -ldflags "-s -w -X $v.gitVersion=$kube_version -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean" \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
-  ) >&2 || { echo "build-kube.sh: building kube-apiserver/kube-controller-manager $kube_version failed" >&2; exit 1; }
-  install_bin "$dir/out/kube-apiserver" "$apiserver_bin"
-  install_bin "$dir/out/kube-controller-manager" "$kcm_bin"
+      "${pkgs[@]}"
+  ) >&2 || { echo "build-kube.sh: building $* $kube_version failed" >&2; exit 1; }
+  for cmd in "$@"; do install_bin "$dir/out/$cmd" "$cache/$cmd-$kube_version/$cmd"; done
+}
+
+if [ ! -x "$apiserver_bin" ] || [ ! -x "$kcm_bin" ]; then
+  build_kube kube-apiserver kube-controller-manager   # cold: ~5.5 min
+fi
+node_bins=()
+if [ "$node" = 1 ]; then
+  missing=()
+  for cmd in kube-scheduler kubelet kube-proxy kubectl; do
+    node_bins+=("$cache/$cmd-$kube_version/$cmd")
+    [ -x "$cache/$cmd-$kube_version/$cmd" ] || missing+=("$cmd")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then build_kube "${missing[@]}"; fi
 fi
 
-printf '%s\n' "$etcd_bin" "$apiserver_bin" "$kcm_bin"
+printf '%s\n' "$etcd_bin" "$apiserver_bin" "$kcm_bin" "${node_bins[@]}"
