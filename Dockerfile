@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1.7
-#
 # Builds one workspace binary into a minimal, non-root image:
 #   docker build --build-arg BIN=cnpgi-operator -t cnpgi-operator:dev .
 #   docker build --build-arg BIN=cnpg-i-hello-world -t cnpg-i-hello-world:dev .

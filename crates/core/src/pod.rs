@@ -54,6 +54,20 @@ pub fn container_security_context() -> Value {
     })
 }
 
+/// The `postgres` container's command: initialise PGDATA when it is empty,
+/// then run PostgreSQL in the foreground as the container's main process (so
+/// the Pod's SIGTERM reaches the postmaster, which shuts down cleanly). Needs a
+/// POSIX shell, `initdb` and `postgres` on `PATH`: PostgreSQL images (Debian's
+/// packages with `/usr/lib/postgresql/<major>/bin` on `PATH`, as
+/// CloudNativePG's images) have them. The socket goes to `/tmp` (writable by
+/// any user); local connections use peer authentication, remote ones need a
+/// password.
+pub const POSTGRES_COMMAND: &str = r#"set -eu
+if [ ! -s "$PGDATA/PG_VERSION" ]; then
+  initdb --pgdata="$PGDATA" --username=postgres --auth-local=peer --auth-host=scram-sha-256 --no-instructions
+fi
+exec postgres -D "$PGDATA" -c listen_addresses='*' -c unix_socket_directories=/tmp"#;
+
 fn text<'a>(cluster: &'a Value, pointer: &str) -> Option<&'a str> {
     cluster.pointer(pointer).and_then(Value::as_str)
 }
@@ -103,8 +117,15 @@ pub fn instance_pod(cluster: &Value, n: i32) -> Value {
             "containers": [{
                 "name": "postgres",
                 "image": text(cluster, "/spec/imageName").unwrap_or(DEFAULT_IMAGE),
+                "command": ["/bin/sh", "-c", POSTGRES_COMMAND],
                 "env": [{ "name": "PGDATA", "value": "/var/lib/postgresql/data/pgdata" }],
                 "ports": [{ "name": "postgresql", "containerPort": 5432, "protocol": "TCP" }],
+                // Ready once PostgreSQL accepts connections (what `readyInstances` counts).
+                "readinessProbe": {
+                    "tcpSocket": { "port": "postgresql" },
+                    "periodSeconds": 5,
+                },
+                "resources": { "requests": { "cpu": "100m", "memory": "128Mi" } },
                 "volumeMounts": [{ "name": "pgdata", "mountPath": "/var/lib/postgresql/data" }],
                 "securityContext": container_security_context(),
             }],
@@ -133,6 +154,9 @@ mod tests {
             "postgresql.cnpg.io/v1"
         );
         assert_eq!(pod["spec"]["containers"][0]["image"], "postgres:16");
+        // Runnable as is: a command that starts PostgreSQL, and a readiness probe.
+        assert_eq!(pod["spec"]["containers"][0]["command"][2], POSTGRES_COMMAND);
+        assert_eq!(pod["spec"]["containers"][0]["readinessProbe"]["tcpSocket"]["port"], "postgresql");
         // Restricted Pod Security: what the admission plugin checks.
         let security = &pod["spec"]["containers"][0]["securityContext"];
         assert_eq!(security["allowPrivilegeEscalation"], false);

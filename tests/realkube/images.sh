@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Builds the images the scenarios run, without any image registry, and writes
+# them as archives that tests/realkube/lib.sh's rk_import loads into the node:
+#   $RK_CACHE/images/cnpgi-operator_realkube.tar       docker build of ./Dockerfile, BIN=cnpgi-operator
+#   $RK_CACHE/images/cnpg-i-hello-world_realkube.tar   docker build of ./Dockerfile, BIN=cnpg-i-hello-world
+#   $RK_CACHE/images/localhost_postgresql_15.tar       Debian's postgresql-15, user postgres = 26:26
+#
+# The project's images come from its own Dockerfile, built by a dockerd from
+# Debian that this script starts (own data root under $RK_CACHE/docker, so
+# BuildKit's cargo caches survive between runs; no bridge, no iptables) and
+# stops by PID on any exit. The Dockerfile's FROM images are made here from
+# debootstrap roots of Debian $DEBIAN_SUITE (cached as tarballs under
+# $RK_CACHE/roots), under the names the Dockerfile uses:
+#   rust:<this machine's rustc X.Y>-bookworm  the root + gcc + this machine's
+#       Rust toolchain + the workspace's dependencies (`cargo vendor --locked`)
+#       as a source replacement, so `cargo build --locked` needs no network;
+#       built with --build-arg RUST_VERSION=X.Y.
+#   gcr.io/distroless/cc-debian12:nonroot  the root (glibc, CA certificates)
+#       and the user nonroot 65532: a local stand-in for distroless, which
+#       no registry here serves.
+#
+#   tests/realkube/images.sh       (root; cold ~15 min on 2 cores, warm ~3-6 min)
+set -euo pipefail
+# shellcheck source=tests/realkube/lib.sh
+source "$(dirname "$0")/lib.sh"
+[ "$(id -u)" = 0 ] || rk_die "images.sh needs root (debootstrap, dockerd)"
+for b in debootstrap dockerd docker cargo rustc python3; do
+  command -v "$b" >/dev/null || rk_die "missing $b (apt-get install debootstrap docker.io; cargo and rustc from rustup)"
+done
+DOCKER_BIN=${DOCKER_BIN:-/usr/bin/docker}   # the client of Debian's docker.io, the same release as dockerd
+TAG=${RK_IMAGE_TAG:-realkube}
+mkdir -p "$RK_CACHE/roots" "$RK_CACHE/images"
+work=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-realkube-images.XXXXXX")
+docker_exec_root=/run/cnpgi-realkube-docker
+docker_pid=
+cleanup() {
+  local code=$?
+  if [ -n "$docker_pid" ] && kill -0 "$docker_pid" 2>/dev/null; then
+    kill -TERM "$docker_pid"
+    for _ in $(seq 100); do kill -0 "$docker_pid" 2>/dev/null || break; sleep 0.2; done
+    kill -0 "$docker_pid" 2>/dev/null && { rk_log "dockerd (pid $docker_pid) ignored SIGTERM for 20 s; killing it"; kill -KILL "$docker_pid"; }
+  fi
+  awk '{print $2}' /proc/mounts | grep -E "^($docker_exec_root|$RK_CACHE/docker)(/|\$)" | sort -r |
+    while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
+  rm -rf "$work" "$docker_exec_root"
+  [ "$code" = 0 ] || rk_log "images.sh failed (exit $code)"
+  exit "$code"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# root NAME PACKAGES: a debootstrap minbase root of Debian with PACKAGES, as a
+# cached tarball (key: suite and packages). Prints the tarball's path.
+root() {
+  local name=$1 packages=$2 key tar dir
+  key=$(printf '%s %s' "$DEBIAN_SUITE" "$packages" | sha256sum | cut -c1-12)
+  tar="$RK_CACHE/roots/$DEBIAN_SUITE-$name-$key.tar"
+  if [ ! -s "$tar" ]; then
+    dir="$work/root-$name"
+    rk_log "debootstrap $DEBIAN_SUITE ($name: $packages) from $DEBIAN_MIRROR"
+    debootstrap --variant=minbase --include="$packages" "$DEBIAN_SUITE" "$dir" "$DEBIAN_MIRROR" >"$work/debootstrap-$name.log" 2>&1 ||
+      { tail -n 20 "$work/debootstrap-$name.log" >&2; rk_die "debootstrap of $name failed"; }
+    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
+    tar -C "$dir" --numeric-owner -cf "$tar.partial" . && mv "$tar.partial" "$tar"
+    rm -rf "$dir"
+  fi
+  echo "$tar"
+}
+# unpack TAR DIR
+unpack() { mkdir -p "$2" && tar -C "$2" --numeric-owner -xf "$1"; }
+
+# --- PostgreSQL 15 from Debian: postgres is 26:26 (CloudNativePG's uid, the
+# instance Pods' runAsUser), no cluster of the package's own.
+pg_tar="$RK_CACHE/images/$(tr '/:' '__' <<<"$RK_POSTGRES_IMAGE").tar"
+if [ ! -s "$pg_tar" ]; then
+  d="$work/postgresql"
+  unpack "$(root postgresql "ca-certificates,postgresql-15")" "$d"
+  old_uid=$(awk -F: '$1 == "postgres" {print $3}' "$d/etc/passwd")
+  old_gid=$(awk -F: '$1 == "postgres" {print $3}' "$d/etc/group")
+  [ -n "$old_uid" ] && [ -n "$old_gid" ] || rk_die "the postgresql-15 root has no postgres user"
+  sed -i "s/^postgres:x:$old_uid:$old_gid:/postgres:x:26:26:/" "$d/etc/passwd"
+  sed -i "s/^postgres:x:$old_gid:/postgres:x:26:/" "$d/etc/group"
+  find "$d" -xdev -uid "$old_uid" -exec chown -h 26 {} +
+  find "$d" -xdev -gid "$old_gid" -exec chgrp -h 26 {} +
+  rm -rf "$d/var/lib/postgresql/15" "$d/etc/postgresql/15"   # the package's own cluster
+  python3 "$RK_DIR/mkimage.py" "$d" "$RK_POSTGRES_IMAGE" "$pg_tar" --user 26:26 \
+    --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env LANG=C.UTF-8 >/dev/null || rk_die "cannot write the image $RK_POSTGRES_IMAGE"
+  rm -rf "$d"
+fi
+
+# --- dockerd, for the Dockerfile
+mkdir -p "$RK_CACHE/docker" "$docker_exec_root"
+dockerd --data-root "$RK_CACHE/docker" --exec-root "$docker_exec_root" \
+  --host "unix://$docker_exec_root/docker.sock" --pidfile "$docker_exec_root/docker.pid" \
+  --bridge none --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false \
+  --storage-driver overlay2 >"$work/dockerd.log" 2>&1 </dev/null &
+docker_pid=$!
+docker() { DOCKER_BUILDKIT=1 "$DOCKER_BIN" --host "unix://$docker_exec_root/docker.sock" "$@"; }
+for i in $(seq 100); do
+  docker version >/dev/null 2>&1 && break
+  kill -0 "$docker_pid" 2>/dev/null || { tail -n 20 "$work/dockerd.log" >&2; rk_die "dockerd exited"; }
+  [ "$i" = 100 ] && { tail -n 20 "$work/dockerd.log" >&2; rk_die "dockerd did not answer within 20 s"; }
+  sleep 0.2
+done
+# image_key IMAGE: the key it was made with (a label), or nothing
+image_key() { docker image inspect -f '{{ index .Config.Labels "cnpgi.realkube.key" }}' "$1" 2>/dev/null || true; }
+
+# --- the runtime stage's base
+runtime=gcr.io/distroless/cc-debian12:nonroot
+runtime_root=$(root base "ca-certificates")
+runtime_key=$(basename "$runtime_root" .tar)
+if [ "$(image_key "$runtime")" != "$runtime_key" ]; then
+  d="$work/runtime"
+  unpack "$runtime_root" "$d"
+  echo "nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin" >>"$d/etc/passwd"
+  echo "nonroot:x:65532:" >>"$d/etc/group"
+  mkdir -p "$d/home/nonroot" && chown 65532:65532 "$d/home/nonroot"
+  tar -C "$d" --numeric-owner -c . | docker import --change "USER 65532:65532" \
+    --change "LABEL cnpgi.realkube.key=$runtime_key" - "$runtime" >/dev/null || rk_die "docker import of $runtime failed"
+  rm -rf "$d"
+fi
+
+# --- the build stage's base: this machine's Rust toolchain and the vendored dependencies
+rust_version=$(rustc --version | awk '{print $2}')
+rust_minor=${rust_version%.*}
+toolchain=$(dirname "$(dirname "$(rustup which rustc 2>/dev/null || command -v rustc)")")
+[ -x "$toolchain/bin/cargo" ] || rk_die "no cargo beside rustc in $toolchain"
+builder="rust:$rust_minor-bookworm"
+build_root=$(root build "ca-certificates,gcc,libc6-dev")
+builder_key="$(basename "$build_root" .tar)-rust-$rust_version-lock-$(sha256sum "$RK_REPO/Cargo.lock" | cut -c1-12)"
+if [ "$(image_key "$builder")" != "$builder_key" ]; then
+  d="$work/builder"
+  unpack "$build_root" "$d"
+  mkdir -p "$d/usr/local/rust" "$d/usr/local/cargo/bin"
+  cp -a "$toolchain/bin" "$toolchain/lib" "$toolchain/libexec" "$d/usr/local/rust/" 2>/dev/null ||
+    cp -a "$toolchain/bin" "$toolchain/lib" "$d/usr/local/rust/"
+  (cd "$RK_REPO" && cargo vendor --locked --versioned-dirs "$d/usr/local/cargo-vendor" >/dev/null) ||
+    rk_die "cargo vendor --locked failed (the dependencies of Cargo.lock must be downloadable once)"
+  cat >"$d/usr/local/cargo/config.toml" <<'TOML'
+# Offline builds: every dependency of the workspace's Cargo.lock is vendored here.
+[source.crates-io]
+replace-with = "vendored-sources"
+[source.vendored-sources]
+directory = "/usr/local/cargo-vendor"
+TOML
+  tar -C "$d" --numeric-owner -c . | docker import \
+    --change "ENV PATH=/usr/local/cargo/bin:/usr/local/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    --change "ENV CARGO_HOME=/usr/local/cargo" --change "ENV RUST_VERSION=$rust_version" \
+    --change "LABEL cnpgi.realkube.key=$builder_key" - "$builder" >/dev/null || rk_die "docker import of $builder failed"
+  rm -rf "$d"
+fi
+
+# --- the project's images, from its Dockerfile as users build them
+for bin in cnpgi-operator cnpg-i-hello-world; do
+  started=$(date +%s)
+  rk_log "docker build --build-arg BIN=$bin --build-arg RUST_VERSION=$rust_minor -t $bin:$TAG ."
+  docker build --network none --build-arg "BIN=$bin" --build-arg "RUST_VERSION=$rust_minor" -t "$bin:$TAG" "$RK_REPO" \
+    >"$work/build-$bin.log" 2>&1 || { tail -n 40 "$work/build-$bin.log" >&2; rk_die "docker build of $bin failed"; }
+  docker save -o "$RK_CACHE/images/${bin}_$TAG.tar.partial" "$bin:$TAG" &&
+    mv "$RK_CACHE/images/${bin}_$TAG.tar.partial" "$RK_CACHE/images/${bin}_$TAG.tar" || rk_die "docker save of $bin:$TAG failed"
+  rk_log "$bin:$TAG built in $(( $(date +%s) - started )) s"
+done
+docker image prune -f >/dev/null 2>&1 || true
+echo "$RK_CACHE/images/cnpgi-operator_$TAG.tar"
+echo "$RK_CACHE/images/cnpg-i-hello-world_$TAG.tar"
+echo "$pg_tar"
