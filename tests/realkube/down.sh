@@ -79,9 +79,9 @@ fi
 
 # --- what must be gone now
 left=()
-for name in $(awk '{print $1}' "$S/pids" 2>/dev/null); do
-  rk_ours "$(rk_pid "$name")" && left+=("process $name (pid $(rk_pid "$name"))")
-done
+while read -r name pid; do
+  if rk_ours "$pid"; then left+=("process $name (pid $pid)"); fi
+done < <(cat "$S/pids" 2>/dev/null)
 for p in $(pgrep -x containerd-shim-runc-v2 2>/dev/null); do
   tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "$RK_RUN/" && left+=("containerd shim pid $p")
 done

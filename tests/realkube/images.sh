@@ -78,7 +78,7 @@ if [ ! -s "$pg_tar" ]; then
   unpack "$(root postgresql "ca-certificates,postgresql-15")" "$d"
   old_uid=$(awk -F: '$1 == "postgres" {print $3}' "$d/etc/passwd")
   old_gid=$(awk -F: '$1 == "postgres" {print $3}' "$d/etc/group")
-  [ -n "$old_uid" ] && [ -n "$old_gid" ] || rk_die "the postgresql-15 root has no postgres user"
+  if [ -z "$old_uid" ] || [ -z "$old_gid" ]; then rk_die "the postgresql-15 root has no postgres user"; fi
   sed -i "s/^postgres:x:$old_uid:$old_gid:/postgres:x:26:26:/" "$d/etc/passwd"
   sed -i "s/^postgres:x:$old_gid:/postgres:x:26:/" "$d/etc/group"
   find "$d" -xdev -uid "$old_uid" -exec chown -h 26 {} +
@@ -158,8 +158,8 @@ for bin in cnpgi-operator cnpg-i-hello-world; do
   rk_log "docker build --build-arg BIN=$bin --build-arg RUST_VERSION=$rust_minor -t $bin:$TAG ."
   docker build --network none --build-arg "BIN=$bin" --build-arg "RUST_VERSION=$rust_minor" -t "$bin:$TAG" "$RK_REPO" \
     >"$work/build-$bin.log" 2>&1 || { tail -n 40 "$work/build-$bin.log" >&2; rk_die "docker build of $bin failed"; }
-  docker save -o "$RK_CACHE/images/${bin}_$TAG.tar.partial" "$bin:$TAG" &&
-    mv "$RK_CACHE/images/${bin}_$TAG.tar.partial" "$RK_CACHE/images/${bin}_$TAG.tar" || rk_die "docker save of $bin:$TAG failed"
+  docker save -o "$RK_CACHE/images/${bin}_$TAG.tar.partial" "$bin:$TAG" || rk_die "docker save of $bin:$TAG failed"
+  mv "$RK_CACHE/images/${bin}_$TAG.tar.partial" "$RK_CACHE/images/${bin}_$TAG.tar"
   rk_log "$bin:$TAG built in $(( $(date +%s) - started )) s"
 done
 docker image prune -f >/dev/null 2>&1 || true

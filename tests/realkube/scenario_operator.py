@@ -1,0 +1,383 @@
+#!/usr/bin/env python3
+"""Scenario 1 of issue 25: cnpgi-operator as users install it, on a real cluster.
+
+Needs only a kubeconfig (the local node of tests/realkube/up.sh, or kind) whose
+cluster has cert-manager and cluster DNS, and whose nodes already hold the
+images (no pull: IfNotPresent):
+
+    scenario_operator.py --manifest manifest.yaml --postgres-image localhost/postgresql:15
+
+`manifest.yaml` is `task manifest` with the images built from the Dockerfile;
+it is applied as is (`kubectl apply --server-side`). Then, one named check
+each, `ok <name>` or `FAIL <name>: <why>`, and `N passed, M failed` at the end
+(exit 1 on any failure): cert-manager's Certificates and the injected webhook
+caBundle, the operator's 2 replicas with one leader, the hello-world plugin,
+the webhooks called by the API server through their Service, a Cluster's
+instance Pods Running with the plugin's labels, annotations and running
+`pauser` sidecar, PostgreSQL answering and the plugin's Service name resolving
+inside them, a killed Pod recreated patched, a rolled plugin Deployment still
+serving the evaluation of a parameter change, and a deleted leader Pod
+replaced by the other replica. KUBECTL names the kubectl binary.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+from kube import ApiError, Kube  # noqa: E402
+from suite import Failure, wait_for  # noqa: E402
+
+PLUGIN = "cnpg-i-hello-world.cloudnative-pg.io"
+OPERATOR_NS = "cnpgi-system"
+LEASE = "cnpgi-operator-leader"
+NS = "realkube-s1"
+CLUSTER = "pg"
+CLUSTER_LABEL = "cnpgi.io/cluster"
+
+
+class Scenario:
+    def __init__(self, args):
+        self.args = args
+        self.kubeconfig = args.kubeconfig
+        self.api = Kube.from_kubeconfig(self.kubeconfig)
+        self.kubectl_bin = os.environ.get("KUBECTL", "kubectl")
+        self.passed = 0
+        self.failed = 0
+
+    # -- reporting
+
+    def check(self, name, fn):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - every failure is reported, the run goes on
+            why = str(e).replace("\n", " | ")
+            if not isinstance(e, (Failure, ApiError)):
+                why = f"{type(e).__name__}: {why} at {traceback.format_exc().splitlines()[-3].strip()}"
+            print(f"FAIL {name}: {why}", flush=True)
+            self.failed += 1
+            return False
+        print(f"ok {name}", flush=True)
+        self.passed += 1
+        return True
+
+    # -- helpers
+
+    def kubectl(self, *args, stdin=None, timeout=180):
+        cmd = [self.kubectl_bin, "--kubeconfig", self.kubeconfig, *args]
+        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise Failure(f"`kubectl {' '.join(args)}` exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-800:]}")
+        return proc.stdout
+
+    def pods(self, ns, selector):
+        return self.api.get(f"/api/v1/namespaces/{ns}/pods", labelSelector=selector)["items"]
+
+    def cluster(self):
+        return self.api.get(f"/apis/cnpgi.io/v1/namespaces/{NS}/clusters/{CLUSTER}")
+
+    def lease_holder(self):
+        lease = self.api.get(f"/apis/coordination.k8s.io/v1/namespaces/{OPERATOR_NS}/leases/{LEASE}")
+        return lease["spec"].get("holderIdentity")
+
+    def operator_pods(self):
+        return [
+            p
+            for p in self.pods(OPERATOR_NS, "app.kubernetes.io/name=cnpgi-operator")
+            if not p["metadata"].get("deletionTimestamp")
+        ]
+
+    @staticmethod
+    def ready(pod):
+        return pod["status"].get("phase") == "Running" and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])
+        )
+
+    def instance_pods(self):
+        return [p for p in self.pods(NS, f"{CLUSTER_LABEL}={CLUSTER}") if not p["metadata"].get("deletionTimestamp")]
+
+    def patched_problems(self, pod, annotations):
+        """What the plugin should have done to `pod` and did not (empty: all done)."""
+        problems = []
+        name = pod["metadata"]["name"]
+        labels = pod["metadata"].get("labels", {})
+        for k, v in {"first-label": "first-label-value", "second-label": "second-label-value"}.items():
+            if labels.get(k) != v:
+                problems.append(f"{name}: label {k}={labels.get(k)!r}")
+        have = pod["metadata"].get("annotations", {})
+        for k, v in annotations.items():
+            if have.get(k) != v:
+                problems.append(f"{name}: annotation {k}={have.get(k)!r}")
+        sidecars = [c for c in pod["spec"].get("initContainers", []) if c["name"] == "pauser"]
+        if not sidecars or sidecars[0].get("restartPolicy") != "Always":
+            problems.append(f"{name}: no pauser sidecar (restartPolicy Always) in {pod['spec'].get('initContainers')}")
+        if pod["status"].get("phase") != "Running":
+            problems.append(f"{name}: phase {pod['status'].get('phase')}")
+        for status in pod["status"].get("initContainerStatuses", []) + pod["status"].get("containerStatuses", []):
+            if "running" not in status.get("state", {}):
+                problems.append(f"{name}: container {status['name']} is {status.get('state')}")
+        if not self.ready(pod):
+            problems.append(f"{name}: not Ready")
+        return problems
+
+    def wait_instances(self, annotations, what, timeout=180, exclude_uids=()):
+        def probe():
+            pods = self.instance_pods()
+            if len(pods) != 2:
+                raise Failure(f"{len(pods)} instance Pods: {[p['metadata']['name'] for p in pods]}")
+            problems = [p for pod in pods for p in self.patched_problems(pod, annotations)]
+            problems += [f"{p['metadata']['name']} is still the old Pod" for p in pods if p["metadata"]["uid"] in exclude_uids]
+            if problems:
+                raise Failure("; ".join(problems))
+            return pods
+
+        return wait_for(what, probe, timeout=timeout, interval=2)
+
+    # -- checks
+
+    def apply_manifest(self):
+        self.kubectl("apply", "--server-side", "-f", self.args.manifest)
+
+    def certificates_ready(self):
+        def probe():
+            certs = self.api.get(f"/apis/cert-manager.io/v1/namespaces/{OPERATOR_NS}/certificates")["items"]
+            names = {
+                c["metadata"]["name"]: any(x["type"] == "Ready" and x["status"] == "True" for x in c.get("status", {}).get("conditions", []))
+                for c in certs
+            }
+            want = {"cnpgi-webhook", "cnpg-i-hello-world-server", "cnpg-i-hello-world-client"}
+            if not want <= {n for n, ok in names.items() if ok}:
+                raise Failure(f"Certificates and readiness: {names}")
+            for secret in ("cnpgi-webhook-tls", "cnpg-i-hello-world-server-tls", "cnpg-i-hello-world-client-tls"):
+                data = self.api.get(f"/api/v1/namespaces/{OPERATOR_NS}/secrets/{secret}")["data"]
+                if not data.get("tls.crt") or not data.get("tls.key"):
+                    raise Failure(f"Secret {secret} has no tls.crt/tls.key")
+            return True
+
+        wait_for("cert-manager issues the manifests' Certificates", probe, timeout=90, interval=1)
+
+    def ca_injected(self):
+        def probe():
+            for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+                config = self.api.get(f"/apis/admissionregistration.k8s.io/v1/{kind}/cnpgi-operator")
+                for hook in config["webhooks"]:
+                    if not hook["clientConfig"].get("caBundle"):
+                        raise Failure(f"{kind}/cnpgi-operator {hook['name']} has no caBundle yet")
+            return True
+
+        wait_for("cainjector fills the webhooks' caBundle", probe, timeout=60, interval=1)
+
+    def operator_ready(self):
+        self.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/cnpgi-operator", "--timeout=180s")
+        pods = self.operator_pods()
+        ready = [p["metadata"]["name"] for p in pods if self.ready(p)]
+        if len(ready) != 2:
+            raise Failure(f"{len(ready)} Ready operator Pods: {ready}")
+
+    def one_leader(self):
+        names = {p["metadata"]["name"] for p in self.operator_pods()}
+        holder = wait_for("the leader Lease is held", self.lease_holder, timeout=60, interval=1)
+        if holder not in names:
+            raise Failure(f"Lease {LEASE} is held by {holder!r}, not one of the operator Pods {sorted(names)}")
+
+    def plugin_ready(self):
+        self.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/cnpg-i-hello-world", "--timeout=180s")
+
+    def namespace(self):
+        self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin=json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}},
+                }
+            ),
+        )
+
+    def cluster_object(self, annotations):
+        return {
+            "apiVersion": "cnpgi.io/v1",
+            "kind": "Cluster",
+            "metadata": {"name": CLUSTER, "namespace": NS},
+            "spec": {
+                "instances": 2,
+                "imageName": self.args.postgres_image,
+                "plugins": [
+                    {
+                        "name": PLUGIN,
+                        "parameters": {
+                            "labels": json.dumps({"first-label": "first-label-value", "second-label": "second-label-value"}),
+                            "annotations": json.dumps(annotations),
+                        },
+                    }
+                ],
+            },
+        }
+
+    def webhook_denies_mistake(self):
+        obj = self.cluster_object({"a": "b"})
+        obj["metadata"]["name"] = "with-mistake"
+        obj["spec"]["plugins"][0]["parameters"]["annotations"] = '{"first-annotation": "x", this is a mistake}'
+        try:
+            self.api.create(obj)
+        except ApiError as e:
+            if "vcluster.cnpgi.io" in str(e) and "spec.plugins[0].parameters.annotations" in str(e):
+                return
+            raise Failure(f"refused, but not by the validating webhook on the annotations: {e}") from e
+        raise Failure("a Cluster with invalid annotations JSON was accepted: the API server did not call the webhook")
+
+    def webhook_defaults(self):
+        obj = self.cluster_object({"first-annotation": "first-annotation-value"})
+        del obj["spec"]["plugins"][0]["parameters"]
+        obj["metadata"]["name"] = "defaulted"
+        created = self.api.create(obj, dry_run=True)
+        params = created["spec"]["plugins"][0].get("parameters") or {}
+        if "plugin-metadata" not in params.get("labels", ""):
+            raise Failure(f"the mutating webhook did not default the plugin's parameters: {params}")
+
+    def cluster_created(self):
+        self.api.create(self.cluster_object({"first-annotation": "first-annotation-value"}))
+
+    def instances_running(self):
+        self.wait_instances({"first-annotation": "first-annotation-value"}, "2 instance Pods Running, Ready and patched", timeout=240)
+
+    def postgres_answers(self):
+        for pod in self.instance_pods():
+            out = self.kubectl(
+                "-n", NS, "exec", pod["metadata"]["name"], "-c", "postgres", "--",
+                "psql", "-h", "/tmp", "-U", "postgres", "-Atc", "select current_setting('server_version_num')::int / 10000",
+            )
+            if out.strip() != "15":
+                raise Failure(f"psql in {pod['metadata']['name']} answered {out.strip()!r}, not 15")
+
+    def dns_resolves(self):
+        pod = self.instance_pods()[0]["metadata"]["name"]
+        for name in ("cnpg-i-hello-world.cnpgi-system.svc", "kubernetes.default.svc.cluster.local"):
+            out = self.kubectl("-n", NS, "exec", pod, "-c", "postgres", "--", "getent", "hosts", name)
+            if not out.strip():
+                raise Failure(f"{name} does not resolve in {pod}")
+
+    def cluster_status(self):
+        def probe():
+            status = self.cluster().get("status") or {}
+            entries = [s for s in status.get("pluginStatus", []) if s.get("name") == PLUGIN]
+            if status.get("readyInstances") != 2 or not entries or not entries[0].get("capabilities"):
+                raise Failure(f"readyInstances {status.get('readyInstances')}, pluginStatus {status.get('pluginStatus')}, phase {status.get('phase')}")
+            return True
+
+        wait_for("the Cluster's status", probe, timeout=60, interval=2)
+
+    def killed_pod_recreated(self):
+        victim = f"{CLUSTER}-1"
+        old = self.api.get(f"/api/v1/namespaces/{NS}/pods/{victim}")["metadata"]["uid"]
+        # A graceful delete: the kubelet sends SIGTERM, PostgreSQL (the
+        # container's main process) and the sidecar must stop well before the
+        # 30 s grace period ends in SIGKILL.
+        started = time.monotonic()
+        self.api.delete(f"/api/v1/namespaces/{NS}/pods/{victim}")
+
+        def gone():
+            pod = self.api.maybe_get(f"/api/v1/namespaces/{NS}/pods/{victim}")
+            return pod is None or pod["metadata"]["uid"] != old
+
+        wait_for(f"{victim} stops on SIGTERM", gone, timeout=45, interval=0.5)
+        took = time.monotonic() - started
+        if took > 20:
+            raise Failure(f"{victim} took {took:.0f} s to stop: SIGTERM did not stop its containers (killed at the grace period)")
+        self.wait_instances({"first-annotation": "first-annotation-value"}, f"{victim} recreated, patched and Running", exclude_uids={old})
+
+    def plugin_rolled(self):
+        before = {p["metadata"]["uid"] for p in self.pods(OPERATOR_NS, "app.kubernetes.io/name=cnpg-i-hello-world")}
+        self.kubectl("-n", OPERATOR_NS, "rollout", "restart", "deployment/cnpg-i-hello-world")
+        self.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/cnpg-i-hello-world", "--timeout=180s")
+        after = [p for p in self.pods(OPERATOR_NS, "app.kubernetes.io/name=cnpg-i-hello-world") if self.ready(p)]
+        if not after or any(p["metadata"]["uid"] in before for p in after):
+            raise Failure("the plugin Deployment did not roll to a new Pod")
+        # A parameter change: every Pod is evaluated by the new plugin Pod and rolled.
+        old = {p["metadata"]["uid"] for p in self.instance_pods()}
+        annotations = {"first-annotation": "after-the-plugin-rolled"}
+        self.api.merge_patch(
+            f"/apis/cnpgi.io/v1/namespaces/{NS}/clusters/{CLUSTER}",
+            {"spec": {"plugins": [self.cluster_object(annotations)["spec"]["plugins"][0]]}},
+        )
+        self.wait_instances(annotations, "Pods evaluated by the rolled plugin and rolled with the new annotation", timeout=240, exclude_uids=old)
+
+    def leader_failover(self):
+        holder = self.lease_holder()
+        pods = {p["metadata"]["name"] for p in self.operator_pods()}
+        if holder not in pods:
+            raise Failure(f"the Lease holder {holder!r} is not an operator Pod {sorted(pods)}")
+        (other,) = pods - {holder}
+        self.api.delete(f"/api/v1/namespaces/{OPERATOR_NS}/pods/{holder}")
+        wait_for(f"{other} takes the Lease from the deleted {holder}", lambda: self.lease_holder() == other, timeout=60, interval=1)
+        # The new leader reconciles: a deleted instance Pod comes back patched.
+        victim = f"{CLUSTER}-2"
+        old = self.api.get(f"/api/v1/namespaces/{NS}/pods/{victim}")["metadata"]["uid"]
+        self.api.delete(f"/api/v1/namespaces/{NS}/pods/{victim}")
+        self.wait_instances({"first-annotation": "after-the-plugin-rolled"}, f"the new leader recreates {victim}", exclude_uids={old})
+        self.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/cnpgi-operator", "--timeout=180s")
+
+    def explain(self):
+        """On failure: what the operator and the instance Pods say."""
+        for args in (
+            ("get", "pods", "-A", "-o", "wide"),
+            ("-n", NS, "get", "events", "--sort-by=.lastTimestamp"),
+            ("-n", OPERATOR_NS, "logs", "deployment/cnpgi-operator", "--tail=30"),
+        ):
+            try:
+                print(f"--- kubectl {' '.join(args)}\n{self.kubectl(*args)}", file=sys.stderr)
+            except Failure as e:
+                print(f"--- {e}", file=sys.stderr)
+
+    def run(self):
+        steps = [
+            ("manifest.yaml (task manifest) applied as is with kubectl apply --server-side", self.apply_manifest),
+            ("cert-manager issued the webhook's and the plugin's Certificates (kubernetes.io/tls Secrets)", self.certificates_ready),
+            ("cert-manager's cainjector filled the webhooks' caBundle", self.ca_injected),
+            ("the operator Deployment has 2 Ready replicas", self.operator_ready),
+            ("exactly one replica holds the leader Lease", self.one_leader),
+            ("the hello-world plugin Deployment is Ready", self.plugin_ready),
+            ("namespace with restricted Pod Security", self.namespace),
+            ("the API server calls the validating webhook through its Service: invalid parameters refused", self.webhook_denies_mistake),
+            ("the API server calls the mutating webhook through its Service: parameters defaulted", self.webhook_defaults),
+            ("a Cluster of 2 instances is created", self.cluster_created),
+            ("instance Pods Running and Ready with the plugin's labels, annotations and running pauser sidecar", self.instances_running),
+            ("PostgreSQL 15 answers psql in each instance Pod", self.postgres_answers),
+            ("cluster DNS: the plugin's Service name resolves in an instance Pod", self.dns_resolves),
+            ("the Cluster's status: 2 ready instances and the plugin's status", self.cluster_status),
+            ("a deleted instance Pod stops on SIGTERM and is recreated, patched and Running", self.killed_pod_recreated),
+            ("the plugin Deployment rolled: the operator reaches the new plugin Pod, a parameter change rolls the Pods", self.plugin_rolled),
+            ("the leader Pod deleted: the other replica takes the Lease and reconciles", self.leader_failover),
+        ]
+        for name, fn in steps:
+            if not self.check(name, fn) and fn in (self.apply_manifest, self.operator_ready, self.cluster_created):
+                print(f"FAIL the remaining checks cannot run after '{name}'", flush=True)
+                self.failed += 1
+                break
+        if self.failed:
+            self.explain()
+        print(f"scenario operator: {self.passed} passed, {self.failed} failed", flush=True)
+        return 1 if self.failed else 0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    p.add_argument("--manifest", required=True, help="manifest.yaml from `task manifest`")
+    p.add_argument("--postgres-image", required=True, help="the instances' PostgreSQL image, present on the nodes")
+    args = p.parse_args()
+    if not args.kubeconfig:
+        sys.exit("scenario_operator.py: no kubeconfig (--kubeconfig or KUBECONFIG)")
+    sys.exit(Scenario(args).run())
+
+
+if __name__ == "__main__":
+    main()
