@@ -35,10 +35,23 @@ docker_exec_root=/run/cnpgi-realkube-docker
 docker_pid=
 cleanup() {
   local code=$?
+  local children pid
   if [ -n "$docker_pid" ] && kill -0 "$docker_pid" 2>/dev/null; then
+    # dockerd's own containerd is its child, and may outlive it by a moment
+    children=$(pgrep -P "$docker_pid" || true)
     kill -TERM "$docker_pid"
     for _ in $(seq 100); do kill -0 "$docker_pid" 2>/dev/null || break; sleep 0.2; done
-    kill -0 "$docker_pid" 2>/dev/null && { rk_log "dockerd (pid $docker_pid) ignored SIGTERM for 20 s; killing it"; kill -KILL "$docker_pid"; }
+    if kill -0 "$docker_pid" 2>/dev/null; then
+      rk_log "dockerd (pid $docker_pid) ignored SIGTERM for 20 s; killing it"
+      kill -KILL "$docker_pid"
+    fi
+    for pid in $children; do
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+      if kill -0 "$pid" 2>/dev/null; then
+        rk_log "dockerd's child $pid still runs 10 s after dockerd; killing it"
+        kill -KILL "$pid"
+      fi
+    done
   fi
   awk '{print $2}' /proc/mounts | grep -E "^($docker_exec_root|$RK_CACHE/docker)(/|\$)" | sort -r |
     while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
@@ -136,7 +149,7 @@ if [ "$(image_key "$builder")" != "$builder_key" ]; then
   mkdir -p "$d/usr/local/rust" "$d/usr/local/cargo/bin"
   cp -a "$toolchain/bin" "$toolchain/lib" "$toolchain/libexec" "$d/usr/local/rust/" 2>/dev/null ||
     cp -a "$toolchain/bin" "$toolchain/lib" "$d/usr/local/rust/"
-  (cd "$RK_REPO" && cargo vendor --locked --versioned-dirs "$d/usr/local/cargo-vendor" >/dev/null) ||
+  (cd "$RK_REPO" && cargo vendor --locked --versioned-dirs "$d/usr/local/cargo-vendor" >"$work/vendor.log" 2>&1) ||
     rk_die "cargo vendor --locked failed (the dependencies of Cargo.lock must be downloadable once)"
   cat >"$d/usr/local/cargo/config.toml" <<'TOML'
 # Offline builds: every dependency of the workspace's Cargo.lock is vendored here.

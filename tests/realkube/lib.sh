@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034  # the settings are used by the scripts that source this file
 # Settings and helpers shared by tests/realkube/*.sh (sourced). Every setting
 # can be overridden from the environment.
 

@@ -83,7 +83,16 @@ one_binary_image "$RK_COREDNS_IMAGE" "$COREDNS" --entrypoint /coredns --user 655
 one_binary_image "$RK_CM_CONTROLLER_IMAGE" "${cm_bins[0]}" --entrypoint /controller --user 65532:65532
 one_binary_image "$RK_CM_CAINJECTOR_IMAGE" "${cm_bins[1]}" --entrypoint /cainjector --user 65532:65532
 
-trap 'code=$?; if [ "$code" != 0 ]; then rk_log "up.sh failed (exit $code); logs in $S; stopping what was started"; cp -r "$S" "$S.failed.$$" 2>/dev/null || true; bash "$RK_DIR/down.sh" >&2 || true; rk_log "logs of the failed start kept in $S.failed.$$"; fi' EXIT
+on_exit() {
+  local code=$?
+  if [ "$code" != 0 ]; then
+    rk_log "up.sh failed (exit $code); stopping what was started"
+    mkdir -p "$S.failed.$$" && cp "$S"/*.log "$S.failed.$$/" 2>/dev/null
+    bash "$RK_DIR/down.sh" >&2 || true
+    rk_log "logs of the failed start kept in $S.failed.$$"
+  fi
+}
+trap on_exit EXIT
 mkdir -p "$S" "$P" "$S/etcd" "$RK_RUN" "$RK_LIB/cni-conf" "$RK_LIB/containerd" "$RK_LIB/kubelet"
 chmod 700 "$S" "$S/etcd"
 : >"$S/pids"
@@ -95,6 +104,7 @@ spawn() {
   local name=$1 out=$2 pidfile
   shift 2
   pidfile=$(mktemp "$S/.pid.XXXXXX")
+  # shellcheck disable=SC2016  # $$ and $@ are the inner shell's
   setsid sh -c 'echo $$ >"$0"; exec "$@"' "$pidfile" "$@" </dev/null >"$out" 2>&1 &
   for _ in $(seq 50); do [ -s "$pidfile" ] && break; sleep 0.1; done
   [ -s "$pidfile" ] || rk_die "$name did not start"
@@ -159,10 +169,12 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 7 -keyout "$P/ca.key" -out "$P/c
   -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null ||
   rk_die "openssl: cannot make the cluster CA"
 sign() { # NAME SUBJECT EXTENSIONS
-  openssl req -newkey rsa:2048 -nodes -keyout "$P/$1.key" -out "$P/$1.csr" -subj "$2" 2>/dev/null &&
-    printf '%b' "$3" >"$P/$1.ext" &&
-    openssl x509 -req -in "$P/$1.csr" -CA "$P/ca.crt" -CAkey "$P/ca.key" -CAcreateserial -days 7 \
-      -extfile "$P/$1.ext" -out "$P/$1.crt" 2>/dev/null || rk_die "openssl: cannot make the certificate $1 ($2)"
+  printf '%b' "$3" >"$P/$1.ext"
+  if ! openssl req -newkey rsa:2048 -nodes -keyout "$P/$1.key" -out "$P/$1.csr" -subj "$2" 2>/dev/null ||
+    ! openssl x509 -req -in "$P/$1.csr" -CA "$P/ca.crt" -CAkey "$P/ca.key" -CAcreateserial -days 7 \
+      -extfile "$P/$1.ext" -out "$P/$1.crt" 2>/dev/null; then
+    rk_die "openssl: cannot make the certificate $1 ($2)"
+  fi
 }
 client_ext="basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n"
 sign apiserver "/CN=kube-apiserver" "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,IP:$RK_NODE_IP,IP:$RK_SVC_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
@@ -173,8 +185,9 @@ sign scheduler "/CN=system:kube-scheduler" "$client_ext"
 sign kubelet "/O=system:nodes/CN=system:node:$RK_NODE_NAME" "$client_ext"
 sign kube-proxy "/CN=system:kube-proxy" "$client_ext"
 sign apiserver-kubelet-client "/O=kubeadm:cluster-admins/CN=kube-apiserver-kubelet-client" "$client_ext"
-openssl genrsa -out "$P/sa.key" 2048 2>/dev/null && openssl rsa -in "$P/sa.key" -pubout -out "$P/sa.pub" 2>/dev/null ||
+if ! openssl genrsa -out "$P/sa.key" 2048 2>/dev/null || ! openssl rsa -in "$P/sa.key" -pubout -out "$P/sa.pub" 2>/dev/null; then
   rk_die "openssl: cannot make the ServiceAccount key"
+fi
 kubeconfig() { # FILE CERT-NAME
   cat >"$1" <<KC
 apiVersion: v1
