@@ -46,7 +46,9 @@ use crate::metrics::Metrics;
 /// Tunables of the registry.
 #[derive(Debug, Clone)]
 pub struct RegistryOptions {
-    /// How often each plugin's `Probe` is asked. Default 10 s.
+    /// How often each plugin's `Probe` is asked. Default 10 s. A plugin
+    /// that is not routable is asked again sooner: after 1 s, doubling up to
+    /// this interval.
     pub probe_interval: Duration,
     /// Where plugin readiness is published.
     pub metrics: Metrics,
@@ -396,10 +398,33 @@ fn duplicate(name: &str, existing_source: &str, new_source: &str) -> RegistryErr
     }
 }
 
-/// Refreshes the plugin every `interval` until it is removed.
+/// The first retry of a plugin that is not routable; retries double up to the
+/// probe interval.
+const NOT_ROUTABLE_RETRY: Duration = Duration::from_secs(1);
+
+/// Refreshes the plugin every `interval` until it is removed. A plugin that
+/// is not routable is refreshed sooner (after 1 s, doubling up to
+/// `interval`): one discovered before it can be reached (its Pod just Ready,
+/// the Service's endpoints or kube-proxy's rules not there yet) becomes
+/// routable about a second after it can be reached, not up to `interval`
+/// later, so a Cluster applied right after the plugin's rollout is not
+/// refused for that long.
 async fn watch(plugin: Weak<Plugin>, interval: Duration) {
+    let mut retry = NOT_ROUTABLE_RETRY.min(interval);
     loop {
-        tokio::time::sleep(interval).await;
+        let routable = match plugin.upgrade() {
+            Some(plugin) => plugin.state().is_routable(),
+            None => return,
+        };
+        let wait = if routable {
+            retry = NOT_ROUTABLE_RETRY.min(interval);
+            interval
+        } else {
+            let wait = retry;
+            retry = (retry * 2).min(interval);
+            wait
+        };
+        tokio::time::sleep(wait).await;
         let Some(plugin) = plugin.upgrade() else { return };
         plugin.refresh().await;
     }
