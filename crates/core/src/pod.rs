@@ -156,7 +156,10 @@ mod tests {
         assert_eq!(pod["spec"]["containers"][0]["image"], "postgres:16");
         // Runnable as is: a command that starts PostgreSQL, and a readiness probe.
         assert_eq!(pod["spec"]["containers"][0]["command"][2], POSTGRES_COMMAND);
-        assert_eq!(pod["spec"]["containers"][0]["readinessProbe"]["tcpSocket"]["port"], "postgresql");
+        assert_eq!(
+            pod["spec"]["containers"][0]["readinessProbe"]["tcpSocket"]["port"],
+            "postgresql"
+        );
         // Restricted Pod Security: what the admission plugin checks.
         let security = &pod["spec"]["containers"][0]["securityContext"];
         assert_eq!(security["allowPrivilegeEscalation"], false);
