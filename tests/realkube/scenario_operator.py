@@ -82,8 +82,10 @@ class Scenario:
         return self.api.get(f"/apis/cnpgi.io/v1/namespaces/{NS}/clusters/{CLUSTER}")
 
     def lease_holder(self):
+        """The Pod holding the leader Lease (its identity is `<Pod name>_<pid>`)."""
         lease = self.api.get(f"/apis/coordination.k8s.io/v1/namespaces/{OPERATOR_NS}/leases/{LEASE}")
-        return lease["spec"].get("holderIdentity")
+        holder = lease["spec"].get("holderIdentity")
+        return holder.rsplit("_", 1)[0] if holder else None
 
     def operator_pods(self):
         return [
@@ -178,6 +180,7 @@ class Scenario:
         ready = [p["metadata"]["name"] for p in pods if self.ready(p)]
         if len(ready) != 2:
             raise Failure(f"{len(ready)} Ready operator Pods: {ready}")
+        self.wait_endpoints("cnpgi-webhook", "app.kubernetes.io/name=cnpgi-operator")
 
     def one_leader(self):
         names = {p["metadata"]["name"] for p in self.operator_pods()}
@@ -187,6 +190,57 @@ class Scenario:
 
     def plugin_ready(self):
         self.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/cnpg-i-hello-world", "--timeout=180s")
+        self.wait_plugin_endpoints()
+
+    def wait_endpoints(self, service, selector):
+        """The Service's EndpointSlices list exactly its Ready Pods (what the
+        API server and the operator reach through it)."""
+
+        def probe():
+            pods = {
+                p["status"]["podIP"]
+                for p in self.pods(OPERATOR_NS, selector)
+                if self.ready(p) and not p["metadata"].get("deletionTimestamp")
+            }
+            slices = self.api.get(
+                f"/apis/discovery.k8s.io/v1/namespaces/{OPERATOR_NS}/endpointslices",
+                labelSelector=f"kubernetes.io/service-name={service}",
+            )["items"]
+            ready = {
+                a
+                for s in slices
+                for e in s.get("endpoints") or []
+                if e.get("conditions", {}).get("ready")
+                for a in e["addresses"]
+            }
+            if not pods or ready != pods:
+                raise Failure(f"Ready Pods {sorted(pods)}, ready endpoints {sorted(ready)}")
+            return True
+
+        wait_for(f"the endpoints of Service {service}", probe, timeout=60, interval=1)
+
+    def wait_plugin_endpoints(self):
+        self.wait_endpoints("cnpg-i-hello-world", "app.kubernetes.io/name=cnpg-i-hello-world")
+
+    def admitted(self, what, call):
+        """Runs an API call that goes through the operator's webhooks, again
+        for up to 30 s while the webhook cannot be reached or answers that the
+        plugin cannot be reached (the moment between a Ready Pod and
+        kube-proxy's rules for its Service); returns its result or raises its
+        last ApiError. Each retry is printed."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return call()
+            except ApiError as e:
+                # The plugin, or the webhook Service, not routed yet.
+                transient = ("is not ready" in str(e) and "cannot connect" in str(e)) or (
+                    "failed calling webhook" in str(e) and "connection refused" in str(e)
+                )
+                if not transient or time.monotonic() > deadline:
+                    raise
+                print(f"  ({what}: {str(e)[:160]}...; again in 2 s)", flush=True)
+                time.sleep(2)
 
     def namespace(self):
         self.kubectl(
@@ -227,7 +281,7 @@ class Scenario:
         obj["metadata"]["name"] = "with-mistake"
         obj["spec"]["plugins"][0]["parameters"]["annotations"] = '{"first-annotation": "x", this is a mistake}'
         try:
-            self.api.create(obj)
+            self.admitted("invalid Cluster", lambda: self.api.create(obj))
         except ApiError as e:
             if "vcluster.cnpgi.io" in str(e) and "spec.plugins[0].parameters.annotations" in str(e):
                 return
@@ -238,13 +292,13 @@ class Scenario:
         obj = self.cluster_object({"first-annotation": "first-annotation-value"})
         del obj["spec"]["plugins"][0]["parameters"]
         obj["metadata"]["name"] = "defaulted"
-        created = self.api.create(obj, dry_run=True)
+        created = self.admitted("dry-run Cluster", lambda: self.api.create(obj, dry_run=True))
         params = created["spec"]["plugins"][0].get("parameters") or {}
         if "plugin-metadata" not in params.get("labels", ""):
             raise Failure(f"the mutating webhook did not default the plugin's parameters: {params}")
 
     def cluster_created(self):
-        self.api.create(self.cluster_object({"first-annotation": "first-annotation-value"}))
+        self.admitted("Cluster", lambda: self.api.create(self.cluster_object({"first-annotation": "first-annotation-value"})))
 
     def instances_running(self):
         self.wait_instances({"first-annotation": "first-annotation-value"}, "2 instance Pods Running, Ready and patched", timeout=240)
@@ -298,15 +352,23 @@ class Scenario:
         before = {p["metadata"]["uid"] for p in self.pods(OPERATOR_NS, "app.kubernetes.io/name=cnpg-i-hello-world")}
         self.kubectl("-n", OPERATOR_NS, "rollout", "restart", "deployment/cnpg-i-hello-world")
         self.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/cnpg-i-hello-world", "--timeout=180s")
-        after = [p for p in self.pods(OPERATOR_NS, "app.kubernetes.io/name=cnpg-i-hello-world") if self.ready(p)]
-        if not after or any(p["metadata"]["uid"] in before for p in after):
-            raise Failure("the plugin Deployment did not roll to a new Pod")
+        def rolled():
+            pods = [p for p in self.pods(OPERATOR_NS, "app.kubernetes.io/name=cnpg-i-hello-world") if not p["metadata"].get("deletionTimestamp")]
+            if len(pods) != 1 or pods[0]["metadata"]["uid"] in before or not self.ready(pods[0]):
+                raise Failure(f"plugin Pods {[(p['metadata']['name'], p['status'].get('phase')) for p in pods]}")
+            return True
+
+        wait_for("the plugin Deployment rolls to a new Ready Pod, the old one gone", rolled, timeout=60, interval=1)
+        self.wait_plugin_endpoints()
         # A parameter change: every Pod is evaluated by the new plugin Pod and rolled.
         old = {p["metadata"]["uid"] for p in self.instance_pods()}
         annotations = {"first-annotation": "after-the-plugin-rolled"}
-        self.api.merge_patch(
-            f"/apis/cnpgi.io/v1/namespaces/{NS}/clusters/{CLUSTER}",
-            {"spec": {"plugins": [self.cluster_object(annotations)["spec"]["plugins"][0]]}},
+        self.admitted(
+            "parameter change",
+            lambda: self.api.merge_patch(
+                f"/apis/cnpgi.io/v1/namespaces/{NS}/clusters/{CLUSTER}",
+                {"spec": {"plugins": [self.cluster_object(annotations)["spec"]["plugins"][0]]}},
+            ),
         )
         self.wait_instances(annotations, "Pods evaluated by the rolled plugin and rolled with the new annotation", timeout=240, exclude_uids=old)
 
@@ -317,7 +379,16 @@ class Scenario:
             raise Failure(f"the Lease holder {holder!r} is not an operator Pod {sorted(pods)}")
         (other,) = pods - {holder}
         self.api.delete(f"/api/v1/namespaces/{OPERATOR_NS}/pods/{holder}")
-        wait_for(f"{other} takes the Lease from the deleted {holder}", lambda: self.lease_holder() == other, timeout=60, interval=1)
+        # The deleted leader releases the Lease on SIGTERM; the replica that was
+        # waiting takes it, unless the Deployment's replacement Pod is faster:
+        # either way a live replica other than the deleted one leads.
+        def new_leader():
+            now = self.lease_holder()
+            live = {p["metadata"]["name"] for p in self.operator_pods()}
+            return now if now and now != holder and now in live else None
+
+        now = wait_for(f"a replica other than the deleted {holder} takes the Lease", new_leader, timeout=60, interval=1)
+        print(f"  (the Lease moved from {holder} to {now}{', the replica that was waiting' if now == other else ', the replacement Pod'})", flush=True)
         # The new leader reconciles: a deleted instance Pod comes back patched.
         victim = f"{CLUSTER}-2"
         old = self.api.get(f"/api/v1/namespaces/{NS}/pods/{victim}")["metadata"]["uid"]
@@ -355,7 +426,7 @@ class Scenario:
             ("the Cluster's status: 2 ready instances and the plugin's status", self.cluster_status),
             ("a deleted instance Pod stops on SIGTERM and is recreated, patched and Running", self.killed_pod_recreated),
             ("the plugin Deployment rolled: the operator reaches the new plugin Pod, a parameter change rolls the Pods", self.plugin_rolled),
-            ("the leader Pod deleted: the other replica takes the Lease and reconciles", self.leader_failover),
+            ("the leader Pod deleted: another replica takes the Lease and reconciles", self.leader_failover),
         ]
         for name, fn in steps:
             if not self.check(name, fn) and fn in (self.apply_manifest, self.operator_ready, self.cluster_created):
