@@ -23,7 +23,9 @@
 //!   archiver, restore plugins, recovery target, parameters) and
 //!   configuration-file quoting;
 //! * [`names`]: plugin-name rules and gRPC service names;
-//! * [`echo`]: bounding the input that errors and logs repeat (1 KiB).
+//! * [`echo`]: bounding the input that errors and logs repeat (1 KiB);
+//! * [`ratelimit`]: one warning line every few seconds, with a count, for
+//!   events that come in floods (refused connections).
 //!
 //! ```
 //! use cnpgi_core::{cluster::decode_cluster, patch::patch_bytes};
@@ -47,4 +49,5 @@ pub mod patch;
 pub mod path;
 pub mod pod;
 pub mod postgres;
+pub mod ratelimit;
 pub mod status;
