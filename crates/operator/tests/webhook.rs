@@ -8,7 +8,10 @@ mod common;
 use std::time::Duration;
 
 use base64::Engine;
-use cnpgi_operator::{serving::ServerLimits, webhook::{MUTATE_PATH, VALIDATE_PATH}};
+use cnpgi_operator::{
+    serving::ServerLimits,
+    webhook::{MUTATE_PATH, VALIDATE_PATH},
+};
 use common::{HELLO, HUNG, cluster, start, start_with};
 use serde_json::{Value, json};
 
@@ -188,9 +191,9 @@ async fn a_6_mib_update_review_is_served_and_a_10_mib_body_gets_413() {
 }
 
 /// A client sending its headers byte by byte and never finishing them is
-/// cut off after the header read timeout, while others are served; an idle
-/// TLS connection is closed after the idle timeout; connections beyond the
-/// cap are closed on accept.
+/// cut off after the header read timeout, while others are served; a TLS
+/// connection that sends nothing is closed after the header read timeout;
+/// at the cap, a new connection closes the oldest silent one.
 #[tokio::test]
 async fn slow_idle_and_excess_connections_are_closed_while_others_are_served() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -231,30 +234,130 @@ async fn slow_idle_and_excess_connections_are_closed_while_others_are_served() {
     drop(slow);
 
     // Idle after the handshake, no request at all: closed by the header
-    // timer or the idle timer, whichever first.
+    // timer (1 s from accept), not the idle one (2 s).
     let mut idle = webhook.connect().await;
     let started = std::time::Instant::now();
     let mut buf = [0u8; 16];
     let read = tokio::time::timeout(Duration::from_secs(15), idle.read(&mut buf)).await;
     assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
-    eprintln!("idle TLS connection closed after {:?}", started.elapsed());
+    let closed_after = started.elapsed();
+    eprintln!("idle TLS connection closed after {closed_after:?}");
+    assert!(closed_after < Duration::from_millis(1800), "{closed_after:?}");
     drop(idle);
 
-    // The cap: three connections held, the fourth is closed on accept.
+    // Kept alive between requests: the idle timeout (2 s) from the end of
+    // the last one, not the header timeout.
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(webhook.connect().await))
+            .await
+            .unwrap();
+    let connection = tokio::spawn(connection);
+    for _ in 0..2 {
+        let request = hyper::Request::post(VALIDATE_PATH)
+            .header("host", "cnpgi-webhook.cnpgi-system.svc")
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(common::review_body(
+                "CREATE",
+                cluster(json!([])),
+                None,
+            ))))
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        drop(response);
+        // Past the header timeout: still open.
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+    }
+    let last = std::time::Instant::now() - Duration::from_millis(1300);
+    let ended = tokio::time::timeout(Duration::from_secs(5), connection).await;
+    assert!(ended.is_ok(), "the kept-alive connection was not closed when idle");
+    let idle_for = last.elapsed();
+    eprintln!("kept-alive connection closed {idle_for:?} after its last request");
+    assert!(
+        idle_for >= Duration::from_millis(1900) && idle_for < Duration::from_millis(3000),
+        "{idle_for:?}"
+    );
+
+    // The cap: three silent connections held; a fourth, a client's, is
+    // served, and the oldest silent one is closed to make room.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut held = Vec::new();
     for _ in 0..3 {
         held.push(tokio::net::TcpStream::connect(webhook.address).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut excess = tokio::net::TcpStream::connect(webhook.address).await.unwrap();
-    let read = tokio::time::timeout(Duration::from_secs(5), excess.read(&mut buf)).await;
-    assert!(
-        matches!(read, Ok(Ok(0) | Err(_))),
-        "the fourth connection is closed: {read:?}"
-    );
+    let response = webhook.review(MUTATE_PATH, "CREATE", cluster(json!([])), None).await;
+    assert_eq!(response["allowed"], true);
+    let read = tokio::time::timeout(Duration::from_millis(500), held[0].read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0) | Err(_))), "the oldest is closed: {read:?}");
+    for newer in &mut held[1..] {
+        let read = tokio::time::timeout(Duration::from_millis(100), newer.read(&mut buf)).await;
+        assert!(read.is_err(), "a newer silent connection is still open: {read:?}");
+    }
     drop(held);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    webhook.handle.shutdown();
+}
+
+/// Log lines written on this thread (the server's tasks run on it too, in
+/// the test's single-threaded runtime).
+#[derive(Clone, Default)]
+struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Issue 24, point 4: connections closed at the cap are logged once every
+/// few seconds with their count, not one line each.
+#[tokio::test]
+async fn connections_closed_at_the_cap_are_logged_once_with_a_count() {
+    use tokio::io::AsyncReadExt;
+    let log = CapturedLog::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let limits = ServerLimits {
+        max_connections: 3,
+        ..ServerLimits::default()
+    };
+    let webhook = start_with(&limits).await;
+    let mut held = Vec::new();
+    for _ in 0..50 {
+        held.push(tokio::net::TcpStream::connect(webhook.address).await.unwrap());
+    }
+    // 47 were closed to make room: wait until the client sees it.
+    let mut closed = 0;
+    for tcp in &mut held {
+        let mut buf = [0u8; 16];
+        if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(Duration::from_millis(200), tcp.read(&mut buf)).await {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 47);
+    let text = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("WARN") && line.contains("connection"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(
+        lines[0].contains("connection cap reached") && lines[0].contains("closed=1"),
+        "{}",
+        lines[0]
+    );
+    // A client is still served.
     let response = webhook.review(MUTATE_PATH, "CREATE", cluster(json!([])), None).await;
     assert_eq!(response["allowed"], true);
     webhook.handle.shutdown();

@@ -212,7 +212,6 @@ pub fn cluster(plugins: Value) -> Value {
     })
 }
 
-
 /// An `AdmissionReview` of a Cluster, as the API server sends it.
 pub fn review_body(operation: &str, object: Value, old: Option<Value>) -> Vec<u8> {
     let review = json!({
