@@ -961,6 +961,11 @@ class Suite:
         for wanted in [
             f'cnpgi_plugin_ready{{plugin="{PLUGIN}"}} 1',
             "cnpgi_plugin_calls_total{",
+            # controller-runtime's names, after real webhook calls and reconciles.
+            'controller_runtime_reconcile_total{controller="cluster",result=',
+            'controller_runtime_webhook_requests_total{webhook="/validate-cluster",code="200"}',
+            'leader_election_master_status{name="cnpgi-operator-leader"} 1',
+            "process_resident_memory_bytes ",
         ]:
             if wanted not in text:
                 raise Failure(f"/metrics lacks {wanted!r}")

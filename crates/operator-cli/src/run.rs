@@ -385,11 +385,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let (probes, api_check) = start_probe_server(&args, client.as_ref(), ready.clone(), &limits)?;
     let metrics_server = start_metrics_server(&args, prometheus, &limits)?;
-    let webhook = start_webhook_server(&args, &router, &limits)?;
+    let webhook = start_webhook_server(&args, &router, &metrics, &limits)?;
     let mut controller_task = client
         .as_ref()
         .filter(|_| !args.disable_controller)
-        .map(|client| start_reconciler(&args, client, &router, stop_rx));
+        .map(|client| start_reconciler(&args, client, &router, &metrics, stop_rx));
     ready.store(true, Ordering::SeqCst);
     tracing::info!("cnpgi-operator started");
 
@@ -521,7 +521,12 @@ fn serve_plain(address: SocketAddr, app: HttpRouter, limits: &ServerLimits, what
 }
 
 /// Serves the admission webhooks over HTTPS, unless disabled.
-fn start_webhook_server(args: &RunArgs, router: &Router, limits: &ServerLimits) -> anyhow::Result<Option<Server>> {
+fn start_webhook_server(
+    args: &RunArgs,
+    router: &Router,
+    metrics: &Metrics,
+    limits: &ServerLimits,
+) -> anyhow::Result<Option<Server>> {
     if args.disable_webhooks {
         return Ok(None);
     }
@@ -535,7 +540,10 @@ fn start_webhook_server(args: &RunArgs, router: &Router, limits: &ServerLimits) 
     )?;
     let listener = std::net::TcpListener::bind(args.webhook_address)
         .with_context(|| format!("cannot listen on {}", args.webhook_address))?;
-    let routes = webhook::routes(router.clone(), Duration::from_secs(args.webhook_deadline_seconds));
+    let routes = webhook::observed(
+        webhook::routes(router.clone(), Duration::from_secs(args.webhook_deadline_seconds)),
+        metrics.clone(),
+    );
     tracing::info!(address = %args.webhook_address, "serving admission webhooks");
     let handle = axum_server::Handle::new();
     let task = {
@@ -551,6 +559,7 @@ fn start_reconciler(
     args: &RunArgs,
     client: &kube::Client,
     router: &Router,
+    metrics: &Metrics,
     stop: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let stopped = move || {
@@ -559,7 +568,11 @@ fn start_reconciler(
             let _ = stop.wait_for(|stop| *stop).await;
         }
     };
-    let ctx = Arc::new(Context::new(client.clone(), router.clone(), "cnpgi-operator"));
+    let mut ctx = Context::new(client.clone(), router.clone(), "cnpgi-operator");
+    ctx.metrics = metrics.clone();
+    let ctx = Arc::new(ctx);
+    let metrics = metrics.clone();
+    let lease = args.leader_election_id.clone();
     let namespace = args.watch_namespace.clone();
     let elector = args.leader_elect.then(|| {
         let mut options = LeaseOptions::new(&args.namespace, &args.leader_election_id, leader_identity());
@@ -573,15 +586,19 @@ fn start_reconciler(
             controller::run(ctx, namespace.as_deref(), stopped()).await;
             return;
         };
+        // A candidate reports 0, as client-go's elector does.
+        metrics.set_leader(&lease, false);
         tokio::select! {
             () = elector.acquire() => {}
             () = stopped() => return,
         }
+        metrics.set_leader(&lease, true);
         tracing::info!("leading: reconciling Clusters");
         tokio::select! {
             () = controller::run(ctx, namespace.as_deref(), stopped()) => elector.release().await,
             reason = elector.hold() => tracing::error!(%reason, "leadership lost: stopping"),
         }
+        metrics.set_leader(&lease, false);
     })
 }
 

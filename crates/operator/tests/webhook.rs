@@ -362,3 +362,34 @@ async fn connections_closed_at_the_cap_are_logged_once_with_a_count() {
     assert_eq!(response["allowed"], true);
     webhook.handle.shutdown();
 }
+
+/// Issue 24, point 2: admission requests show in controller-runtime's
+/// webhook metrics, by path and HTTP status, with their latency.
+#[tokio::test]
+async fn webhook_requests_are_measured_with_controller_runtime_names() {
+    let metrics = cnpgi_operator::metrics::Metrics::default();
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let webhook = common::start_observed(&ServerLimits::default(), Some(metrics)).await;
+    let response = webhook
+        .review(VALIDATE_PATH, "CREATE", cluster(json!([{"name": HELLO}])), None)
+        .await;
+    assert_eq!(response["allowed"], true);
+    webhook.review(MUTATE_PATH, "CREATE", cluster(json!([])), None).await;
+    let (status, _) = webhook.post(VALIDATE_PATH, b"not JSON".to_vec()).await;
+    assert_eq!(status, 400);
+
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for line in [
+        r#"controller_runtime_webhook_requests_total{webhook="/validate-cluster",code="200"} 1"#,
+        r#"controller_runtime_webhook_requests_total{webhook="/validate-cluster",code="400"} 1"#,
+        r#"controller_runtime_webhook_requests_total{webhook="/mutate-cluster",code="200"} 1"#,
+        r#"controller_runtime_webhook_latency_seconds_count{webhook="/validate-cluster"} 2"#,
+        r#"controller_runtime_webhook_latency_seconds_bucket{le="10.0",webhook="/mutate-cluster"} 1"#,
+        r#"controller_runtime_webhook_requests_in_flight{webhook="/validate-cluster"} 0"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+    webhook.handle.shutdown();
+}

@@ -70,6 +70,11 @@ pub async fn start() -> Webhook {
 }
 
 pub async fn start_with(limits: &ServerLimits) -> Webhook {
+    start_observed(limits, None).await
+}
+
+/// [`start_with`], the requests measured in `metrics` when given.
+pub async fn start_observed(limits: &ServerLimits, metrics: Option<cnpgi_operator::metrics::Metrics>) -> Webhook {
     let dir = tempfile::tempdir().unwrap();
     let plugins = vec![
         TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
@@ -94,10 +99,13 @@ pub async fn start_with(limits: &ServerLimits) -> Webhook {
             .await
             .unwrap();
     }
-    let routes = webhook::routes(
+    let mut routes = webhook::routes(
         Router::new(registry, RoutingPolicy::default()),
         Duration::from_millis(700),
     );
+    if let Some(metrics) = metrics {
+        routes = webhook::observed(routes, metrics);
+    }
 
     let certs = TestCertificates::generate("cnpgi-webhook.cnpgi-system.svc").unwrap();
     let tls = ReloadingServerConfig::with_alpn(
