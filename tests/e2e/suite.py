@@ -961,11 +961,25 @@ class Suite:
         for wanted in [
             f'cnpgi_plugin_ready{{plugin="{PLUGIN}"}} 1',
             "cnpgi_plugin_calls_total{",
-            # controller-runtime's names, after real webhook calls and reconciles.
-            'controller_runtime_reconcile_total{controller="cluster",result=',
-            'controller_runtime_webhook_requests_total{webhook="/validate-cluster",code="200"}',
-            'leader_election_master_status{name="cnpgi-operator-leader"} 1',
+            'leader_election_master_status{name="cnpgi-operator-leader"} ',
             "process_resident_memory_bytes ",
+        ]:
+            if wanted not in text:
+                raise Failure(f"/metrics lacks {wanted!r}")
+
+    def check_controller_runtime_metrics(self):
+        """controller-runtime's metric names, after the webhook calls and
+        reconciles of the checks before."""
+        _, text = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        for wanted in [
+            'controller_runtime_reconcile_total{controller="cluster",result=',
+            'controller_runtime_reconcile_time_seconds_count{controller="cluster"} ',
+            'controller_runtime_webhook_requests_total{webhook="/mutate-cluster",code="200"} ',
+            'controller_runtime_webhook_requests_total{webhook="/validate-cluster",code="200"} ',
+            'controller_runtime_webhook_latency_seconds_count{webhook="/validate-cluster"} ',
+            'workqueue_depth{name="cluster"} ',
+            # It created the Pods: it holds the Lease.
+            'leader_election_master_status{name="cnpgi-operator-leader"} 1',
         ]:
             if wanted not in text:
                 raise Failure(f"/metrics lacks {wanted!r}")
@@ -1108,6 +1122,7 @@ class Suite:
             self.check("the validating webhook denies cluster-example-with-mistake", self.check_mistake_denied)
             self.check("the validating webhook denies a labels change", self.check_labels_change_denied)
             pods_ok = self.check("instance Pods carry the plugin's labels, annotations and pauser sidecar", self.check_pods_patched)
+            self.check("/metrics has controller-runtime's reconcile, workqueue and webhook metrics", self.check_controller_runtime_metrics)
             if not pods_ok:
                 self.explain_missing_pods()
             self.check(
