@@ -393,3 +393,45 @@ async fn webhook_requests_are_measured_with_controller_runtime_names() {
     }
     webhook.handle.shutdown();
 }
+
+/// An HTTP/2 client (ALPN `h2`, as the API server's) that sends the
+/// connection preface and its SETTINGS, then no request, is closed within
+/// the header timeout counted from accept: HTTP/2 framing is not a request.
+#[tokio::test]
+async fn an_http2_connection_without_a_request_is_closed_within_the_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let limits = ServerLimits {
+        header_read_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(3),
+        ..ServerLimits::default()
+    };
+    let webhook = start_with(&limits).await;
+    let started = std::time::Instant::now();
+    let mut tls = webhook.try_connect(&webhook.tls_connector(b"h2")).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    // The preface, then an empty SETTINGS frame (length 0, type 4, stream 0).
+    tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    let mut received = 0;
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buf = [0u8; 1024];
+        loop {
+            match tls.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                // The server's SETTINGS and its acknowledgement of ours.
+                Ok(n) => received += n,
+            }
+        }
+    })
+    .await;
+    let after = started.elapsed();
+    eprintln!("silent HTTP/2 connection closed after {after:?} ({received} bytes of framing received)");
+    assert!(closed.is_ok(), "still open after 10 s");
+    assert!(received > 0, "the server never spoke HTTP/2");
+    assert!(
+        after >= Duration::from_millis(900) && after < Duration::from_millis(1800),
+        "{after:?}"
+    );
+    webhook.handle.shutdown();
+}
