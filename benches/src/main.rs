@@ -52,6 +52,9 @@ struct Args {
     /// Stop after the routing table (section 2).
     #[arg(long)]
     routing_only: bool,
+    /// Only the webhook table (section 3).
+    #[arg(long)]
+    webhook_only: bool,
 }
 
 fn machine() -> String {
@@ -111,6 +114,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     println!("Machine: {}\n", machine());
     if args.breakdown {
         return tables::breakdown(effort).await;
+    }
+    if args.webhook_only {
+        return tables::webhook(effort, args.rate).await;
     }
     tables::floor(effort).await?;
     tables::routing(effort, args.go_plugin.as_deref()).await?;

@@ -237,7 +237,12 @@ impl WebhookServer {
     async fn start(names: &[String]) -> anyhow::Result<Self> {
         let (plugins, registry) = setup::registry_with(names).await?;
         let router = Router::new(registry, RoutingPolicy::default());
-        let routes = webhook::routes(router, Duration::from_secs(8));
+        // Measured as `cnpgi-operator run` serves them (controller-runtime's
+        // webhook metrics included).
+        let routes = webhook::observed(
+            webhook::routes(router, Duration::from_secs(8)),
+            cnpgi_operator::metrics::Metrics::default(),
+        );
         let certs = TestCertificates::generate("cnpgi-webhook.cnpgi-system.svc")?;
         let tls = cnpgi_tls::server::ReloadingServerConfig::with_alpn(
             cnpgi_tls::server::ServerTlsFiles {

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import traceback
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -178,8 +179,11 @@ def free_port():
 
 
 def http_get(url, timeout=2):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.status, r.read().decode()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 # --------------------------------------------------------------------------
@@ -203,6 +207,7 @@ class Suite:
         self.ns_examples = f"e2e-{self.label}-examples"
         self.webhook_port = free_port()
         self.metrics_port = free_port()
+        self.health_port = free_port()
         self.plugin_port = free_port()
         self.operator_extra = []
         self.restricted = args.restricted
@@ -320,15 +325,17 @@ class Suite:
             raise Abort(f"{name} exited: {self.procs.tail(name)}")
         return False
 
-    def start_operator(self, extra=(), name="operator", webhook_port=None, metrics_port=None):
+    def start_operator(self, extra=(), name="operator", webhook_port=None, metrics_port=None, health_port=None):
         webhook_port = webhook_port or self.webhook_port
         metrics_port = metrics_port or self.metrics_port
+        health_port = health_port or self.health_port
         args = [
             os.path.join(self.bin, "cnpgi-operator"), "run",
             f"--namespace={OPERATOR_NS}",
             f"--webhook-address=127.0.0.1:{webhook_port}",
             f"--webhook-cert-dir={self.webhook_dir}",
-            f"--metrics-address=127.0.0.1:{metrics_port}",
+            f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+            f"--health-probe-bind-address=127.0.0.1:{health_port}",
             f"--plugin-dir={self.plugin_dir}",
             "--probe-interval-seconds=1",
             # Short leader-election timings, so that a take-over is quick.
@@ -342,7 +349,7 @@ class Suite:
         def ready():
             self.fail_if_dead(name)
             try:
-                return http_get(f"http://127.0.0.1:{metrics_port}/readyz")[0] == 200
+                return http_get(f"http://127.0.0.1:{health_port}/readyz")[0] == 200
             except OSError:
                 return False
 
@@ -943,11 +950,37 @@ class Suite:
             raise Failure(f"the operator was refused by RBAC: {denied[0][:400]}")
 
     def check_health_and_metrics(self):
-        status, _ = http_get(f"http://127.0.0.1:{self.metrics_port}/healthz")
+        status, _ = http_get(f"http://127.0.0.1:{self.health_port}/healthz")
         if status != 200:
             raise Failure(f"/healthz answered {status}")
+        # Probes and metrics are on separate ports, as with kubebuilder.
+        status, _ = http_get(f"http://127.0.0.1:{self.metrics_port}/healthz")
+        if status != 404:
+            raise Failure(f"/healthz on the metrics port answered {status}, not 404")
         _, text = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
-        for wanted in [f'cnpgi_plugin_ready{{plugin="{PLUGIN}"}} 1', "cnpgi_plugin_calls_total{"]:
+        for wanted in [
+            f'cnpgi_plugin_ready{{plugin="{PLUGIN}"}} 1',
+            "cnpgi_plugin_calls_total{",
+            'leader_election_master_status{name="cnpgi-operator-leader"} ',
+            "process_resident_memory_bytes ",
+        ]:
+            if wanted not in text:
+                raise Failure(f"/metrics lacks {wanted!r}")
+
+    def check_controller_runtime_metrics(self):
+        """controller-runtime's metric names, after the webhook calls and
+        reconciles of the checks before."""
+        _, text = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        for wanted in [
+            'controller_runtime_reconcile_total{controller="cluster",result=',
+            'controller_runtime_reconcile_time_seconds_count{controller="cluster"} ',
+            'controller_runtime_webhook_requests_total{webhook="/mutate-cluster",code="200"} ',
+            'controller_runtime_webhook_requests_total{webhook="/validate-cluster",code="200"} ',
+            'controller_runtime_webhook_latency_seconds_count{webhook="/validate-cluster"} ',
+            'workqueue_depth{name="cluster"} ',
+            # It created the Pods: it holds the Lease.
+            'leader_election_master_status{name="cnpgi-operator-leader"} 1',
+        ]:
             if wanted not in text:
                 raise Failure(f"/metrics lacks {wanted!r}")
 
@@ -975,7 +1008,7 @@ class Suite:
         a = self.start_operator(dial, name="operator-a")
         wait_for("operator-a leads", lambda: leading in self.procs.log("operator-a"), 20)
         wait_for("the plugin is ready in operator-a", lambda: self.plugin_ready_metric() == "1", 20)
-        b = self.start_operator(dial, name="operator-b", webhook_port=free_port(), metrics_port=free_port())
+        b = self.start_operator(dial, name="operator-b", webhook_port=free_port(), metrics_port=free_port(), health_port=free_port())
         if not holder().endswith(f"_{a.pid}"):
             raise Failure(f"the Lease is held by {holder()!r}, not operator-a (pid {a.pid})")
         cluster = self.sample("manifests/samples/cluster-example.yaml", self.ns, "cluster-leader")
@@ -1089,6 +1122,7 @@ class Suite:
             self.check("the validating webhook denies cluster-example-with-mistake", self.check_mistake_denied)
             self.check("the validating webhook denies a labels change", self.check_labels_change_denied)
             pods_ok = self.check("instance Pods carry the plugin's labels, annotations and pauser sidecar", self.check_pods_patched)
+            self.check("/metrics has controller-runtime's reconcile, workqueue and webhook metrics", self.check_controller_runtime_metrics)
             if not pods_ok:
                 self.explain_missing_pods()
             self.check(

@@ -25,7 +25,9 @@
 //! * [`wal_segment`]: whether a file handed to `archive_command` can be a
 //!   WAL segment (size and long page header);
 //! * [`names`]: plugin-name rules and gRPC service names;
-//! * [`echo`]: bounding the input that errors and logs repeat (1 KiB).
+//! * [`echo`]: bounding the input that errors and logs repeat (1 KiB);
+//! * [`ratelimit`]: one warning line every few seconds, with a count, for
+//!   events that come in floods (refused connections).
 //!
 //! ```
 //! use cnpgi_core::{cluster::decode_cluster, patch::patch_bytes};
@@ -49,5 +51,6 @@ pub mod patch;
 pub mod path;
 pub mod pod;
 pub mod postgres;
+pub mod ratelimit;
 pub mod status;
 pub mod wal_segment;

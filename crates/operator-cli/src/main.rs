@@ -1,7 +1,7 @@
 //! `cnpgi-operator`: hosts CNPG-I plugins for `cnpgi.io/v1` Clusters.
 //!
 //! * `cnpgi-operator run`: discovers plugins, serves the admission webhooks,
-//!   reconciles Clusters, and exposes `/healthz`, `/readyz` and `/metrics`;
+//!   reconciles Clusters, and exposes `/healthz` and `/readyz` (probe port) and `/metrics`;
 //! * `cnpgi-operator crd`: prints the Cluster CRD;
 //! * `cnpgi-operator render`: runs a Cluster file through the plugins locally;
 //! * `cnpgi-operator check-plugin`: the conformance suite for any plugin;

@@ -39,6 +39,37 @@ use crate::{
 };
 use tokio::sync::watch;
 
+/// A listen address as controller-runtime's `--metrics-bind-address` and
+/// `--health-probe-bind-address` take it: `HOST:PORT`, Go's `:PORT` (every
+/// interface), or `0`: not served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BindAddress(pub(crate) Option<SocketAddr>);
+
+/// Why a bind address flag is not usable.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a listen address: expected HOST:PORT with an IP address, :PORT, or 0 (not served)")]
+pub(crate) struct BadBindAddress(String);
+
+impl std::str::FromStr for BindAddress {
+    type Err = BadBindAddress;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text == "0" {
+            return Ok(Self(None));
+        }
+        let address = match text.strip_prefix(':') {
+            Some(port) => port
+                .parse::<u16>()
+                .map(|port| SocketAddr::from(([0, 0, 0, 0], port)))
+                .ok(),
+            None => text.parse::<SocketAddr>().ok(),
+        };
+        address
+            .map(|a| Self(Some(a)))
+            .ok_or_else(|| BadBindAddress(text.to_owned()))
+    }
+}
+
 /// Flags of `cnpgi-operator run`; each can also come from the environment.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -71,9 +102,28 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "DISABLE_CONTROLLER")]
     pub(crate) disable_controller: bool,
 
-    /// Address of the plain HTTP server for /healthz, /readyz and /metrics.
-    #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
-    pub(crate) metrics_address: SocketAddr,
+    /// Address of the plain HTTP server for /metrics: HOST:PORT, :PORT
+    /// (every interface) or 0 (not served). Loopback by default: the
+    /// metrics are served without authentication, so exposing them beyond
+    /// the Pod is an explicit choice (e.g. `:8080` behind a NetworkPolicy).
+    #[arg(
+        long,
+        alias = "metrics-address",
+        env = "METRICS_BIND_ADDRESS",
+        default_value = "127.0.0.1:8080",
+        value_name = "ADDRESS"
+    )]
+    pub(crate) metrics_bind_address: BindAddress,
+
+    /// Address of the plain HTTP server for the kubelet's probes, /healthz
+    /// and /readyz: HOST:PORT, :PORT (every interface) or 0 (not served).
+    #[arg(
+        long,
+        env = "HEALTH_PROBE_BIND_ADDRESS",
+        default_value = ":8081",
+        value_name = "ADDRESS"
+    )]
+    pub(crate) health_probe_bind_address: BindAddress,
 
     /// Discover plugins from labelled Services in the operator's namespace.
     #[arg(long, env = "KUBERNETES_PLUGINS", default_value_t = true, action = ArgAction::Set, value_name = "BOOL")]
@@ -162,7 +212,6 @@ pub(crate) struct RunArgs {
 #[derive(Clone)]
 struct Health {
     ready: Arc<AtomicBool>,
-    registry: Arc<prometheus_client::registry::Registry>,
     /// `None` while the Kubernetes API answers (or is not used), else why not.
     api: Arc<std::sync::Mutex<Option<String>>>,
 }
@@ -213,9 +262,11 @@ async fn readyz(State(health): State<Health>) -> (StatusCode, String) {
     }
 }
 
-async fn metrics_text(State(health): State<Health>) -> (StatusCode, [(&'static str, &'static str); 1], String) {
+async fn metrics_text(
+    State(registry): State<Arc<prometheus_client::registry::Registry>>,
+) -> (StatusCode, [(&'static str, &'static str); 1], String) {
     let mut text = String::new();
-    match prometheus_client::encoding::text::encode(&mut text, &health.registry) {
+    match prometheus_client::encoding::text::encode(&mut text, &registry) {
         Ok(()) => (
             StatusCode::OK,
             [(
@@ -332,12 +383,13 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         max_connections: args.http_max_connections,
         ..ServerLimits::default()
     };
-    let (health, api_check) = start_health_server(&args, client.as_ref(), ready.clone(), prometheus, &limits)?;
-    let webhook = start_webhook_server(&args, &router, &limits)?;
+    let (probes, api_check) = start_probe_server(&args, client.as_ref(), ready.clone(), &limits)?;
+    let metrics_server = start_metrics_server(&args, prometheus, &limits)?;
+    let webhook = start_webhook_server(&args, &router, &metrics, &limits)?;
     let mut controller_task = client
         .as_ref()
         .filter(|_| !args.disable_controller)
-        .map(|client| start_reconciler(&args, client, &router, stop_rx));
+        .map(|client| start_reconciler(&args, client, &router, &metrics, stop_rx));
     ready.store(true, Ordering::SeqCst);
     tracing::info!("cnpgi-operator started");
 
@@ -355,7 +407,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     ready.store(false, Ordering::SeqCst);
     let _ = stop_tx.send(true);
     let grace = Duration::from_secs(args.shutdown_grace_seconds);
-    stop_within_grace(grace, webhook, controller_task, health).await?;
+    stop_within_grace(grace, webhook, controller_task, probes, metrics_server).await?;
     for task in discovery.into_iter().chain(api_check) {
         task.abort();
     }
@@ -415,42 +467,66 @@ fn start_discovery(
         .collect()
 }
 
-/// Serves `/healthz`, `/readyz` and `/metrics`; with a Kubernetes client,
-/// also starts the API check `/readyz` reflects.
-fn start_health_server(
+/// Serves `/healthz` and `/readyz` (unless disabled); with a Kubernetes
+/// client, also starts the API check `/readyz` reflects.
+fn start_probe_server(
     args: &RunArgs,
     client: Option<&kube::Client>,
     ready: Arc<AtomicBool>,
-    prometheus: prometheus_client::registry::Registry,
     limits: &ServerLimits,
-) -> anyhow::Result<(Server, Option<tokio::task::JoinHandle<()>>)> {
+) -> anyhow::Result<(Option<Server>, Option<tokio::task::JoinHandle<()>>)> {
+    let Some(address) = args.health_probe_bind_address.0 else {
+        tracing::info!("health probes not served (--health-probe-bind-address=0)");
+        return Ok((None, None));
+    };
     let api = Arc::new(std::sync::Mutex::new(
         client.map(|_| "Kubernetes API not checked yet".to_owned()),
     ));
     let api_check = client.map(|client| tokio::spawn(check_api(client.clone(), api.clone())));
-    let health = Health {
-        ready,
-        registry: Arc::new(prometheus),
-        api,
-    };
-    let health_app = HttpRouter::new()
+    let app = HttpRouter::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .with_state(Health { ready, api });
+    let server = serve_plain(address, app, limits, "/healthz and /readyz")?;
+    Ok((Some(server), api_check))
+}
+
+/// Serves `/metrics` (unless disabled).
+fn start_metrics_server(
+    args: &RunArgs,
+    prometheus: prometheus_client::registry::Registry,
+    limits: &ServerLimits,
+) -> anyhow::Result<Option<Server>> {
+    let Some(address) = args.metrics_bind_address.0 else {
+        tracing::info!("metrics not served (--metrics-bind-address=0)");
+        return Ok(None);
+    };
+    let app = HttpRouter::new()
         .route("/metrics", get(metrics_text))
-        .with_state(health);
-    let health_listener = std::net::TcpListener::bind(args.metrics_address)
-        .with_context(|| format!("cannot listen on {}", args.metrics_address))?;
-    tracing::info!(address = %args.metrics_address, "serving /healthz, /readyz and /metrics");
+        .with_state(Arc::new(prometheus));
+    serve_plain(address, app, limits, "/metrics").map(Some)
+}
+
+/// Serves `app` over plain HTTP on `address`, with its own connection cap.
+fn serve_plain(address: SocketAddr, app: HttpRouter, limits: &ServerLimits, what: &str) -> anyhow::Result<Server> {
+    let listener =
+        std::net::TcpListener::bind(address).with_context(|| format!("cannot listen on {address} for {what}"))?;
+    tracing::info!(%address, "serving {what}");
     let handle = axum_server::Handle::new();
     let task = {
         let (handle, limits) = (handle.clone(), limits.clone());
-        tokio::spawn(async move { serving::serve_plain(health_listener, health_app, handle, &limits).await })
+        tokio::spawn(async move { serving::serve_plain(listener, app, handle, &limits).await })
     };
-    Ok(((task, handle), api_check))
+    Ok((task, handle))
 }
 
 /// Serves the admission webhooks over HTTPS, unless disabled.
-fn start_webhook_server(args: &RunArgs, router: &Router, limits: &ServerLimits) -> anyhow::Result<Option<Server>> {
+fn start_webhook_server(
+    args: &RunArgs,
+    router: &Router,
+    metrics: &Metrics,
+    limits: &ServerLimits,
+) -> anyhow::Result<Option<Server>> {
     if args.disable_webhooks {
         return Ok(None);
     }
@@ -464,7 +540,10 @@ fn start_webhook_server(args: &RunArgs, router: &Router, limits: &ServerLimits) 
     )?;
     let listener = std::net::TcpListener::bind(args.webhook_address)
         .with_context(|| format!("cannot listen on {}", args.webhook_address))?;
-    let routes = webhook::routes(router.clone(), Duration::from_secs(args.webhook_deadline_seconds));
+    let routes = webhook::observed(
+        webhook::routes(router.clone(), Duration::from_secs(args.webhook_deadline_seconds)),
+        metrics.clone(),
+    );
     tracing::info!(address = %args.webhook_address, "serving admission webhooks");
     let handle = axum_server::Handle::new();
     let task = {
@@ -480,6 +559,7 @@ fn start_reconciler(
     args: &RunArgs,
     client: &kube::Client,
     router: &Router,
+    metrics: &Metrics,
     stop: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let stopped = move || {
@@ -488,7 +568,11 @@ fn start_reconciler(
             let _ = stop.wait_for(|stop| *stop).await;
         }
     };
-    let ctx = Arc::new(Context::new(client.clone(), router.clone(), "cnpgi-operator"));
+    let mut ctx = Context::new(client.clone(), router.clone(), "cnpgi-operator");
+    ctx.metrics = metrics.clone();
+    let ctx = Arc::new(ctx);
+    let metrics = metrics.clone();
+    let lease = args.leader_election_id.clone();
     let namespace = args.watch_namespace.clone();
     let elector = args.leader_elect.then(|| {
         let mut options = LeaseOptions::new(&args.namespace, &args.leader_election_id, leader_identity());
@@ -502,15 +586,19 @@ fn start_reconciler(
             controller::run(ctx, namespace.as_deref(), stopped()).await;
             return;
         };
+        // A candidate reports 0, as client-go's elector does.
+        metrics.set_leader(&lease, false);
         tokio::select! {
             () = elector.acquire() => {}
             () = stopped() => return,
         }
+        metrics.set_leader(&lease, true);
         tracing::info!("leading: reconciling Clusters");
         tokio::select! {
             () = controller::run(ctx, namespace.as_deref(), stopped()) => elector.release().await,
             reason = elector.hold() => tracing::error!(%reason, "leadership lost: stopping"),
         }
+        metrics.set_leader(&lease, false);
     })
 }
 
@@ -521,12 +609,12 @@ async fn stop_within_grace(
     grace: Duration,
     webhook: Option<Server>,
     controller: Option<tokio::task::JoinHandle<()>>,
-    (health_task, health_handle): Server,
+    probes: Option<Server>,
+    metrics: Option<Server>,
 ) -> anyhow::Result<()> {
-    if let Some((_, handle)) = &webhook {
+    for (_, handle) in [&webhook, &probes, &metrics].into_iter().flatten() {
         handle.graceful_shutdown(Some(grace));
     }
-    health_handle.graceful_shutdown(Some(grace));
     let deadline = tokio::time::Instant::now() + grace + Duration::from_secs(1);
     if let Some((task, _)) = webhook {
         tokio::time::timeout_at(deadline, task)
@@ -542,9 +630,13 @@ async fn stop_within_grace(
             }
         }
     }
-    tokio::time::timeout_at(deadline, health_task)
-        .await
-        .context("the health and metrics server did not stop within the grace period")???;
+    for (what, server) in [("health probe", probes), ("metrics", metrics)] {
+        if let Some((task, _)) = server {
+            tokio::time::timeout_at(deadline, task)
+                .await
+                .with_context(|| format!("the {what} server did not stop within the grace period"))???;
+        }
+    }
     Ok(())
 }
 
@@ -605,6 +697,22 @@ mod tests {
         assert!(running.is_some());
         // No reconciler: only the signal counts.
         assert_eq!(wait_for_stop(async {}, &mut None).await, Ok(()));
+    }
+
+    #[test]
+    fn bind_addresses_are_host_port_go_port_or_0() {
+        let parse = |text: &str| text.parse::<BindAddress>().map(|a| a.0);
+        assert_eq!(parse(":8081").unwrap(), Some("0.0.0.0:8081".parse().unwrap()));
+        assert_eq!(
+            parse("127.0.0.1:8080").unwrap(),
+            Some("127.0.0.1:8080".parse().unwrap())
+        );
+        assert_eq!(parse("[::1]:8080").unwrap(), Some("[::1]:8080".parse().unwrap()));
+        assert_eq!(parse("0").unwrap(), None);
+        for bad in ["localhost:8080", ":http", "8080", ":99999", ""] {
+            let error = parse(bad).unwrap_err().to_string();
+            assert!(error.contains(&format!("{bad:?}")), "{bad}: {error}");
+        }
     }
 
     #[test]

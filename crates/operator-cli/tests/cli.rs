@@ -41,7 +41,8 @@ fn usage_errors_exit_2() {
         "--plugin-dir",
         "--plugin",
         "--fail-open",
-        "--metrics-address",
+        "--metrics-bind-address",
+        "--health-probe-bind-address",
         "--dial-override",
     ] {
         assert!(help.contains(flag), "{flag}");
@@ -95,11 +96,23 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `run` with only its health and metrics server (no Kubernetes, no
-/// webhooks, no reconciler) on `port`, plus `extra` flags; waits until
-/// `/healthz` answers.
-async fn run_metrics_only(port: u16, extra: &[&str]) -> cnpgi_pluginhelper::testing::ChildGuard {
-    let address = format!("127.0.0.1:{port}");
+/// The ports of `run`'s plain HTTP servers.
+#[derive(Clone, Copy)]
+struct Ports {
+    /// `/healthz` and `/readyz`.
+    probes: u16,
+    /// `/metrics`.
+    metrics: u16,
+}
+
+/// `run` with only its health probe and metrics servers (no Kubernetes, no
+/// webhooks, no reconciler), plus `extra` flags; waits until `/healthz`
+/// answers.
+async fn run_servers_only(extra: &[&str]) -> (cnpgi_pluginhelper::testing::ChildGuard, Ports) {
+    let ports = Ports {
+        probes: free_port(),
+        metrics: free_port(),
+    };
     let child = cnpgi_pluginhelper::testing::ChildGuard::spawn(
         Command::new(BIN)
             .args([
@@ -107,19 +120,21 @@ async fn run_metrics_only(port: u16, extra: &[&str]) -> cnpgi_pluginhelper::test
                 "--disable-webhooks",
                 "--disable-controller",
                 "--kubernetes-plugins=false",
-                "--metrics-address",
-                &address,
+                "--health-probe-bind-address",
+                &format!("127.0.0.1:{}", ports.probes),
+                "--metrics-bind-address",
+                &format!("127.0.0.1:{}", ports.metrics),
             ])
             .args(extra),
     )
     .unwrap();
     eventually("run serves /healthz", std::time::Duration::from_secs(60), async || {
-        get(port, "/healthz")
+        get(ports.probes, "/healthz")
             .await
             .is_ok_and(|answer| answer.starts_with("HTTP/1.1 200"))
     })
     .await;
-    child
+    (child, ports)
 }
 
 /// A plain HTTP/1.1 GET; the whole answer as text.
@@ -146,16 +161,117 @@ async fn half_open(port: u16) -> tokio::net::TcpStream {
     stream
 }
 
+/// Issue 24, point 2: 1,100 idle connections on the probe port, and as many
+/// on the metrics port, do not make `/healthz` and `/readyz` unreachable
+/// (the kubelet's liveness probe would restart the operator): each probe
+/// is answered within its 1 s timeout, and `/metrics` too; every idle
+/// connection is closed within the header timeout.
+#[tokio::test]
+async fn probes_answer_during_a_flood_of_idle_connections() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    // 2,200 sockets here, as many in `run` (which inherits the limit).
+    let needed = 8192;
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    assert!(
+        hard >= needed,
+        "this test needs {needed} file descriptors; RLIMIT_NOFILE's hard limit is {hard} (ulimit -Hn)"
+    );
+    if soft < needed {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    }
+    let (mut run, ports) = run_servers_only(&["--http-header-read-timeout-seconds", "3"]).await;
+    // Each idle connection is watched from its connect on, by a task that
+    // says when the server closed it.
+    let mut watchers = tokio::task::JoinSet::new();
+    for port in [ports.probes, ports.metrics] {
+        for _ in 0..1100 {
+            let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let since = std::time::Instant::now();
+            watchers.spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut buf = [0u8; 16];
+                match tokio::time::timeout(std::time::Duration::from_secs(10), tcp.read(&mut buf)).await {
+                    Ok(Ok(0) | Err(_)) => Ok(since.elapsed()),
+                    other => Err(format!("{other:?} after {:?}", since.elapsed())),
+                }
+            });
+        }
+    }
+    let mut slowest = std::time::Duration::ZERO;
+    for _ in 0..5 {
+        for (port, path) in [
+            (ports.probes, "/healthz"),
+            (ports.probes, "/readyz"),
+            (ports.metrics, "/metrics"),
+        ] {
+            let started = std::time::Instant::now();
+            let answer = tokio::time::timeout(std::time::Duration::from_secs(1), get(port, path))
+                .await
+                .unwrap_or_else(|_| panic!("{path} did not answer within 1 s during the flood"))
+                .unwrap_or_else(|e| panic!("{path} failed during the flood: {e}"));
+            assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
+            slowest = slowest.max(started.elapsed());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    eprintln!("with 2,200 idle connections, the slowest probe or scrape took {slowest:?}");
+    // Each idle connection is closed within the header timeout (3 s),
+    // counted from accept, or earlier to make room for newer ones.
+    let mut latest = std::time::Duration::ZERO;
+    while let Some(closed) = watchers.join_next().await {
+        let closed = closed
+            .unwrap()
+            .unwrap_or_else(|e| panic!("an idle connection was not closed: {e}"));
+        latest = latest.max(closed);
+    }
+    eprintln!("every idle connection closed within {latest:?} of its connect");
+    assert!(latest < std::time::Duration::from_millis(4500), "{latest:?}");
+    let status = run.terminate(std::time::Duration::from_secs(20)).await.unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+/// Probes and metrics are on separate ports, as kubebuilder does; `0`
+/// serves neither; a bad address is a usage error naming the flag's value.
+#[tokio::test]
+async fn probes_and_metrics_have_separate_ports() {
+    let (mut run, ports) = run_servers_only(&[]).await;
+    assert!(get(ports.probes, "/readyz").await.unwrap().starts_with("HTTP/1.1 200"));
+    assert!(get(ports.probes, "/metrics").await.unwrap().starts_with("HTTP/1.1 404"));
+    assert!(
+        get(ports.metrics, "/metrics")
+            .await
+            .unwrap()
+            .starts_with("HTTP/1.1 200")
+    );
+    assert!(
+        get(ports.metrics, "/healthz")
+            .await
+            .unwrap()
+            .starts_with("HTTP/1.1 404")
+    );
+    let status = run.terminate(std::time::Duration::from_secs(20)).await.unwrap();
+    assert!(status.success(), "{status:?}");
+
+    let output = Command::new(BIN)
+        .args(["run", "--metrics-bind-address", "localhost"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("\"localhost\" is not a listen address"), "{stderr}");
+}
+
 /// Half-open connections to /metrics (headers that never end) must not keep
 /// the process alive after SIGTERM: the servers' grace is bounded (10 s by
 /// default; Kubernetes kills the container 30 s after SIGTERM).
 #[tokio::test]
 async fn half_open_metrics_connections_do_not_delay_exit_after_sigterm() {
-    let port = free_port();
-    let mut run = run_metrics_only(port, &[]).await;
+    let (mut run, ports) = run_servers_only(&[]).await;
     let mut held = Vec::new();
-    for _ in 0..5 {
-        held.push(half_open(port).await);
+    for port in [ports.metrics, ports.probes] {
+        for _ in 0..5 {
+            held.push(half_open(port).await);
+        }
     }
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let started = std::time::Instant::now();
@@ -171,8 +287,8 @@ async fn half_open_metrics_connections_do_not_delay_exit_after_sigterm() {
 #[tokio::test]
 async fn a_slowloris_connection_is_closed_while_others_are_served() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let port = free_port();
-    let mut run = run_metrics_only(port, &["--http-header-read-timeout-seconds", "1"]).await;
+    let (mut run, ports) = run_servers_only(&["--http-header-read-timeout-seconds", "1"]).await;
+    let port = ports.probes;
     let mut slow = half_open(port).await;
     let started = std::time::Instant::now();
     let closed_after = loop {
@@ -228,7 +344,7 @@ async fn sigterm_stops_run_while_the_api_is_unreachable() {
     let address = format!("127.0.0.1:{port}");
     let mut run = cnpgi_pluginhelper::testing::ChildGuard::spawn(
         Command::new(BIN)
-            .args(["run", "--disable-webhooks", "--metrics-address", &address])
+            .args(["run", "--disable-webhooks", "--health-probe-bind-address", &address])
             .env("KUBECONFIG", &config),
     )
     .unwrap();

@@ -366,6 +366,31 @@ fn webhook_paths_ports_and_service_match_the_server() {
     );
 }
 
+/// Issue 24, point 2: the kubelet's probes go to a port of their own, on
+/// every interface, and the unauthenticated metrics stay on loopback with
+/// no container port.
+#[test]
+fn probes_have_their_own_port_and_metrics_stay_on_loopback() {
+    let objects = objects("operator");
+    let deployment = &of_kind::<Deployment>(&objects, "Deployment")[0];
+    let operator = container(deployment);
+    let health = arg(operator, "--health-probe-bind-address");
+    let metrics = arg(operator, "--metrics-bind-address");
+    assert!(health.starts_with(':') || health.starts_with("0.0.0.0:"), "{health}");
+    assert!(metrics.starts_with("127.0.0.1:"), "{metrics}");
+    assert_ne!(port_of(health), port_of(metrics));
+    for (probe, path) in [
+        (operator.readiness_probe.as_ref().unwrap(), "/readyz"),
+        (operator.liveness_probe.as_ref().unwrap(), "/healthz"),
+    ] {
+        let get = probe.http_get.as_ref().unwrap();
+        assert_eq!(get.path.as_deref(), Some(path));
+        assert_eq!(container_port(operator, &get.port), port_of(health), "{path}");
+    }
+    let exposed: Vec<i32> = operator.ports.iter().flatten().map(|p| p.container_port).collect();
+    assert!(!exposed.contains(&port_of(metrics)), "{exposed:?}");
+}
+
 #[test]
 fn the_plugin_service_is_what_cnpg_i_discovery_expects() {
     let objects = objects("hello-world");

@@ -60,6 +60,7 @@ use cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind as HookKind;
 
 use crate::{
     crd::{Cluster, ClusterStatus, PluginStatus},
+    metrics::{Metrics, ReconcileResult},
     pods::{PLUGINS_INPUTS_ANNOTATION, build_pod, inputs_fingerprint, postgresql_configuration, wanted_hash},
     routing::{HookOutcome, HookPhase, RouteError, RoutedCluster, Router},
 };
@@ -148,6 +149,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// Delay before re-checking a healthy Cluster.
     pub resync: Duration,
+    /// Where reconciles are measured (`controller_runtime_reconcile_*`,
+    /// `workqueue_depth`); a private set unless replaced by the one served.
+    pub metrics: Metrics,
     /// Consecutive API-error reconciles, by `namespace/name`.
     failures: Mutex<HashMap<String, u32>>,
     /// By Cluster `namespace/name`, the inputs fingerprint under which each
@@ -167,6 +171,7 @@ impl Context {
             client,
             router,
             resync: Duration::from_secs(300),
+            metrics: Metrics::default(),
             failures: Mutex::new(HashMap::new()),
             evaluated: Mutex::new(HashMap::new()),
         }
@@ -275,8 +280,52 @@ async fn warn(ctx: &Context, cluster: &Cluster, reason: &str, message: &str) {
     }
 }
 
-/// Reconciles one Cluster.
+/// The reconciler's name in metrics (`controller="cluster"`).
+pub const CONTROLLER_NAME: &str = "cluster";
+
+/// When a Cluster is reconciled next, unless a watch event comes first (a
+/// kube-runtime [`Action`] whose delay can be read, for the metrics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    /// After this delay.
+    After(Duration),
+    /// Only on a change.
+    Change,
+}
+
+impl Next {
+    fn action(self) -> Action {
+        match self {
+            Self::After(delay) => Action::requeue(delay),
+            Self::Change => Action::await_change(),
+        }
+    }
+}
+
+/// Reconciles one Cluster, measured in `ctx.metrics`
+/// (`controller_runtime_reconcile_*`, and `workqueue_depth` for the
+/// requeue it asks for).
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let key = cluster_key(&cluster);
+    let timer = ctx.metrics.reconcile_started(CONTROLLER_NAME, &key);
+    let result = reconcile_cluster(cluster, ctx.clone()).await;
+    let outcome = match result {
+        Err(_) => ReconcileResult::Error,
+        // The periodic resync is controller-runtime's SyncPeriod, not a
+        // requeue the reconcile asked for.
+        Ok(Next::Change) => ReconcileResult::Success,
+        Ok(Next::After(delay)) if delay == ctx.resync => ReconcileResult::Success,
+        Ok(Next::After(_)) => ReconcileResult::RequeueAfter,
+    };
+    ctx.metrics.reconcile_ended(timer, outcome);
+    // An error's retry is scheduled by `error_policy`.
+    if let Ok(Next::After(delay)) = result {
+        ctx.metrics.requeued(CONTROLLER_NAME, &key, delay);
+    }
+    result.map(Next::action)
+}
+
+async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Next, ReconcileError> {
     let namespace = cluster.namespace().ok_or(ReconcileError::NoNamespace)?;
     let name = cluster.name_any();
     let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -353,7 +402,7 @@ async fn reconcile_pods(
     ctx: &Context,
     pods: &Api<Pod>,
     status: &mut ClusterStatus,
-) -> Result<Action, ReconcileError> {
+) -> Result<Next, ReconcileError> {
     let name = cluster.name_any();
     // Encoded once: every plugin call of this reconcile sends these bytes.
     let routed = RoutedCluster::new(serde_json::to_value(cluster)?);
@@ -396,16 +445,16 @@ async fn reconcile_pods(
     Ok(match post {
         HookOutcome::Requeue { plugin, after } => {
             tracing::info!(cluster = %name, %plugin, ?after, "a ReconcilerHooks Post hook asked for a requeue");
-            Action::requeue(requeue_delay(after))
+            Next::After(requeue_delay(after))
         }
-        HookOutcome::Continue | HookOutcome::Terminate { .. } if healthy => Action::requeue(ctx.resync),
-        HookOutcome::Continue | HookOutcome::Terminate { .. } => Action::requeue(Duration::from_secs(5)),
+        HookOutcome::Continue | HookOutcome::Terminate { .. } if healthy => Next::After(ctx.resync),
+        HookOutcome::Continue | HookOutcome::Terminate { .. } => Next::After(Duration::from_secs(5)),
     })
 }
 
 /// The `Pre` reconciler hooks: `Some(action)` when a plugin deferred or
 /// ended this reconcile.
-async fn pre_hooks(ctx: &Context, name: &str, routed: &RoutedCluster) -> Result<Option<Action>, ReconcileError> {
+async fn pre_hooks(ctx: &Context, name: &str, routed: &RoutedCluster) -> Result<Option<Next>, ReconcileError> {
     Ok(
         match ctx
             .router
@@ -415,11 +464,11 @@ async fn pre_hooks(ctx: &Context, name: &str, routed: &RoutedCluster) -> Result<
             HookOutcome::Continue => None,
             HookOutcome::Requeue { plugin, after } => {
                 tracing::info!(cluster = %name, %plugin, ?after, "a ReconcilerHooks Pre hook asked for a requeue");
-                Some(Action::requeue(requeue_delay(after)))
+                Some(Next::After(requeue_delay(after)))
             }
             HookOutcome::Terminate { plugin } => {
                 tracing::info!(cluster = %name, %plugin, "a ReconcilerHooks Pre hook ended this reconcile");
-                Some(Action::await_change())
+                Some(Next::Change)
             }
         },
     )
@@ -633,6 +682,7 @@ pub fn error_policy(cluster: Arc<Cluster>, error: &ReconcileError, ctx: Arc<Cont
         retry_in_seconds = delay.as_secs(),
         "reconcile failed"
     );
+    ctx.metrics.requeued(CONTROLLER_NAME, &key, delay);
     Action::requeue(delay)
 }
 
@@ -674,7 +724,9 @@ fn after_reconcile<E: std::error::Error>(
     match result {
         Ok(_) => {}
         Err(ControllerError::ObjectNotFound(gone)) => {
-            ctx.forget(&key(gone.namespace.as_deref(), &gone.name));
+            let gone = key(gone.namespace.as_deref(), &gone.name);
+            ctx.metrics.forget_object(&gone);
+            ctx.forget(&gone);
         }
         Err(error) => tracing::debug!(%error, "reconcile round ended with an error"),
     }

@@ -18,8 +18,9 @@ use std::{future::Future, io, net::SocketAddr, pin::Pin, sync::Arc, time::Durati
 use axum::{
     Router as HttpRouter,
     body::Bytes,
-    extract::{DefaultBodyLimit, State},
+    extract::{DefaultBodyLimit, Request, State},
     http::StatusCode,
+    middleware::Next,
     response::IntoResponse,
     routing::post,
 };
@@ -33,6 +34,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::{
+    metrics::Metrics,
     routing::{FieldError, RoutedCluster, Router},
     serving::{self, LimitedAcceptor, ServerLimits},
 };
@@ -63,6 +65,28 @@ pub fn routes(router: Router, deadline: Duration) -> HttpRouter {
         .route(VALIDATE_PATH, post(validate))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(WebhookState { router, deadline })
+}
+
+/// `app` (the webhook routes) with each admission request measured in
+/// `metrics`, as controller-runtime does:
+/// `controller_runtime_webhook_requests_total{webhook,code}`,
+/// `controller_runtime_webhook_latency_seconds{webhook}` and
+/// `controller_runtime_webhook_requests_in_flight{webhook}`, `webhook`
+/// being the path. Requests to other paths are not webhooks: not counted.
+pub fn observed(app: HttpRouter, metrics: Metrics) -> HttpRouter {
+    app.layer(axum::middleware::from_fn(move |request: Request, next: Next| {
+        let metrics = metrics.clone();
+        async move {
+            let path = request.uri().path();
+            let Some(webhook) = [MUTATE_PATH, VALIDATE_PATH].into_iter().find(|known| *known == path) else {
+                return next.run(request).await;
+            };
+            let timer = metrics.webhook_started(webhook);
+            let response = next.run(request).await;
+            timer.answered(response.status().as_u16());
+            response
+        }
+    }))
 }
 
 type BadRequest = (StatusCode, String);

@@ -487,3 +487,64 @@ async fn lifecycle_calls_only_when_the_inputs_changed() {
     assert_eq!(calls.take(HOOK), 1, "the first Pod differs: rolled at once");
     assert_eq!(api.recorded("DELETE", PODS).len(), 1);
 }
+
+/// Issue 24, point 2: reconciles show in controller-runtime's metrics
+/// (totals by result, errors, time, workers, queue), beside the process
+/// metrics, in the registry `/metrics` serves.
+#[tokio::test]
+async fn reconciles_are_measured_with_controller_runtime_names() {
+    let plugins = plugins().await;
+    let api = FakeApiServer::new();
+    let good = cluster_json(1, json!([{"name": HELLO}]));
+    let ctx = context(&plugins, &api, &good).await;
+    let metrics = cnpgi_operator::metrics::Metrics::default();
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let mut with_metrics = Context::new(ctx.client.clone(), plugins.router.clone(), "cnpgi-operator");
+    with_metrics.resync = ctx.resync;
+    with_metrics.metrics = metrics.clone();
+    let ctx = Arc::new(with_metrics);
+
+    controller::reconcile(Arc::new(serde_json::from_value(good).unwrap()), ctx.clone())
+        .await
+        .unwrap();
+    let broken = cluster_json(1, json!([{"name": "missing.example.com"}]));
+    let broken: Arc<Cluster> = Arc::new(serde_json::from_value(broken).unwrap());
+    let error = controller::reconcile(broken.clone(), ctx.clone()).await.unwrap_err();
+    controller::error_policy(broken, &error, ctx.clone());
+
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for line in [
+        // Its Pod is not Ready yet (no kubelet here): back in 5 s.
+        r#"controller_runtime_reconcile_total{controller="cluster",result="requeue_after"} 1"#,
+        r#"controller_runtime_reconcile_total{controller="cluster",result="error"} 1"#,
+        r#"controller_runtime_reconcile_errors_total{controller="cluster"} 1"#,
+        r#"controller_runtime_reconcile_time_seconds_count{controller="cluster"} 2"#,
+        r#"controller_runtime_active_workers{controller="cluster"} 0"#,
+        // Both are scheduled (in 5 s, the retry in 10 s); neither is due.
+        r#"workqueue_depth{name="cluster"} 0"#,
+        "# TYPE process_cpu_seconds counter",
+        "# TYPE process_resident_memory_bytes gauge",
+        "# TYPE process_open_fds gauge",
+        "# TYPE process_start_time_seconds gauge",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {name}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(value("process_resident_memory_bytes") > 1024.0 * 1024.0);
+    assert!(value("process_open_fds") >= 3.0);
+    assert!(value("process_cpu_seconds_total") > 0.0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = value("process_start_time_seconds");
+    assert!(started <= now + 1.0 && started > now - 3600.0, "{started} vs {now}");
+}

@@ -3,218 +3,17 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::{sync::Arc, time::Duration};
+mod common;
+
+use std::time::Duration;
 
 use base64::Engine;
-use bytes::Bytes;
-use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
 use cnpgi_operator::{
-    registry::{Registry, RegistryOptions},
-    routing::{Router, RoutingPolicy},
     serving::ServerLimits,
-    webhook::{self, MUTATE_PATH, VALIDATE_PATH},
+    webhook::{MUTATE_PATH, VALIDATE_PATH},
 };
-use cnpgi_pluginhelper::{
-    proto::{
-        identity::v1::plugin_capability::service::Type as ServiceType,
-        operator::v1::{
-            OperatorCapabilitiesRequest, OperatorCapabilitiesResult, OperatorMutateClusterRequest,
-            OperatorMutateClusterResult,
-            operator_server::{Operator, OperatorServer},
-        },
-    },
-    server::PluginServer,
-    testing::{TestCertificates, TestIdentity, TestPlugin},
-};
-use cnpgi_tls::{pem, server::ReloadingServerConfig, server::ServerTlsFiles, verify::PinnedServerVerifier};
-use http_body_util::{BodyExt, Full};
+use common::{HELLO, HUNG, cluster, start, start_with};
 use serde_json::{Value, json};
-use tonic::{Request, Response, Status};
-
-const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
-const HUNG: &str = "hung.example.com";
-
-/// An Operator whose MutateCluster never answers.
-struct Hung;
-
-#[tonic::async_trait]
-impl Operator for Hung {
-    async fn get_capabilities(
-        &self,
-        _: Request<OperatorCapabilitiesRequest>,
-    ) -> Result<Response<OperatorCapabilitiesResult>, Status> {
-        Ok(Response::new(OperatorCapabilitiesResult {
-            capabilities: vec![cnpgi_core::capabilities::operator_rpc(
-                cnpgi_core::capabilities::OperatorRpc::MutateCluster,
-            )],
-        }))
-    }
-    async fn mutate_cluster(
-        &self,
-        _: Request<OperatorMutateClusterRequest>,
-    ) -> Result<Response<OperatorMutateClusterResult>, Status> {
-        std::future::pending().await
-    }
-}
-
-struct Webhook {
-    address: std::net::SocketAddr,
-    certs: TestCertificates,
-    _dir: tempfile::TempDir,
-    _plugins: Vec<TestPlugin>,
-    handle: axum_server::Handle<std::net::SocketAddr>,
-}
-
-async fn start() -> Webhook {
-    start_with(&ServerLimits::default()).await
-}
-
-async fn start_with(limits: &ServerLimits) -> Webhook {
-    let dir = tempfile::tempdir().unwrap();
-    let plugins = vec![
-        TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
-            .await
-            .unwrap(),
-        TestPlugin::start_unix_in(
-            PluginServer::new(TestIdentity::new(HUNG).with_service(ServiceType::OperatorService))
-                .add_service(OperatorServer::new(Hung)),
-            dir.path(),
-        )
-        .await
-        .unwrap(),
-    ];
-    let registry = Arc::new(Registry::new(RegistryOptions::default()));
-    for name in [HELLO, HUNG] {
-        let path = dir.path().join(name);
-        registry
-            .add(
-                "static",
-                PluginClient::new(name, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
-            )
-            .await
-            .unwrap();
-    }
-    let routes = webhook::routes(
-        Router::new(registry, RoutingPolicy::default()),
-        Duration::from_millis(700),
-    );
-
-    let certs = TestCertificates::generate("cnpgi-webhook.cnpgi-system.svc").unwrap();
-    let tls = ReloadingServerConfig::with_alpn(
-        ServerTlsFiles {
-            cert: certs.server.cert_path.clone(),
-            key: certs.server.key_path.clone(),
-            client_ca: None,
-        },
-        &[b"h2", b"http/1.1"],
-    )
-    .unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let address = listener.local_addr().unwrap();
-    let handle = axum_server::Handle::new();
-    let limits = limits.clone();
-    let serving = handle.clone();
-    tokio::spawn(async move { webhook::serve_https_with(listener, tls, routes, serving, &limits).await });
-    Webhook {
-        address,
-        certs,
-        _dir: dir,
-        _plugins: plugins,
-        handle,
-    }
-}
-
-impl Webhook {
-    /// POSTs `body` over HTTPS (HTTP/1.1, as a plain client), verifying the
-    /// webhook's certificate; returns the status and the body.
-    async fn post(&self, path: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
-        self.try_post(path, body).await.unwrap()
-    }
-
-    /// [`Self::post`], with the client's failure (reset connection…) as an error.
-    async fn try_post(&self, path: &str, body: Vec<u8>) -> Result<(u16, Vec<u8>), hyper::Error> {
-        let tls = self.connect().await;
-        self.post_on(tls, path, body).await
-    }
-
-    /// A TLS connection to the webhook (ALPN http/1.1), its certificate verified.
-    async fn connect(&self) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-        let verifier =
-            PinnedServerVerifier::new(pem::read_certificates(&self.certs.server.cert_path, "server").unwrap()).unwrap();
-        let mut config = rustls::ClientConfig::builder_with_provider(cnpgi_tls::crypto_provider())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let tcp = tokio::net::TcpStream::connect(self.address).await.unwrap();
-        tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(
-                cnpgi_tls::client::server_name("cnpgi-webhook.cnpgi-system.svc").unwrap(),
-                tcp,
-            )
-            .await
-            .unwrap()
-    }
-
-    async fn post_on(
-        &self,
-        tls: tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
-        path: &str,
-        body: Vec<u8>,
-    ) -> Result<(u16, Vec<u8>), hyper::Error> {
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        let request = hyper::Request::post(path)
-            .header("host", "cnpgi-webhook.cnpgi-system.svc")
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .unwrap();
-        let response = sender.send_request(request).await?;
-        let status = response.status().as_u16();
-        Ok((status, response.into_body().collect().await?.to_bytes().to_vec()))
-    }
-
-    async fn review(&self, path: &str, operation: &str, object: Value, old: Option<Value>) -> Value {
-        let review = json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-                "kind": {"group": "cnpgi.io", "version": "v1", "kind": "Cluster"},
-                "resource": {"group": "cnpgi.io", "version": "v1", "resource": "clusters"},
-                "requestKind": {"group": "cnpgi.io", "version": "v1", "kind": "Cluster"},
-                "requestResource": {"group": "cnpgi.io", "version": "v1", "resource": "clusters"},
-                "name": "cluster-example",
-                "namespace": "default",
-                "operation": operation,
-                "userInfo": {"username": "admin", "groups": ["system:authenticated"]},
-                "object": object,
-                "oldObject": old,
-                "dryRun": false,
-                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
-            }
-        });
-        let (status, body) = self.post(path, serde_json::to_vec(&review).unwrap()).await;
-        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-        let answer: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(answer["kind"], "AdmissionReview");
-        assert_eq!(answer["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
-        answer["response"].clone()
-    }
-}
-
-fn cluster(plugins: Value) -> Value {
-    json!({
-        "apiVersion": "cnpgi.io/v1", "kind": "Cluster",
-        "metadata": {"name": "cluster-example", "namespace": "default"},
-        "spec": {"instances": 3, "plugins": plugins}
-    })
-}
 
 #[tokio::test]
 async fn mutate_fills_in_defaults_with_a_base64_json_patch() {
@@ -392,9 +191,9 @@ async fn a_6_mib_update_review_is_served_and_a_10_mib_body_gets_413() {
 }
 
 /// A client sending its headers byte by byte and never finishing them is
-/// cut off after the header read timeout, while others are served; an idle
-/// TLS connection is closed after the idle timeout; connections beyond the
-/// cap are closed on accept.
+/// cut off after the header read timeout, while others are served; a TLS
+/// connection that sends nothing is closed after the header read timeout;
+/// at the cap, a new connection closes the oldest silent one.
 #[tokio::test]
 async fn slow_idle_and_excess_connections_are_closed_while_others_are_served() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -435,31 +234,204 @@ async fn slow_idle_and_excess_connections_are_closed_while_others_are_served() {
     drop(slow);
 
     // Idle after the handshake, no request at all: closed by the header
-    // timer or the idle timer, whichever first.
+    // timer (1 s from accept), not the idle one (2 s).
     let mut idle = webhook.connect().await;
     let started = std::time::Instant::now();
     let mut buf = [0u8; 16];
     let read = tokio::time::timeout(Duration::from_secs(15), idle.read(&mut buf)).await;
     assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
-    eprintln!("idle TLS connection closed after {:?}", started.elapsed());
+    let closed_after = started.elapsed();
+    eprintln!("idle TLS connection closed after {closed_after:?}");
+    assert!(closed_after < Duration::from_millis(1800), "{closed_after:?}");
     drop(idle);
 
-    // The cap: three connections held, the fourth is closed on accept.
+    // Kept alive between requests: the idle timeout (2 s) from the end of
+    // the last one, not the header timeout.
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(webhook.connect().await))
+            .await
+            .unwrap();
+    let connection = tokio::spawn(connection);
+    for _ in 0..2 {
+        let request = hyper::Request::post(VALIDATE_PATH)
+            .header("host", "cnpgi-webhook.cnpgi-system.svc")
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(common::review_body(
+                "CREATE",
+                cluster(json!([])),
+                None,
+            ))))
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        drop(response);
+        // Past the header timeout: still open.
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+    }
+    let last = std::time::Instant::now() - Duration::from_millis(1300);
+    let ended = tokio::time::timeout(Duration::from_secs(5), connection).await;
+    assert!(ended.is_ok(), "the kept-alive connection was not closed when idle");
+    let idle_for = last.elapsed();
+    eprintln!("kept-alive connection closed {idle_for:?} after its last request");
+    assert!(
+        idle_for >= Duration::from_millis(1900) && idle_for < Duration::from_millis(3000),
+        "{idle_for:?}"
+    );
+
+    // The cap: three silent connections held; a fourth, a client's, is
+    // served, and the oldest silent one is closed to make room.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut held = Vec::new();
     for _ in 0..3 {
         held.push(tokio::net::TcpStream::connect(webhook.address).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut excess = tokio::net::TcpStream::connect(webhook.address).await.unwrap();
-    let read = tokio::time::timeout(Duration::from_secs(5), excess.read(&mut buf)).await;
-    assert!(
-        matches!(read, Ok(Ok(0) | Err(_))),
-        "the fourth connection is closed: {read:?}"
-    );
-    drop(held);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let response = webhook.review(MUTATE_PATH, "CREATE", cluster(json!([])), None).await;
     assert_eq!(response["allowed"], true);
+    let read = tokio::time::timeout(Duration::from_millis(500), held[0].read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0) | Err(_))), "the oldest is closed: {read:?}");
+    for newer in &mut held[1..] {
+        let read = tokio::time::timeout(Duration::from_millis(100), newer.read(&mut buf)).await;
+        assert!(read.is_err(), "a newer silent connection is still open: {read:?}");
+    }
+    drop(held);
+    webhook.handle.shutdown();
+}
+
+/// Log lines written on this thread (the server's tasks run on it too, in
+/// the test's single-threaded runtime).
+#[derive(Clone, Default)]
+struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Issue 24, point 4: connections closed at the cap are logged once every
+/// few seconds with their count, not one line each.
+#[tokio::test]
+async fn connections_closed_at_the_cap_are_logged_once_with_a_count() {
+    use tokio::io::AsyncReadExt;
+    let log = CapturedLog::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let limits = ServerLimits {
+        max_connections: 3,
+        ..ServerLimits::default()
+    };
+    let webhook = start_with(&limits).await;
+    let mut held = Vec::new();
+    for _ in 0..50 {
+        held.push(tokio::net::TcpStream::connect(webhook.address).await.unwrap());
+    }
+    // 47 were closed to make room: wait until the client sees it.
+    let mut closed = 0;
+    for tcp in &mut held {
+        let mut buf = [0u8; 16];
+        if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(Duration::from_millis(200), tcp.read(&mut buf)).await {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 47);
+    let text = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("WARN") && line.contains("connection"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(
+        lines[0].contains("connection cap reached") && lines[0].contains("closed=1"),
+        "{}",
+        lines[0]
+    );
+    // A client is still served.
+    let response = webhook.review(MUTATE_PATH, "CREATE", cluster(json!([])), None).await;
+    assert_eq!(response["allowed"], true);
+    webhook.handle.shutdown();
+}
+
+/// Issue 24, point 2: admission requests show in controller-runtime's
+/// webhook metrics, by path and HTTP status, with their latency.
+#[tokio::test]
+async fn webhook_requests_are_measured_with_controller_runtime_names() {
+    let metrics = cnpgi_operator::metrics::Metrics::default();
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let webhook = common::start_observed(&ServerLimits::default(), Some(metrics)).await;
+    let response = webhook
+        .review(VALIDATE_PATH, "CREATE", cluster(json!([{"name": HELLO}])), None)
+        .await;
+    assert_eq!(response["allowed"], true);
+    webhook.review(MUTATE_PATH, "CREATE", cluster(json!([])), None).await;
+    let (status, _) = webhook.post(VALIDATE_PATH, b"not JSON".to_vec()).await;
+    assert_eq!(status, 400);
+
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for line in [
+        r#"controller_runtime_webhook_requests_total{webhook="/validate-cluster",code="200"} 1"#,
+        r#"controller_runtime_webhook_requests_total{webhook="/validate-cluster",code="400"} 1"#,
+        r#"controller_runtime_webhook_requests_total{webhook="/mutate-cluster",code="200"} 1"#,
+        r#"controller_runtime_webhook_latency_seconds_count{webhook="/validate-cluster"} 2"#,
+        r#"controller_runtime_webhook_latency_seconds_bucket{le="10.0",webhook="/mutate-cluster"} 1"#,
+        r#"controller_runtime_webhook_requests_in_flight{webhook="/validate-cluster"} 0"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+    webhook.handle.shutdown();
+}
+
+/// An HTTP/2 client (ALPN `h2`, as the API server's) that sends the
+/// connection preface and its SETTINGS, then no request, is closed within
+/// the header timeout counted from accept: HTTP/2 framing is not a request.
+#[tokio::test]
+async fn an_http2_connection_without_a_request_is_closed_within_the_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let limits = ServerLimits {
+        header_read_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(3),
+        ..ServerLimits::default()
+    };
+    let webhook = start_with(&limits).await;
+    let started = std::time::Instant::now();
+    let mut tls = webhook.try_connect(&webhook.tls_connector(b"h2")).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    // The preface, then an empty SETTINGS frame (length 0, type 4, stream 0).
+    tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    let mut received = 0;
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buf = [0u8; 1024];
+        loop {
+            match tls.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                // The server's SETTINGS and its acknowledgement of ours.
+                Ok(n) => received += n,
+            }
+        }
+    })
+    .await;
+    let after = started.elapsed();
+    eprintln!("silent HTTP/2 connection closed after {after:?} ({received} bytes of framing received)");
+    assert!(closed.is_ok(), "still open after 10 s");
+    assert!(received > 0, "the server never spoke HTTP/2");
+    assert!(
+        after >= Duration::from_millis(900) && after < Duration::from_millis(1800),
+        "{after:?}"
+    );
     webhook.handle.shutdown();
 }

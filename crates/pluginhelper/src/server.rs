@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use cnpgi_core::names::services;
+use cnpgi_core::{names::services, ratelimit::RateLimited};
 use cnpgi_proto::{
     FILE_DESCRIPTOR_SET,
     identity::v1::{GetPluginMetadataRequest, GetPluginMetadataResponse, ProbeRequest, identity_server},
@@ -414,6 +414,28 @@ async fn resolve_address(address: &str) -> Result<SocketAddr, ServeError> {
         .ok_or_else(|| invalid(format!("{host} resolves to no address")))
 }
 
+/// Refused connections are logged at most once per `LOG_INTERVAL` and kind,
+/// with their count: a flood (a port scanner, a client with the wrong
+/// certificate retrying in a loop) would otherwise write one line each.
+const LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The rate limits of one listener's warnings about refused connections.
+struct RefusalLog {
+    handshake_refused: RateLimited,
+    handshake_timed_out: RateLimited,
+    no_preface: RateLimited,
+}
+
+impl RefusalLog {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            handshake_refused: RateLimited::new(LOG_INTERVAL),
+            handshake_timed_out: RateLimited::new(LOG_INTERVAL),
+            no_preface: RateLimited::new(LOG_INTERVAL),
+        })
+    }
+}
+
 /// The client connection preface every HTTP/2 connection starts with (RFC 9113, 3.4).
 const HTTP2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -428,6 +450,7 @@ fn tls_incoming(
     preface_timeout: Duration,
 ) -> ReceiverStream<Result<Prefaced<BatchedWrites<TlsStream<TcpStream>>>, std::io::Error>> {
     let (tx, rx) = mpsc::channel(64);
+    let log = RefusalLog::new();
     tokio::spawn(async move {
         loop {
             let (tcp, peer) = tokio::select! {
@@ -445,13 +468,24 @@ fn tls_incoming(
             let _ = tcp.set_nodelay(true);
             let acceptor = tls.acceptor();
             let tx = tx.clone();
+            let log = log.clone();
             tokio::spawn(async move {
                 let stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => stream,
-                    Ok(Err(error)) => return tracing::warn!(%peer, %error, "TLS handshake refused"),
-                    Err(_) => return tracing::warn!(%peer, ?handshake_timeout, "TLS handshake timed out"),
+                    Ok(Err(error)) => {
+                        if let Some(count) = log.handshake_refused.hit(std::time::Instant::now()) {
+                            tracing::warn!(%peer, %error, count, "TLS handshake refused ({count} in the last {LOG_INTERVAL:?}; this one shown)");
+                        }
+                        return;
+                    }
+                    Err(_) => {
+                        if let Some(count) = log.handshake_timed_out.hit(std::time::Instant::now()) {
+                            tracing::warn!(%peer, ?handshake_timeout, count, "TLS handshake timed out ({count} in the last {LOG_INTERVAL:?}; this one shown)");
+                        }
+                        return;
+                    }
                 };
-                if let Some(stream) = read_preface(stream, preface_timeout, &peer).await {
+                if let Some(stream) = read_preface(stream, preface_timeout, &peer, &log).await {
                     let _ = tx.send(Ok(stream)).await;
                 }
             });
@@ -468,6 +502,7 @@ fn unix_incoming(
     preface_timeout: Duration,
 ) -> ReceiverStream<Result<Prefaced<BatchedWrites<UnixStream>>, std::io::Error>> {
     let (tx, rx) = mpsc::channel(64);
+    let log = RefusalLog::new();
     tokio::spawn(async move {
         loop {
             let stream = tokio::select! {
@@ -482,8 +517,9 @@ fn unix_incoming(
                 () = tx.closed() => break,
             };
             let tx = tx.clone();
+            let log = log.clone();
             tokio::spawn(async move {
-                if let Some(stream) = read_preface(stream, preface_timeout, &"unix socket client").await {
+                if let Some(stream) = read_preface(stream, preface_timeout, &"unix socket client", &log).await {
                     let _ = tx.send(Ok(stream)).await;
                 }
             });
@@ -493,21 +529,38 @@ fn unix_incoming(
 }
 
 /// Reads the HTTP/2 connection preface within `timeout`. A connection that
-/// stays silent, breaks or sends something else is logged and closed (`None`).
+/// stays silent, breaks or sends something else is closed (`None`) and
+/// logged (rate-limited by `log`).
 async fn read_preface<S: AsyncRead + Unpin>(
     mut stream: S,
     timeout: Duration,
     peer: &(dyn std::fmt::Display + Sync),
+    log: &RefusalLog,
 ) -> Option<Prefaced<BatchedWrites<S>>> {
     let mut preface = [0u8; HTTP2_PREFACE.len()];
-    match tokio::time::timeout(timeout, stream.read_exact(&mut preface)).await {
-        Ok(Ok(_)) if &preface == HTTP2_PREFACE => return Some(Prefaced::new(preface, BatchedWrites::new(stream))),
-        Ok(Ok(_)) => tracing::warn!(%peer, "not an HTTP/2 client (no connection preface); closing"),
-        Ok(Err(error)) => tracing::warn!(%peer, %error, "connection lost before the HTTP/2 preface"),
+    let outcome = tokio::time::timeout(timeout, stream.read_exact(&mut preface)).await;
+    if matches!(outcome, Ok(Ok(_))) && &preface == HTTP2_PREFACE {
+        return Some(Prefaced::new(preface, BatchedWrites::new(stream)));
+    }
+    // Closed either way; logged only when a line is due (counted otherwise).
+    let count = log.no_preface.hit(std::time::Instant::now())?;
+    match outcome {
+        Ok(Ok(_)) => tracing::warn!(
+            %peer,
+            count,
+            "not an HTTP/2 client (no connection preface); closing ({count} connections closed without a preface in the last {LOG_INTERVAL:?}; this one shown)"
+        ),
+        Ok(Err(error)) => tracing::warn!(
+            %peer,
+            %error,
+            count,
+            "connection lost before the HTTP/2 preface ({count} connections closed without a preface in the last {LOG_INTERVAL:?}; this one shown)"
+        ),
         Err(_) => tracing::warn!(
             %peer,
             preface_timeout = ?timeout,
-            "no HTTP/2 preface in time; closing the idle connection"
+            count,
+            "no HTTP/2 preface in time; closing the idle connection ({count} connections closed without a preface in the last {LOG_INTERVAL:?}; this one shown)"
         ),
     }
     None

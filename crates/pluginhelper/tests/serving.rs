@@ -613,3 +613,85 @@ async fn answers_of_every_size_arrive_whole_one_at_a_time_and_many_at_once() {
         plugin.stop().await.unwrap();
     }
 }
+
+/// Log lines written while a test runs on this thread (the server's tasks
+/// run on it too, in the test's single-threaded runtime).
+#[derive(Clone, Default)]
+struct CapturedLog(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CapturedLog {
+    fn lines_with(&self, text: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|line| line.contains(text))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Issue 24, point 4: a flood of refused connections (no TLS, or TLS then
+/// no HTTP/2 preface) writes one warning line per kind every 5 s, with the
+/// count of connections it stands for, not one line each.
+#[tokio::test]
+async fn refused_connections_are_logged_once_every_few_seconds_with_a_count() {
+    use tokio::io::AsyncWriteExt;
+    let log = CapturedLog::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let plugin = TestPlugin::start_tls(server(true).0).await.unwrap();
+    let address = plugin.tcp_address().unwrap();
+
+    // Plain text where a TLS ClientHello belongs.
+    let refuse_one = async || {
+        let mut tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+        tcp.write_all(b"GET / HTTP/1.1\r\nHost: plugin\r\n\r\n").await.unwrap();
+        let mut buffer = [0u8; 256];
+        // Until the server closes it (it may send a TLS alert first).
+        while matches!(tcp.read(&mut buffer).await, Ok(n) if n > 0) {}
+    };
+    for _ in 0..100 {
+        refuse_one().await;
+    }
+    // Authenticated TLS, then HTTP/1.1 instead of the HTTP/2 preface.
+    for _ in 0..50 {
+        let mut tls = authenticated_tls(&plugin).await;
+        tls.write_all(b"GET / HTTP/1.1\r\nHost: plugin\r\n\r\n").await.unwrap();
+        let mut buffer = [0u8; 256];
+        while matches!(tls.read(&mut buffer).await, Ok(n) if n > 0) {}
+    }
+    let refused = log.lines_with("TLS handshake refused");
+    let no_preface = log.lines_with("not an HTTP/2 client");
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+    assert_eq!(no_preface.len(), 1, "{no_preface:#?}");
+    assert!(refused[0].contains("count=1"), "{}", refused[0]);
+
+    // Once the interval has passed, the next refusal is logged with the
+    // count of those not shown.
+    tokio::time::sleep(Duration::from_millis(5100)).await;
+    refuse_one().await;
+    let refused = log.lines_with("TLS handshake refused");
+    assert_eq!(refused.len(), 2, "{refused:#?}");
+    assert!(
+        refused[1].contains("count=100") && refused[1].contains("100 in the last 5s"),
+        "{}",
+        refused[1]
+    );
+    // The server still serves well-behaved clients.
+    assert_eq!(metadata_over(plugin.channel()).await.unwrap(), NAME);
+}

@@ -196,15 +196,7 @@ pub async fn scan_backups(store: &Store) -> Result<Backups, StoreError> {
             Err(error) => format!("unreadable: {error}"),
         };
         tracing::warn!(key = %meta.location, %reason, "skipping a damaged backup manifest");
-        let backup_id = meta
-            .location
-            .parts()
-            .collect::<Vec<_>>()
-            .iter()
-            .rev()
-            .nth(1)
-            .map(|p| p.as_ref().to_owned())
-            .unwrap_or_default();
+        let backup_id = backup_id_of(&meta.location);
         backups.damaged.push(DamagedManifest {
             backup_id,
             key: store.show(&meta.location),
@@ -217,6 +209,17 @@ pub async fn scan_backups(store: &Store) -> Result<Backups, StoreError> {
     Ok(backups)
 }
 
+/// The backup id of a key under `backups/<id>/`.
+fn backup_id_of(location: &object_store::path::Path) -> String {
+    let parts: Vec<_> = location.parts().collect();
+    parts
+        .iter()
+        .rev()
+        .nth(1)
+        .map(|p| p.as_ref().to_owned())
+        .unwrap_or_default()
+}
+
 /// Every completed backup in the store (folders with a readable manifest).
 ///
 /// # Errors
@@ -224,21 +227,6 @@ pub async fn scan_backups(store: &Store) -> Result<Backups, StoreError> {
 /// [`StoreError`] when the store fails.
 pub async fn list_backups(store: &Store) -> Result<Vec<Manifest>, StoreError> {
     Ok(scan_backups(store).await?.complete)
-}
-
-/// An error and its causes, `: `-separated.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 async fn bounded<T>(
@@ -251,7 +239,7 @@ async fn bounded<T>(
         Ok(result) => result.map_err(|error| BackupError::Postgres {
             target: target.to_owned(),
             what,
-            detail: error_chain(&error),
+            detail: crate::store::error_chain(&error),
         }),
         Err(_) => Err(BackupError::Timeout {
             target: target.to_owned(),
@@ -774,15 +762,7 @@ pub async fn apply_retention(store: &Store, keep: usize) -> Result<(), StoreErro
         .to_owned();
     let complete: Vec<&str> = backups.iter().map(|b| b.backup_id.as_str()).collect();
     for meta in store.list(&store.backups_prefix()).await? {
-        let id = meta
-            .location
-            .parts()
-            .collect::<Vec<_>>()
-            .iter()
-            .rev()
-            .nth(1)
-            .map(|p| p.as_ref().to_owned())
-            .unwrap_or_default();
+        let id = backup_id_of(&meta.location);
         if !complete.contains(&id.as_str()) && id < oldest_kept {
             store.delete(&meta.location).await?;
         }

@@ -171,7 +171,7 @@ impl From<StoreError> for tonic::Status {
 
 /// An error with its causes, `: `-separated (`object_store` puts the S3
 /// answer's body, and reqwest the connection error, in the causes).
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
