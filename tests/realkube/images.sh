@@ -53,9 +53,14 @@ cleanup() {
       fi
     done
   fi
-  awk '{print $2}' /proc/mounts | grep -E "^($docker_exec_root|$RK_CACHE/docker)(/|\$)" | sort -r |
-    while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
+  # (set -e still holds in this trap: nothing here may end it early)
+  awk '{print $2}' /proc/mounts | { grep -E "^($docker_exec_root|$RK_CACHE/docker)(/|\$)" || true; } | sort -r |
+    while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" || rk_log "cannot unmount $m"; done
   rm -rf "$work" "$docker_exec_root"
+  if pgrep -f -- "$docker_exec_root" >/dev/null; then
+    rk_log "left behind: processes of dockerd's exec root $docker_exec_root: $(pgrep -af -- "$docker_exec_root" | tr '\n' ';')"
+    [ "$code" = 0 ] && code=1
+  fi
   [ "$code" = 0 ] || rk_log "images.sh failed (exit $code)"
   exit "$code"
 }

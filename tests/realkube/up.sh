@@ -87,12 +87,15 @@ on_exit() {
   local code=$?
   if [ "$code" != 0 ]; then
     rk_log "up.sh failed (exit $code); stopping what was started"
-    mkdir -p "$S.failed.$$" && cp "$S"/*.log "$S.failed.$$/" 2>/dev/null
+    mkdir -p "$S.failed.$$"
+    cp "$S"/*.log "$S.failed.$$/" 2>/dev/null || true
     bash "$RK_DIR/down.sh" >&2 || true
     rk_log "logs of the failed start kept in $S.failed.$$"
   fi
 }
 trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 mkdir -p "$S" "$P" "$S/etcd" "$RK_RUN" "$RK_LIB/cni-conf" "$RK_LIB/containerd" "$RK_LIB/kubelet"
 chmod 700 "$S" "$S/etcd"
 : >"$S/pids"
