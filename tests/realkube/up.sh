@@ -124,10 +124,15 @@ ip link set "$RK_BRIDGE" up
 grep -q ' /run/netns ' /proc/mounts || echo netns-mount >>"$S/created"
 modprobe br_netfilter 2>/dev/null || true
 [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] || rk_die "no br_netfilter (net.bridge.bridge-nf-call-iptables): Services cannot reach Pods on the bridge"
-{
-  echo "net.ipv4.ip_forward $(cat /proc/sys/net/ipv4/ip_forward)"
-  echo "net.bridge.bridge-nf-call-iptables $(cat /proc/sys/net/bridge/bridge-nf-call-iptables)"
-} >"$S/sysctl.orig"
+# Every sysctl this script, the kubelet (its kernel defaults) and kube-proxy
+# may change, as it is now: down.sh puts each back and checks it.
+for key in net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables \
+  vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops \
+  kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.conf.all.route_localnet \
+  net.netfilter.nf_conntrack_max net.netfilter.nf_conntrack_tcp_timeout_established \
+  net.netfilter.nf_conntrack_tcp_timeout_close_wait; do
+  if [ -r "/proc/sys/${key//.//}" ]; then echo "$key $(cat "/proc/sys/${key//.//}")"; fi
+done >"$S/sysctl.orig"
 echo 1 >/proc/sys/net/ipv4/ip_forward                # Service DNAT towards a Pod on the bridge
 echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables # Pod -> Service -> Pod on the same bridge
 cat >"$RK_LIB/cni-conf/10-cnpgi-realkube.conflist" <<CNI
@@ -277,8 +282,11 @@ YAML
 sign kubelet-serving "/O=system:nodes/CN=system:node:$RK_NODE_NAME" "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:$RK_NODE_IP,DNS:$RK_NODE_NAME\n"
 spawn kubelet "$S/kubelet.log" "$KUBELET" --kubeconfig "$S/kubelet.kubeconfig" --config "$S/kubelet.yaml" \
   --root-dir "$RK_LIB/kubelet" --node-ip "$RK_NODE_IP" --hostname-override "$RK_NODE_NAME" --v=1
+# The conntrack settings and route_localnet (localhost NodePorts) left as they are.
 spawn kube-proxy "$S/kube-proxy.log" "$KUBE_PROXY" --kubeconfig "$S/kube-proxy.kubeconfig" --proxy-mode iptables \
   --cluster-cidr "$RK_POD_CIDR" --hostname-override "$RK_NODE_NAME" \
+  --conntrack-max-per-core 0 --conntrack-min 0 --conntrack-tcp-timeout-established 0s \
+  --conntrack-tcp-timeout-close-wait 0s --iptables-localhost-nodeports=false \
   --metrics-bind-address 127.0.0.1:10249 --healthz-bind-address 127.0.0.1:10256
 started=$(date +%s)
 until rk_kubectl get node "$RK_NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -q True; do
