@@ -11,6 +11,11 @@
 # failure, including a down.sh that could not undo everything. Keeps the
 # cluster's logs of a failed run (the path is printed).
 #
+# REALKUBE_KUBECONFIG=FILE runs the scenario against that cluster instead
+# (kind, for instance): no image is built and no node is started; the cluster
+# needs cert-manager and cluster DNS, and its nodes the images named by
+# RK_IMAGE_TAG (default realkube) and RK_POSTGRES_IMAGE (`kind load docker-image`).
+#
 #   sudo bash tests/realkube/run.sh
 # Needs root, Debian packages (containerd runc docker.io iptables conntrack
 # containernetworking-plugins debootstrap), Go >= 1.25, cargo, python3 with
@@ -22,17 +27,32 @@ cd "$RK_REPO"
 for tool in task kustomize python3; do
   command -v "$tool" >/dev/null || rk_die "$tool is required (pip install go-task-bin; go install sigs.k8s.io/kustomize/kustomize/v5@v5.6.0)"
 done
-python3 -c 'import yaml' 2>/dev/null || rk_die "python3 needs PyYAML (pip install -r tests/e2e/requirements.txt)"
+if ! python3 -c 'import yaml' 2>/dev/null; then
+  python3 -m pip install -q --disable-pip-version-check -r tests/e2e/requirements.txt ||
+    rk_die "python3 needs PyYAML: pip install -r tests/e2e/requirements.txt failed"
+fi
 TAG=${RK_IMAGE_TAG:-realkube}
 export RK_IMAGE_TAG=$TAG
 started=$(date +%s)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-realkube-run.XXXXXX")
+if [ -n "${REALKUBE_KUBECONFIG:-}" ]; then
+  [ -r "$REALKUBE_KUBECONFIG" ] || rk_die "REALKUBE_KUBECONFIG=$REALKUBE_KUBECONFIG is not readable"
+  task manifest OPERATOR_IMAGE="cnpgi-operator:$TAG" PLUGIN_IMAGE="cnpg-i-hello-world:$TAG" >/dev/null ||
+    rk_die "task manifest failed"
+  mv manifest.yaml "$work/manifest.yaml"
+  rc=0
+  KUBECTL="${KUBECTL:-kubectl}" python3 "$RK_DIR/scenario_operator.py" --kubeconfig "$REALKUBE_KUBECONFIG" \
+    --manifest "$work/manifest.yaml" --postgres-image "$RK_POSTGRES_IMAGE" || rc=$?
+  rm -rf "$work"
+  exit "$rc"
+fi
 
 images_started=$(date +%s)
 mapfile -t tars < <(bash "$RK_DIR/images.sh") || rk_die "building the images failed"
 [ "${#tars[@]}" = 3 ] || rk_die "images.sh printed ${#tars[@]} archives, not 3"
 rk_log "images ready in $(( $(date +%s) - images_started )) s"
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-realkube-run.XXXXXX")
 cluster_up=0
 finish() {
   local code=$? down=0
