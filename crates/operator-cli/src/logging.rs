@@ -1,4 +1,5 @@
-//! Log set-up of `cnpgi-operator run`: text or JSON lines on stderr.
+//! Log set-up of `cnpgi-operator run`, `metrics` and the other instance
+//! commands' messages: text or JSON lines on stderr.
 //!
 //! The same choices as a plugin's (`LOG_FORMAT`, `LOG_LEVEL`, `RUST_LOG`
 //! wins), written here so that the operator binary does not depend on the
