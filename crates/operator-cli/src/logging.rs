@@ -26,6 +26,17 @@ pub(crate) fn init(format: LogFormat, level: &str) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    install(format, filter);
+}
+
+/// Installs the subscriber of a command whose messages are its output (the
+/// instance commands'): every message at `info` and above, whatever
+/// `RUST_LOG` says, as their text lines are always written.
+pub(crate) fn init_messages(format: LogFormat) {
+    install(format, EnvFilter::new("info"));
+}
+
+fn install(format: LogFormat, filter: EnvFilter) {
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {
         LogFormat::Text => registry

@@ -836,7 +836,8 @@ fn metrics_are_collected_on_each_scrape() {
 
 /// `--log-format json` (or `LOG_FORMAT=json`): each message an instance
 /// command writes is one JSON object on its own line, with its level, as
-/// `run` logs; text stays the plain line. These commands had no such flag.
+/// `run` logs, whatever RUST_LOG says (as the text lines); text stays the
+/// plain line. These commands had no such flag.
 #[test]
 fn instance_messages_are_json_lines_with_log_format_json() {
     let setup = Setup::new();
@@ -847,13 +848,31 @@ fn instance_messages_are_json_lines_with_log_format_json() {
             .collect()
     };
 
+    let run = |args: &[&str], format: Option<&str>| {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .current_dir(setup.path("pgdata"))
+            .env("CNPGI_CLUSTER", setup.path("cluster.yaml"))
+            .env("CNPGI_PLUGIN_DIR", setup.sockets())
+            .env("RUST_LOG", "error")
+            .env_remove("LOG_FORMAT");
+        if let Some(format) = format {
+            command.env("LOG_FORMAT", format);
+        }
+        command.output().unwrap()
+    };
+
     // A file no plugin has: absence, exit 1, at level INFO.
-    let output = setup.run(&[
-        "wal-restore",
-        "--log-format=json",
-        "000000010000000000000099",
-        "pg_wal/x",
-    ]);
+    let output = run(
+        &[
+            "wal-restore",
+            "--log-format=json",
+            "000000010000000000000099",
+            "pg_wal/x",
+        ],
+        None,
+    );
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let lines = json_lines(&output);
     assert_eq!(lines.len(), 1, "{lines:?}");
@@ -863,14 +882,7 @@ fn instance_messages_are_json_lines_with_log_format_json() {
     assert!(lines[0]["timestamp"].is_string(), "{lines:?}");
 
     // A file that is not there, through the environment: bad input, exit 2, ERROR.
-    let output = Command::new(BIN)
-        .args(["wal-archive", "pg_wal/000000010000000000000042"])
-        .current_dir(setup.path("pgdata"))
-        .env("CNPGI_CLUSTER", setup.path("cluster.yaml"))
-        .env("CNPGI_PLUGIN_DIR", setup.sockets())
-        .env("LOG_FORMAT", "json")
-        .output()
-        .unwrap();
+    let output = run(&["wal-archive", "pg_wal/000000010000000000000042"], Some("json"));
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     let lines = json_lines(&output);
     assert_eq!(lines.len(), 1, "{lines:?}");
@@ -882,7 +894,7 @@ fn instance_messages_are_json_lines_with_log_format_json() {
     );
 
     // Text, the default: the plain line PostgreSQL logs.
-    let output = setup.run(&["wal-archive", "pg_wal/000000010000000000000042"]);
+    let output = run(&["wal-archive", "pg_wal/000000010000000000000042"], None);
     assert_eq!(output.status.code(), Some(2));
     assert!(
         stderr(&output).starts_with("wal-archive pg_wal/000000010000000000000042: cannot read"),

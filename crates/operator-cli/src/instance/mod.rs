@@ -88,8 +88,9 @@ impl InstanceFlags {
         match self.log_format {
             LogFormat::Text => eprintln!("{line}"),
             LogFormat::Json => {
-                // Installs the subscriber on the first message; a no-op after.
-                logging::init(LogFormat::Json, "info");
+                // Installs the subscriber on the first message (unless
+                // `metrics` installed its own); a no-op after.
+                logging::init_messages(LogFormat::Json);
                 match severity {
                     Severity::Error => tracing::error!("{line}"),
                     Severity::Warning => tracing::warn!("{line}"),
