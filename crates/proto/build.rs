@@ -1,5 +1,9 @@
 //! Compiles `proto/*.proto` with the pure-Rust `protox` compiler (no system
 //! `protoc`) and generates tonic clients and servers from the result.
+//!
+//! The `.proto` files live in this crate's own `proto/` directory, so that the
+//! packaged crate builds on its own; the repository's top-level `proto` is a
+//! symbolic link to it, for the tools outside Cargo (tests/interop).
 
 use std::{env, fs, path::PathBuf};
 
@@ -19,7 +23,7 @@ const PROTOS: &[&str] = &[
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
-    let proto_dir = manifest_dir.join("../../proto").canonicalize()?;
+    let proto_dir = manifest_dir.join("proto");
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
 
     for proto in PROTOS {

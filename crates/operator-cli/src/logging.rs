@@ -1,4 +1,5 @@
-//! Log set-up of `cnpgi-operator run`: text or JSON lines on stderr.
+//! Log set-up of `cnpgi-operator run`, `metrics` and the other instance
+//! commands' messages: text or JSON lines on stderr.
 //!
 //! The same choices as a plugin's (`LOG_FORMAT`, `LOG_LEVEL`, `RUST_LOG`
 //! wins), written here so that the operator binary does not depend on the
@@ -25,6 +26,17 @@ pub(crate) fn init(format: LogFormat, level: &str) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    install(format, filter);
+}
+
+/// Installs the subscriber of a command whose messages are its output (the
+/// instance commands'): every message at `info` and above, whatever
+/// `RUST_LOG` says, as their text lines are always written.
+pub(crate) fn init_messages(format: LogFormat) {
+    install(format, EnvFilter::new("info"));
+}
+
+fn install(format: LogFormat, filter: EnvFilter) {
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {
         LogFormat::Text => registry

@@ -72,7 +72,8 @@ pub(crate) struct LocalPluginFlags {
     #[command(flatten)]
     pub(crate) flags: PluginFlags,
 
-    /// Deadline of each plugin call, in seconds.
+    /// Deadline of each plugin call, and of a --plugin-exec plugin's start
+    /// (until its socket is open), in seconds.
     #[arg(long, default_value_t = 30)]
     pub(crate) plugin_timeout_seconds: u64,
 }
@@ -135,8 +136,8 @@ fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(10)..].join("\n")
 }
 
-/// Starts a plugin binary and waits for its socket.
-async fn start_process(path: &Path) -> Result<(PluginProcess, PathBuf, String), PluginStartError> {
+/// Starts a plugin binary and waits for its socket, at most `timeout`.
+async fn start_process(path: &Path, timeout: Duration) -> Result<(PluginProcess, PathBuf, String), PluginStartError> {
     let dir = tempfile::tempdir().map_err(|e| PluginStartError(format!("cannot create a temporary directory: {e}")))?;
     let log = dir.path().join("plugin.log");
     let sockets_dir = dir.path().join("sockets");
@@ -168,10 +169,11 @@ async fn start_process(path: &Path) -> Result<(PluginProcess, PathBuf, String), 
                 tail(&log)
             )));
         }
-        if started.elapsed() > Duration::from_secs(30) {
+        if started.elapsed() > timeout {
             return Err(PluginStartError(format!(
-                "plugin {} did not open its socket within 30 s:\n{}",
+                "plugin {} did not open its socket within {} s (--plugin-timeout-seconds):\n{}",
                 path.display(),
+                timeout.as_secs_f64(),
                 tail(&log)
             )));
         }
@@ -211,7 +213,7 @@ impl LocalPlugins {
         let mut candidates: Vec<(String, String, Result<PluginClient, String>)> = Vec::new();
 
         for path in &flags.execs {
-            let (process, dir, name) = start_process(path).await?;
+            let (process, dir, name) = start_process(path, options.call_timeout).await?;
             let client = PluginClient::new(&name, Transport::Unix { path: dir.join(&name) }, &options)
                 .map_err(|e| e.to_string());
             candidates.push((name, format!("{}", path.display()), client));

@@ -9,8 +9,9 @@ use std::{
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use cnpgi_operator::{
+    registry::LookupError,
     render::{self as pipeline, RenderError, Rendered},
-    routing::{PluginPatch, Router, RoutingPolicy},
+    routing::{PluginPatch, RouteError, Router, RoutingPolicy},
 };
 use serde_json::Value;
 
@@ -56,6 +57,33 @@ pub(crate) fn read_object(path: &Path) -> anyhow::Result<Value> {
     let value = parse_yaml(path, &read_input(path)?)?;
     anyhow::ensure!(value.is_object(), "{} does not hold an object", path.display());
     Ok(value)
+}
+
+/// The `apiVersion`s of the Clusters `render` takes: this project's CRD, and
+/// CloudNativePG's (whose plugin fields are the same).
+pub(crate) const CLUSTER_API_VERSIONS: [&str; 2] = ["cnpgi.io/v1", "postgresql.cnpg.io/v1"];
+
+/// Reads a Cluster file, refusing (naming the file, what it holds and what
+/// was expected) an object of another kind or API group, such as a Pod:
+/// rendering it would make "instance Pods" of a Pod.
+pub(crate) fn read_cluster(path: &Path) -> anyhow::Result<Value> {
+    let value = read_object(path)?;
+    let text = |pointer: &str| value.pointer(pointer).and_then(Value::as_str);
+    let expected = format!(
+        "a Cluster ({})",
+        CLUSTER_API_VERSIONS
+            .map(|version| format!("apiVersion {version}"))
+            .join(" or ")
+    );
+    match (text("/kind"), text("/apiVersion")) {
+        (Some("Cluster"), Some(version)) if CLUSTER_API_VERSIONS.contains(&version) => Ok(value),
+        (Some(kind), version) => anyhow::bail!(
+            "{} holds a {kind} of apiVersion {}, not {expected}",
+            path.display(),
+            version.unwrap_or("(none)")
+        ),
+        (None, _) => anyhow::bail!("{} has no kind: expected {expected}", path.display()),
+    }
 }
 
 /// Largest input file read (a Cluster, with its status, is a few KiB; the
@@ -219,8 +247,8 @@ fn yaml(value: &Value) -> String {
 /// Runs the pipeline; exit 1 on validation errors, 2 when plugins or input fail.
 pub(crate) async fn render(args: RenderArgs) -> ExitCode {
     let input = async {
-        let cluster = read_object(&args.cluster)?;
-        let old = args.old.as_deref().map(read_object).transpose()?;
+        let cluster = read_cluster(&args.cluster)?;
+        let old = args.old.as_deref().map(read_cluster).transpose()?;
         anyhow::Ok((cluster, old))
     };
     let (cluster, old) = match input.await {
@@ -263,11 +291,45 @@ pub(crate) async fn render(args: RenderArgs) -> ExitCode {
             }
             ExitCode::from(1)
         }
+        Err(RenderError::Plugin(RouteError::Unavailable(LookupError::Unknown { name }))) => {
+            let found: Vec<&str> = plugins.found.iter().map(|(name, _, _)| name.as_str()).collect();
+            let inputs = [
+                Some((args.cluster.as_path(), &cluster)),
+                args.old.as_deref().zip(old.as_ref()),
+            ];
+            eprintln!("error: {}", unknown_plugin(&name, inputs.into_iter().flatten(), &found));
+            ExitCode::from(2)
+        }
         Err(RenderError::Plugin(error)) => {
             eprintln!("error: {error}");
             ExitCode::from(2)
         }
     }
+}
+
+/// Why a plugin the Cluster names is not there, and how to give it: the
+/// file and `spec.plugins[N].name` naming it, the plugins that were found,
+/// and the flags that provide one.
+fn unknown_plugin<'a>(name: &str, inputs: impl IntoIterator<Item = (&'a Path, &'a Value)>, found: &[&str]) -> String {
+    let named_by = inputs
+        .into_iter()
+        .find_map(|(path, cluster)| {
+            let entries = cluster.pointer("/spec/plugins").and_then(Value::as_array)?;
+            let index = entries
+                .iter()
+                .position(|entry| entry.get("name").and_then(Value::as_str) == Some(name))?;
+            Some(format!("{}: spec.plugins[{index}].name", path.display()))
+        })
+        .unwrap_or_else(|| "the Cluster".to_owned());
+    let found = if found.is_empty() {
+        "no plugin was given".to_owned()
+    } else {
+        format!("the plugins given are {}", found.join(", "))
+    };
+    format!(
+        "{named_by} is {name}, which is none of the plugins given ({found}); give it with --plugin-exec PATH \
+         (its binary), --plugin-dir DIR (a directory holding its socket) or --plugin {name}=ADDRESS"
+    )
 }
 
 /// The YAML stream: the mutated Cluster (with its status), then the Pods.

@@ -833,3 +833,72 @@ fn metrics_are_collected_on_each_scrape() {
         .unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// `--log-format json` (or `LOG_FORMAT=json`): each message an instance
+/// command writes is one JSON object on its own line, with its level, as
+/// `run` logs, whatever RUST_LOG says (as the text lines); text stays the
+/// plain line. These commands had no such flag.
+#[test]
+fn instance_messages_are_json_lines_with_log_format_json() {
+    let setup = Setup::new();
+    let json_lines = |output: &Output| -> Vec<serde_json::Value> {
+        stderr(output)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+            .collect()
+    };
+
+    let run = |args: &[&str], format: Option<&str>| {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .current_dir(setup.path("pgdata"))
+            .env("CNPGI_CLUSTER", setup.path("cluster.yaml"))
+            .env("CNPGI_PLUGIN_DIR", setup.sockets())
+            .env("RUST_LOG", "error")
+            .env_remove("LOG_FORMAT");
+        if let Some(format) = format {
+            command.env("LOG_FORMAT", format);
+        }
+        command.output().unwrap()
+    };
+
+    // A file no plugin has: absence, exit 1, at level INFO.
+    let output = run(
+        &[
+            "wal-restore",
+            "--log-format=json",
+            "000000010000000000000099",
+            "pg_wal/x",
+        ],
+        None,
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let lines = json_lines(&output);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["level"], "INFO", "{lines:?}");
+    let message = lines[0]["fields"]["message"].as_str().unwrap();
+    assert!(message.contains("000000010000000000000099"), "{message}");
+    assert!(lines[0]["timestamp"].is_string(), "{lines:?}");
+
+    // A file that is not there, through the environment: bad input, exit 2, ERROR.
+    let output = run(&["wal-archive", "pg_wal/000000010000000000000042"], Some("json"));
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let lines = json_lines(&output);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["level"], "ERROR", "{lines:?}");
+    let message = lines[0]["fields"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("wal-archive pg_wal/000000010000000000000042: cannot read"),
+        "{message}"
+    );
+
+    // Text, the default: the plain line PostgreSQL logs.
+    let output = run(&["wal-archive", "pg_wal/000000010000000000000042"], None);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).starts_with("wal-archive pg_wal/000000010000000000000042: cannot read"),
+        "{}",
+        stderr(&output)
+    );
+}

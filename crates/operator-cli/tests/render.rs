@@ -156,7 +156,10 @@ fn plugins_that_fail_or_are_missing_exit_2_with_their_name() {
     let output = render(&[example("cluster-example.yaml").to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains(HELLO) && stderr.contains("not registered"), "{stderr}");
+    assert!(
+        stderr.contains(HELLO) && stderr.contains("no plugin was given"),
+        "{stderr}"
+    );
 
     let output = render(&["/nonexistent.yaml", &exec_flag()]);
     assert_eq!(output.status.code(), Some(2));
@@ -340,4 +343,118 @@ fn the_enriched_postgresql_configuration_is_on_the_pods() {
     ]);
     let text = String::from_utf8_lossy(&diff.stdout);
     assert!(text.contains("cnpgi.io/postgresqlConfiguration"), "{text}");
+}
+
+/// Writes `text` as `name` in a fresh temporary directory.
+fn input_file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+/// A Pod (or a Cluster of another API group) is not rendered as a Cluster
+/// with "instance Pods" of its own: exit 2, naming the file, what it holds
+/// and the kinds expected; nothing on standard output. This exited 0 and
+/// rendered the Pod before.
+#[test]
+fn an_object_of_another_kind_is_refused_naming_the_kind_expected() {
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers: [{name: a, image: b}]\n";
+    let other_group = "apiVersion: acid.zalan.do/v1\nkind: Cluster\nmetadata:\n  name: c\nspec: {}\n";
+    let no_kind = "metadata:\n  name: c\nspec: {}\n";
+    for (name, text, holds) in [
+        ("pod.yaml", pod, "holds a Pod of apiVersion v1"),
+        (
+            "zalando.yaml",
+            other_group,
+            "holds a Cluster of apiVersion acid.zalan.do/v1",
+        ),
+        ("no-kind.yaml", no_kind, "has no kind"),
+    ] {
+        let (_dir, path) = input_file(name, text);
+        let output = render(&[path.to_str().unwrap(), &exec_flag()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{} {holds}", path.display()))
+                && stderr.contains("a Cluster (apiVersion cnpgi.io/v1 or apiVersion postgresql.cnpg.io/v1)"),
+            "{name}: {stderr}"
+        );
+        assert!(output.stdout.is_empty(), "{name}: nothing rendered");
+        // The same for the old Cluster of a change.
+        let output = render(&[
+            example("cluster-example.yaml").to_str().unwrap(),
+            "--old",
+            path.to_str().unwrap(),
+            &exec_flag(),
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{name} as --old: {stderr}");
+        assert!(stderr.contains(holds), "{name} as --old: {stderr}");
+    }
+}
+
+/// CloudNativePG's own Cluster (`postgresql.cnpg.io/v1`) is still rendered.
+#[test]
+fn a_cloudnative_pg_cluster_is_rendered() {
+    let text = std::fs::read_to_string(example("cluster-example.yaml"))
+        .unwrap()
+        .replace("apiVersion: cnpgi.io/v1", "apiVersion: postgresql.cnpg.io/v1");
+    assert!(text.contains("postgresql.cnpg.io/v1"));
+    let (_dir, path) = input_file("cnpg.yaml", &text);
+    let output = render(&[path.to_str().unwrap(), &exec_flag()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let docs = documents(&output.stdout);
+    assert_eq!(docs[0]["apiVersion"], "postgresql.cnpg.io/v1");
+    assert_eq!(docs.len(), 4, "the Cluster and three Pods");
+}
+
+/// A plugin the Cluster names but no flag provides: the error names the
+/// file and `spec.plugins[N].name`, the plugins that were given, and the
+/// flags that give one.
+#[test]
+fn an_unknown_plugin_names_the_file_the_entry_and_the_flags() {
+    let text = format!(
+        "apiVersion: cnpgi.io/v1\nkind: Cluster\nmetadata:\n  name: c\nspec:\n  instances: 1\n  plugins:\n  - name: {HELLO}\n  - name: missing.example.com\n"
+    );
+    let (_dir, path) = input_file("two-plugins.yaml", &text);
+    let output = render(&[path.to_str().unwrap(), &exec_flag()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let expected = format!(
+        "{}: spec.plugins[1].name is missing.example.com, which is none of the plugins given (the plugins given are {HELLO}); \
+         give it with --plugin-exec PATH (its binary), --plugin-dir DIR (a directory holding its socket) or --plugin missing.example.com=ADDRESS",
+        path.display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+}
+
+/// `--plugin-timeout-seconds` bounds the wait for a `--plugin-exec`
+/// plugin's socket (it was a fixed 30 s): a plugin that never opens one is
+/// given up on after 1 s, naming it and the flag.
+#[test]
+fn the_wait_for_a_plugin_socket_follows_plugin_timeout_seconds() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (_dir, plugin) = input_file("silent-plugin", "#!/bin/sh\nexec sleep 60\n");
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let started = Instant::now();
+    let output = render(&[
+        example("cluster-example.yaml").to_str().unwrap(),
+        &format!("--plugin-exec={}", plugin.display()),
+        "--plugin-timeout-seconds=1",
+    ]);
+    let elapsed = started.elapsed();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "plugin {} did not open its socket within 1 s (--plugin-timeout-seconds)",
+            plugin.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        elapsed >= Duration::from_secs(1) && elapsed < Duration::from_secs(10),
+        "gave up after {elapsed:?}"
+    );
 }

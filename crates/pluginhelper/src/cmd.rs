@@ -3,7 +3,7 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{ArgMatches, Args, Command, FromArgMatches};
-use cnpgi_proto::identity::v1::identity_server::Identity;
+use cnpgi_proto::identity::v1::{GetPluginMetadataResponse, identity_server::Identity};
 use cnpgi_tls::server::ServerTlsFiles;
 use tonic::service::RoutesBuilder;
 
@@ -39,7 +39,7 @@ pub struct PluginArgs {
           requires_all = ["server_address", "server_cert", "server_key"], conflicts_with = "plugin_path")]
     pub client_cert: Option<PathBuf>,
 
-    /// Serve on the Unix socket DIR/<plugin name>, without TLS (sidecar plugins).
+    /// Serve on the Unix socket `DIR/PLUGIN-NAME`, without TLS (sidecar plugins).
     /// The default when no TLS flag is given: /plugins.
     #[arg(long, env = "PLUGIN_PATH", value_name = "DIR")]
     pub plugin_path: Option<PathBuf>,
@@ -79,6 +79,47 @@ impl PluginArgs {
 /// (then serve with [`PluginCommand::execute_matches`]).
 pub fn plugin_command() -> Command {
     PluginArgs::augment_args(Command::new("plugin").about("Serve this CNPG-I plugin over gRPC"))
+}
+
+/// The whole command line of a plugin binary named `binary`: `--version`
+/// and a description in `--help` from the plugin's `metadata` (generic ones
+/// without it), and the [`plugin_command`] subcommand, which is required.
+pub fn main_command(binary: impl Into<String>, metadata: Option<&GetPluginMetadataResponse>) -> Command {
+    let binary = binary.into();
+    let serving = format!(
+        "`{binary} plugin` serves it over gRPC: with mutual TLS (--server-address and the \
+         certificate flags, as a Deployment behind a Service) or on a Unix socket (--plugin-path, \
+         as a sidecar). See `{binary} plugin --help`."
+    );
+    let command = Command::new(binary.clone())
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .subcommand(plugin_command());
+    let Some(metadata) = metadata else {
+        return command
+            .about("A CNPG-I plugin")
+            .long_about(format!("A CNPG-I plugin.\n\n{serving}"));
+    };
+    let title = if metadata.display_name.is_empty() {
+        metadata.name.clone()
+    } else {
+        format!("{} ({})", metadata.display_name, metadata.name)
+    };
+    let about = if metadata.description.is_empty() {
+        format!("{title}: a CNPG-I plugin")
+    } else {
+        format!("{title}: {}", metadata.description)
+    };
+    let mut long_about = format!("{about}\n\nA CNPG-I plugin for CloudNativePG. {serving}");
+    if !metadata.project_url.is_empty() {
+        long_about.push_str(&format!("\n\nProject: {}", metadata.project_url));
+    }
+    let command = command.about(about).long_about(long_about);
+    if metadata.version.is_empty() {
+        command
+    } else {
+        command.version(metadata.version.clone())
+    }
 }
 
 /// The `plugin` command of a plugin binary, from [`create_main_cmd`].
@@ -147,12 +188,15 @@ impl<I: Identity> PluginCommand<I> {
                     .map(|n| n.to_string_lossy().into_owned())
             })
             .unwrap_or_else(|| "plugin".to_owned());
-        let matches = Command::new(binary)
-            .about("A CNPG-I plugin")
-            .subcommand_required(true)
-            .arg_required_else_help(true)
-            .subcommand(plugin_command())
-            .get_matches();
+        // The plugin's own metadata gives `--version` and `--help` their
+        // text; an Identity that cannot answer leaves the generic ones (and
+        // fails again, naming why, when the plugin starts).
+        let metadata = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()
+            .and_then(|runtime| runtime.block_on(self.server.metadata()).ok());
+        let matches = main_command(binary, metadata.as_ref()).get_matches();
         match matches.subcommand() {
             Some(("plugin", sub)) => self.execute_matches(sub),
             // subcommand_required makes clap reject anything else before this point.
@@ -271,6 +315,60 @@ mod tests {
         assert!(args.tls_files().is_none());
         let err = parse(&["--plugin-path=/p", "--server-cert=s.crt"]).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::ArgumentConflict);
+        assert_eq!(err.exit_code(), 2);
+    }
+
+    fn metadata() -> GetPluginMetadataResponse {
+        GetPluginMetadataResponse {
+            name: "labels.example.com".into(),
+            version: "1.2.3".into(),
+            display_name: "Labels".into(),
+            description: "Adds labels to instance Pods".into(),
+            project_url: "https://example.com/labels".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn version_and_help_come_from_the_plugin_metadata() {
+        let metadata = metadata();
+        let err = main_command("labels-plugin", Some(&metadata))
+            .try_get_matches_from(["labels-plugin", "--version"])
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::DisplayVersion);
+        assert_eq!(err.exit_code(), 0);
+        assert_eq!(err.to_string(), "labels-plugin 1.2.3\n");
+
+        let mut command = main_command("labels-plugin", Some(&metadata));
+        let help = command.render_long_help().to_string();
+        for expected in [
+            "Labels (labels.example.com): Adds labels to instance Pods",
+            "`labels-plugin plugin` serves it over gRPC",
+            "Project: https://example.com/labels",
+            "plugin",
+        ] {
+            assert!(help.contains(expected), "{expected:?} missing from {help}");
+        }
+        let short = command.render_help().to_string();
+        assert!(
+            short.contains("Labels (labels.example.com): Adds labels to instance Pods"),
+            "{short}"
+        );
+    }
+
+    #[test]
+    fn without_metadata_the_help_is_generic_and_there_is_no_version_flag() {
+        let err = main_command("p", None)
+            .try_get_matches_from(["p", "--version"])
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnknownArgument);
+        let help = main_command("p", None).render_long_help().to_string();
+        assert!(
+            help.contains("A CNPG-I plugin") && help.contains("`p plugin` serves it"),
+            "{help}"
+        );
+        // The plugin subcommand is still required.
+        let err = main_command("p", None).try_get_matches_from(["p"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
     }
 

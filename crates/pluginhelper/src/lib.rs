@@ -32,7 +32,7 @@
 //!   that collected values are checked against), [`reconciler`] (hook
 //!   answers) and [`postgres`] (`EnrichConfiguration` answering the complete
 //!   map);
-//! * [`testing`] (feature `testing`): in-process test servers and clients.
+//! * `testing` (feature `testing`): in-process test servers and clients.
 //!
 //! [`cluster`], [`patch`], [`capabilities`] and [`status`] are `cnpgi-core`'s
 //! modules, re-exported: the operator side uses the very same code.

@@ -26,7 +26,7 @@ use serde_json::json;
 /// `ValidateClusterChange` and `MutateCluster` without code; each handler
 /// below adds an RPC, and registering it is what advertises it.
 pub fn plugin() -> Plugin<config::Config> {
-    Plugin::new(metadata::metadata())
+    Plugin::<config::Config>::new(metadata::metadata())
         // The SDK answers "no change" once this is what the Cluster holds.
         .set_status(|_cluster| Ok(json!({ "enabled": true })))
         // Each instance Pod, before it is created (CREATE) and when the
@@ -45,3 +45,11 @@ pub fn command() -> PluginCommand<PluginIdentity> {
 pub fn server() -> PluginServer<PluginIdentity> {
     plugin().server()
 }
+
+/// The Rust blocks of the repository's README, compiled (and run unless
+/// marked `no_run`) as doctests of this crate, so that the code shown to
+/// plugin authors builds. Not part of the plugin (nor of its 85 code lines):
+/// it exists only when rustdoc collects doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

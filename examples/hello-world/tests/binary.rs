@@ -53,6 +53,29 @@ fn misuse_is_a_usage_error_with_exit_code_2() {
     }
 }
 
+/// `--version` prints the plugin's version and `--help` its description,
+/// from its metadata (there was no `--version`, and the help said only
+/// "A CNPG-I plugin").
+#[test]
+fn version_and_help_describe_the_plugin() {
+    let output = run(&["--version"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!("cnpg-i-hello-world {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    let output = run(&["--help"]);
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        help.contains(
+            "Hello World (Rust) (cnpg-i-hello-world.cloudnative-pg.io): Adds labels, annotations and a sidecar \
+             to the instance Pods of a Cluster"
+        ) && help.contains("`cnpg-i-hello-world plugin` serves it over gRPC"),
+        "{help}"
+    );
+}
+
 #[test]
 fn help_lists_flags_and_their_environment_variables() {
     let output = run(&["plugin", "--help"]);

@@ -18,7 +18,7 @@ use cnpgi_client::instance::{
 use cnpgi_core::postgres::recovery_source_plugin;
 use serde_json::Value;
 
-use super::{InstanceFlags, absolute, deadline};
+use super::{InstanceFlags, Severity, absolute, deadline};
 
 /// `K=V` of `--parameter`.
 fn parameter(text: &str) -> Result<(String, String), String> {
@@ -58,7 +58,7 @@ pub(crate) async fn run_backup(args: BackupArgs) -> ExitCode {
     let cluster = match args.instance.read_cluster(true) {
         Ok(cluster) => cluster,
         Err(error) => {
-            eprintln!("backup: {error:#}");
+            args.instance.report(Severity::Error, &format!("backup: {error:#}"));
             return ExitCode::from(2);
         }
     };
@@ -82,7 +82,8 @@ pub(crate) async fn run_backup(args: BackupArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("backup {name}: {error}");
+            args.instance
+                .report(Severity::Error, &format!("backup {name}: {error}"));
             ExitCode::FAILURE
         }
     }
@@ -211,7 +212,7 @@ pub(crate) async fn run_restore(args: RestoreArgs) -> ExitCode {
     let (cluster, plugin, cli, created) = match input {
         Ok(input) => input,
         Err(error) => {
-            eprintln!("restore: {error:#}");
+            args.instance.report(Severity::Error, &format!("restore: {error:#}"));
             return ExitCode::from(2);
         }
     };
@@ -240,11 +241,14 @@ pub(crate) async fn run_restore(args: RestoreArgs) -> ExitCode {
                     cli.program
                 )
             };
-            eprintln!(
-                "restore: {} restored by plugin {plugin}; recovery configuration appended to {}{mapped}; {} created",
-                args.pgdata.display(),
-                files.config.display(),
-                files.signal.display()
+            args.instance.report(
+                Severity::Info,
+                &format!(
+                    "restore: {} restored by plugin {plugin}; recovery configuration appended to {}{mapped}; {} created",
+                    args.pgdata.display(),
+                    files.config.display(),
+                    files.signal.display()
+                ),
             );
             for env in &envs {
                 println!("{env}");
@@ -252,7 +256,9 @@ pub(crate) async fn run_restore(args: RestoreArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("restore: {error:#}; {}", undo_restore(&args.pgdata, created));
+            let undone = undo_restore(&args.pgdata, created);
+            args.instance
+                .report(Severity::Error, &format!("restore: {error:#}; {undone}"));
             ExitCode::FAILURE
         }
     }

@@ -17,8 +17,8 @@ use cnpgi_client::instance::{
 };
 use cnpgi_operator::serving::{self, ServerLimits};
 
-use super::{InstanceFlags, deadline};
-use crate::logging::{self, LogFormat};
+use super::{InstanceFlags, Severity, deadline};
+use crate::logging;
 
 /// CloudNativePG's counter of failed collections, by collector.
 const ERRORS_TOTAL: &str = "cnpg_collector_collection_errors_total";
@@ -43,10 +43,6 @@ pub(crate) struct MetricsArgs {
     /// Deadline of each plugin call, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     pub(crate) plugin_timeout: u64,
-
-    /// Log format: text or json.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub(crate) log_format: LogFormat,
 
     /// Log level (an EnvFilter directive; RUST_LOG wins).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
@@ -156,17 +152,18 @@ async fn metrics_text(State(scraper): State<Scraper>) -> impl IntoResponse {
 /// Serves `/metrics` until SIGTERM or SIGINT; exit 1 when the address
 /// cannot be listened on.
 pub(crate) async fn run_metrics(args: MetricsArgs) -> ExitCode {
+    let instance = args.instance.clone();
     match serve(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("metrics: {error:#}");
+            instance.report(Severity::Error, &format!("metrics: {error:#}"));
             ExitCode::FAILURE
         }
     }
 }
 
 async fn serve(args: MetricsArgs) -> anyhow::Result<()> {
-    logging::init(args.log_format, &args.log_level);
+    logging::init(args.instance.log_format, &args.log_level);
     let scraper = Scraper {
         options: args.instance.options(deadline(args.plugin_timeout)),
         instance: args.instance,

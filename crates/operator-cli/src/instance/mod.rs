@@ -21,6 +21,8 @@ use cnpgi_client::{
 };
 use serde_json::Value;
 
+use crate::logging::{self, LogFormat};
+
 /// The fields every instance command needs in the Cluster file: the JSON
 /// pointer, its name as a user writes it, and why.
 pub(crate) const REQUIRED_FIELDS: [(&str, &str, &str); 5] = [
@@ -60,9 +62,44 @@ pub(crate) struct InstanceFlags {
     /// Directory of the plugins' Unix sockets (each named after its plugin).
     #[arg(long, env = "CNPGI_PLUGIN_DIR", value_name = "DIR", default_value = "/plugins")]
     pub(crate) plugin_dir: PathBuf,
+
+    /// Format of the messages on stderr: text lines, or one JSON object per
+    /// line (as `run` logs, and as CloudNativePG and its plugins log).
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
+}
+
+/// How grave what a message reports is (its level in JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Severity {
+    /// The command failed.
+    Error,
+    /// Something went wrong that the command got past (a retry, a file it could not remove).
+    Warning,
+    /// What the command did.
+    Info,
 }
 
 impl InstanceFlags {
+    /// Writes one of the command's messages on stderr: the line as it is, or
+    /// with `--log-format json` an object through the same JSON log
+    /// subscriber as `run` (`timestamp`, `level`, `fields.message`, `target`).
+    pub(crate) fn report(&self, severity: Severity, line: &str) {
+        match self.log_format {
+            LogFormat::Text => eprintln!("{line}"),
+            LogFormat::Json => {
+                // Installs the subscriber on the first message (unless
+                // `metrics` installed its own); a no-op after.
+                logging::init_messages(LogFormat::Json);
+                match severity {
+                    Severity::Error => tracing::error!("{line}"),
+                    Severity::Warning => tracing::warn!("{line}"),
+                    Severity::Info => tracing::info!("{line}"),
+                }
+            }
+        }
+    }
+
     /// The Cluster file, as JSON, with the fields plugins read from what
     /// CloudNativePG's instance manager sends them (an API object, where
     /// they are always set): [`REQUIRED_FIELDS`], plus `status.currentPrimary`

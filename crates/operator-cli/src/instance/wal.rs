@@ -25,7 +25,7 @@ use cnpgi_client::instance::{
 };
 use cnpgi_proto::wal::v1::wal_restore_request::Mode;
 
-use super::{InstanceFlags, absolute, deadline};
+use super::{InstanceFlags, Severity, absolute, deadline};
 
 /// The exit status that makes PostgreSQL abort a recovery instead of ending
 /// it (its `restore_command` contract: a status above 125, like a signal,
@@ -76,7 +76,8 @@ pub(crate) async fn archive(args: ArchiveArgs) -> ExitCode {
     let (cluster, path, pgdata) = match input {
         Ok(input) => input,
         Err(error) => {
-            eprintln!("wal-archive {shown}: {error:#}");
+            args.instance
+                .report(Severity::Error, &format!("wal-archive {shown}: {error:#}"));
             return ExitCode::from(2);
         }
     };
@@ -96,15 +97,19 @@ pub(crate) async fn archive(args: ArchiveArgs) -> ExitCode {
             if let Err(error) = std::fs::remove_file(&marker)
                 && error.kind() != std::io::ErrorKind::NotFound
             {
-                eprintln!(
-                    "wal-archive {shown}: archived, but cannot remove {}: {error}",
-                    marker.display()
+                args.instance.report(
+                    Severity::Warning,
+                    &format!(
+                        "wal-archive {shown}: archived, but cannot remove {}: {error}",
+                        marker.display()
+                    ),
                 );
             }
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("wal-archive {shown}: {error}");
+            args.instance
+                .report(Severity::Error, &format!("wal-archive {shown}: {error}"));
             ExitCode::FAILURE
         }
     }
@@ -210,7 +215,10 @@ pub(crate) async fn restore(args: RestoreArgs) -> ExitCode {
                 Recovering::No => (2, "bad input"),
                 other => other.failure(),
             };
-            eprintln!("wal-restore {}: {error:#} ({effect}; exit {code})", args.name);
+            args.instance.report(
+                Severity::Error,
+                &format!("wal-restore {}: {error:#} ({effect}; exit {code})", args.name),
+            );
             return ExitCode::from(code);
         }
     };
@@ -223,11 +231,14 @@ pub(crate) async fn restore(args: RestoreArgs) -> ExitCode {
             Err(error) if error.is_transient() && attempt < args.retries => {
                 let pause = retry_pause(attempt);
                 attempt += 1;
-                eprintln!(
-                    "{} (attempt {attempt} of {}; retrying in {} s)",
-                    describe(&args.name, &error),
-                    args.retries + 1,
-                    pause.as_secs()
+                args.instance.report(
+                    Severity::Warning,
+                    &format!(
+                        "{} (attempt {attempt} of {}; retrying in {} s)",
+                        describe(&args.name, &error),
+                        args.retries + 1,
+                        pause.as_secs()
+                    ),
                 );
                 tokio::time::sleep(pause).await;
             }
@@ -235,7 +246,8 @@ pub(crate) async fn restore(args: RestoreArgs) -> ExitCode {
         }
     };
     if error.is_absent() {
-        eprintln!("{}", describe(&args.name, &error));
+        // Absence, not a failure: PostgreSQL asks for files that were never archived.
+        args.instance.report(Severity::Info, &describe(&args.name, &error));
         return ExitCode::FAILURE;
     }
     let (code, effect) = recovering.failure();
@@ -244,7 +256,10 @@ pub(crate) async fn restore(args: RestoreArgs) -> ExitCode {
     } else {
         String::new()
     };
-    eprintln!("{}{tries} ({effect}; exit {code})", describe(&args.name, &error));
+    args.instance.report(
+        Severity::Error,
+        &format!("{}{tries} ({effect}; exit {code})", describe(&args.name, &error)),
+    );
     ExitCode::from(code)
 }
 
