@@ -5,7 +5,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use cnpgi_client::client::ClientOptions;
+use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
 use cnpgi_operator::{
     discovery::{
         DiscoverySource,
@@ -130,4 +130,37 @@ async fn static_list_registers_unix_plugins() {
     )
     .await;
     discovery.abort();
+}
+
+/// A plugin registered before it can be reached (on Kubernetes: its Service
+/// found before kube-proxy routes it) is asked again within seconds, not
+/// after the probe interval: a Cluster applied right after the plugin's
+/// rollout is not refused for that long.
+#[tokio::test]
+async fn a_plugin_registered_before_it_is_reachable_is_routable_seconds_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Arc::new(Registry::new(RegistryOptions {
+        probe_interval: Duration::from_secs(60),
+        ..RegistryOptions::default()
+    }));
+    let client = PluginClient::new(
+        HELLO,
+        Transport::Unix {
+            path: dir.path().join(HELLO),
+        },
+        &ClientOptions::default(),
+    )
+    .unwrap();
+    registry.add("static", client).await.unwrap();
+    assert!(matches!(registry.get(HELLO), Err(LookupError::NotReady { .. })));
+
+    let _served = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
+        .await
+        .unwrap();
+    eventually(
+        "routable well before the 60 s probe interval",
+        Duration::from_secs(5),
+        async || registry.get(HELLO).is_ok(),
+    )
+    .await;
 }
