@@ -147,24 +147,8 @@ async fn a_6_mib_update_review_is_served_and_a_10_mib_body_gets_413() {
         object["metadata"]["annotations"] = json!({"example.com/blob": "x".repeat(size)});
         object
     };
-    let review = |size: usize| {
-        json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-                "kind": {"group": "cnpgi.io", "version": "v1", "kind": "Cluster"},
-                "resource": {"group": "cnpgi.io", "version": "v1", "resource": "clusters"},
-                "name": "cluster-example",
-                "namespace": "default",
-                "operation": "UPDATE",
-                "userInfo": {"username": "admin"},
-                "object": big(size),
-                "oldObject": big(size),
-            }
-        })
-    };
-    let six = serde_json::to_vec(&review(3 * 1024 * 1024)).unwrap();
+    let review = |size: usize| common::review_body("UPDATE", big(size), Some(big(size)));
+    let six = review(3 * 1024 * 1024);
     assert!(six.len() > 6 * 1024 * 1024, "{}", six.len());
     for path in [VALIDATE_PATH, MUTATE_PATH] {
         let (status, body) = webhook.post(path, six.clone()).await;
@@ -178,7 +162,7 @@ async fn a_6_mib_update_review_is_served_and_a_10_mib_body_gets_413() {
         assert_eq!(answer["response"]["allowed"], true, "{path}");
     }
 
-    let ten = serde_json::to_vec(&review(5 * 1024 * 1024)).unwrap();
+    let ten = review(5 * 1024 * 1024);
     assert!(ten.len() > 10 * 1024 * 1024, "{}", ten.len());
     for path in [VALIDATE_PATH, MUTATE_PATH] {
         let (status, body) = webhook.try_post(path, ten.clone()).await.unwrap();
@@ -299,35 +283,12 @@ async fn slow_idle_and_excess_connections_are_closed_while_others_are_served() {
     webhook.handle.shutdown();
 }
 
-/// Log lines written on this thread (the server's tasks run on it too, in
-/// the test's single-threaded runtime).
-#[derive(Clone, Default)]
-struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for CapturedLog {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Issue 24, point 4: connections closed at the cap are logged once every
 /// few seconds with their count, not one line each.
 #[tokio::test]
 async fn connections_closed_at_the_cap_are_logged_once_with_a_count() {
     use tokio::io::AsyncReadExt;
-    let log = CapturedLog::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer({
-            let log = log.clone();
-            move || log.clone()
-        })
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (log, _guard) = cnpgi_pluginhelper::testing::CapturedLog::install();
     let limits = ServerLimits {
         max_connections: 3,
         ..ServerLimits::default()
@@ -346,11 +307,7 @@ async fn connections_closed_at_the_cap_are_logged_once_with_a_count() {
         }
     }
     assert_eq!(closed, 47);
-    let text = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
-    let lines: Vec<&str> = text
-        .lines()
-        .filter(|line| line.contains("WARN") && line.contains("connection"))
-        .collect();
+    let lines = log.lines_with_all(&["WARN", "connection"]);
     assert_eq!(lines.len(), 1, "{lines:#?}");
     assert!(
         lines[0].contains("connection cap reached") && lines[0].contains("closed=1"),

@@ -23,7 +23,7 @@ use cnpgi_pluginhelper::{
         },
     },
     server::{PluginServer, ServeOptions},
-    testing::{TestCertificates, TestIdentity, TestPlugin, connect_tls, eventually},
+    testing::{CapturedLog, TestCertificates, TestIdentity, TestPlugin, connect_tls, eventually},
 };
 use rcgen::ExtendedKeyUsagePurpose;
 use tokio::io::AsyncReadExt;
@@ -614,46 +614,13 @@ async fn answers_of_every_size_arrive_whole_one_at_a_time_and_many_at_once() {
     }
 }
 
-/// Log lines written while a test runs on this thread (the server's tasks
-/// run on it too, in the test's single-threaded runtime).
-#[derive(Clone, Default)]
-struct CapturedLog(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for CapturedLog {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl CapturedLog {
-    fn lines_with(&self, text: &str) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|line| line.contains(text))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
 /// Issue 24, point 4: a flood of refused connections (no TLS, or TLS then
 /// no HTTP/2 preface) writes one warning line per kind every 5 s, with the
 /// count of connections it stands for, not one line each.
 #[tokio::test]
 async fn refused_connections_are_logged_once_every_few_seconds_with_a_count() {
     use tokio::io::AsyncWriteExt;
-    let log = CapturedLog::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer({
-            let log = log.clone();
-            move || log.clone()
-        })
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (log, _guard) = CapturedLog::install();
     let plugin = TestPlugin::start_tls(server(true).0).await.unwrap();
     let address = plugin.tcp_address().unwrap();
 

@@ -51,8 +51,10 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::server::{PluginListener, PluginServer, ServeError};
 
+mod captured_log;
 mod eventually;
 mod process;
+pub use captured_log::CapturedLog;
 pub use eventually::{Outcome, eventually};
 pub use process::ChildGuard;
 
