@@ -20,6 +20,7 @@
 //! ```
 
 use std::{
+    collections::HashMap,
     sync::{Mutex, PoisonError},
     time::{Duration, Instant},
 };
@@ -65,15 +66,81 @@ impl RateLimited {
         // A panic elsewhere while holding the lock leaves a count that is
         // still meaningful: keep using it.
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.unreported = state.unreported.saturating_add(1);
-        let due = state
+        state.hit(now, self.interval)
+    }
+}
+
+impl State {
+    fn hit(&mut self, now: Instant, interval: Duration) -> Option<u64> {
+        self.unreported = self.unreported.saturating_add(1);
+        let due = self
             .last_line
-            .is_none_or(|last| now.saturating_duration_since(last) >= self.interval);
+            .is_none_or(|last| now.saturating_duration_since(last) >= interval);
         if !due {
             return None;
         }
-        state.last_line = Some(now);
-        Some(std::mem::take(&mut state.unreported))
+        self.last_line = Some(now);
+        Some(std::mem::take(&mut self.unreported))
+    }
+}
+
+/// One [`RateLimited`] per kind of event, the kind being a short text (an
+/// error's message, say), so that one kind's flood does not hide the first
+/// line of another: a client retrying with the wrong certificate must still
+/// be logged while cancelled dials were logged a second before.
+///
+/// At most `max_kinds` kinds get their own limit; later kinds share one, so
+/// a flood of distinct messages cannot grow the map without bound.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use cnpgi_core::ratelimit::RateLimitedByKind;
+///
+/// let refused = RateLimitedByKind::new(Duration::from_secs(5), 16);
+/// let start = Instant::now();
+/// assert_eq!(refused.hit("tls handshake eof", start), Some(1));
+/// assert_eq!(refused.hit("tls handshake eof", start), None);
+/// // Another kind is logged at once.
+/// assert_eq!(refused.hit("invalid peer certificate: UnknownIssuer", start), Some(1));
+/// ```
+#[derive(Debug)]
+pub struct RateLimitedByKind {
+    interval: Duration,
+    max_kinds: usize,
+    kinds: Mutex<HashMap<String, State>>,
+    overflow: RateLimited,
+}
+
+impl RateLimitedByKind {
+    /// At most one line every `interval` for each kind, with separate
+    /// limits for the first `max_kinds` kinds seen.
+    pub fn new(interval: Duration, max_kinds: usize) -> Self {
+        Self {
+            interval,
+            max_kinds,
+            kinds: Mutex::new(HashMap::new()),
+            overflow: RateLimited::new(interval),
+        }
+    }
+
+    /// Records one event of `kind` at `now`; like [`RateLimited::hit`].
+    pub fn hit(&self, kind: &str, now: Instant) -> Option<u64> {
+        let mut kinds = self.kinds.lock().unwrap_or_else(PoisonError::into_inner);
+        if !kinds.contains_key(kind) {
+            if kinds.len() >= self.max_kinds {
+                drop(kinds);
+                return self.overflow.hit(now);
+            }
+            kinds.insert(
+                kind.to_owned(),
+                State {
+                    last_line: None,
+                    unreported: 0,
+                },
+            );
+        }
+        let state = kinds.get_mut(kind)?;
+        state.hit(now, self.interval)
     }
 }
 
@@ -108,5 +175,20 @@ mod tests {
         assert_eq!(limiter.hit(start), Some(1));
         assert_eq!(limiter.hit(start - Duration::from_secs(30)), None);
         assert_eq!(limiter.hit(start + Duration::from_secs(5)), Some(2));
+    }
+
+    #[test]
+    fn each_kind_has_its_own_limit_and_late_kinds_share_one() {
+        let limiter = RateLimitedByKind::new(Duration::from_secs(5), 2);
+        let start = Instant::now();
+        assert_eq!(limiter.hit("eof", start), Some(1));
+        assert_eq!(limiter.hit("eof", start + Duration::from_secs(1)), None);
+        // The failure that matters is not hidden by the flood of another.
+        assert_eq!(limiter.hit("unknown issuer", start + Duration::from_secs(1)), Some(1));
+        assert_eq!(limiter.hit("eof", start + Duration::from_secs(5)), Some(2));
+        // Beyond two kinds, the others share one limit.
+        assert_eq!(limiter.hit("third", start), Some(1));
+        assert_eq!(limiter.hit("fourth", start + Duration::from_secs(1)), None);
+        assert_eq!(limiter.hit("fifth", start + Duration::from_secs(6)), Some(2));
     }
 }

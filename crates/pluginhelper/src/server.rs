@@ -14,7 +14,10 @@ use std::{
     time::Duration,
 };
 
-use cnpgi_core::{names::services, ratelimit::RateLimited};
+use cnpgi_core::{
+    names::services,
+    ratelimit::{RateLimited, RateLimitedByKind},
+};
 use cnpgi_proto::{
     FILE_DESCRIPTOR_SET,
     identity::v1::{GetPluginMetadataRequest, GetPluginMetadataResponse, ProbeRequest, identity_server},
@@ -419,9 +422,16 @@ async fn resolve_address(address: &str) -> Result<SocketAddr, ServeError> {
 /// certificate retrying in a loop) would otherwise write one line each.
 const LOG_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How many distinct handshake errors get their own [`LOG_INTERVAL`]; the
+/// rest share one.
+const REFUSAL_KINDS: usize = 32;
+
 /// The rate limits of one listener's warnings about refused connections.
 struct RefusalLog {
-    handshake_refused: RateLimited,
+    /// Limited per error message: a flood of one kind (dials cancelled
+    /// mid-handshake) must not hide the first refusal of another (a client
+    /// certificate from an unknown issuer).
+    handshake_refused: RateLimitedByKind,
     handshake_timed_out: RateLimited,
     no_preface: RateLimited,
 }
@@ -429,7 +439,7 @@ struct RefusalLog {
 impl RefusalLog {
     fn new() -> Arc<Self> {
         Arc::new(Self {
-            handshake_refused: RateLimited::new(LOG_INTERVAL),
+            handshake_refused: RateLimitedByKind::new(LOG_INTERVAL, REFUSAL_KINDS),
             handshake_timed_out: RateLimited::new(LOG_INTERVAL),
             no_preface: RateLimited::new(LOG_INTERVAL),
         })
@@ -473,8 +483,8 @@ fn tls_incoming(
                 let stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => stream,
                     Ok(Err(error)) => {
-                        if let Some(count) = log.handshake_refused.hit(std::time::Instant::now()) {
-                            tracing::warn!(%peer, %error, count, "TLS handshake refused ({count} in the last {LOG_INTERVAL:?}; this one shown)");
+                        if let Some(count) = log.handshake_refused.hit(&error.to_string(), std::time::Instant::now()) {
+                            tracing::warn!(%peer, %error, count, "TLS handshake refused ({count} like it in the last {LOG_INTERVAL:?}; this one shown)");
                         }
                         return;
                     }

@@ -648,16 +648,41 @@ async fn refused_connections_are_logged_once_every_few_seconds_with_a_count() {
     assert_eq!(no_preface.len(), 1, "{no_preface:#?}");
     assert!(refused[0].contains("count=1"), "{}", refused[0]);
 
+    // A refusal of another kind (a client certificate from an unknown
+    // issuer) is not hidden by that flood: logged at once, with its cause.
+    // (It was hidden once, and an operator debugging a wrong client Secret
+    // saw nothing.)
+    let certs = plugin.certificates().unwrap();
+    let other = TestCertificates::generate(&certs.server_name).unwrap();
+    let pinned = cnpgi_tls::pem::read_certificates(&certs.server.cert_path, "server").unwrap();
+    let stranger = cnpgi_tls::client::client_config(
+        cnpgi_tls::pem::read_certificates(&other.client.cert_path, "c").unwrap(),
+        cnpgi_tls::pem::read_private_key(&other.client.key_path, "k").unwrap(),
+        cnpgi_tls::verify::PinnedServerVerifier::new(pinned).unwrap(),
+    )
+    .unwrap();
+    assert_refused(connect_tls(address, stranger, &certs.server_name)).await;
+    let unknown_issuer = eventually("the unknown issuer logged", Duration::from_secs(5), async || {
+        let lines = log.lines_with_all(&["TLS handshake refused", "UnknownIssuer"]);
+        if lines.is_empty() {
+            Err("no such line yet")
+        } else {
+            Ok(lines)
+        }
+    })
+    .await;
+    assert!(unknown_issuer[0].contains("count=1"), "{}", unknown_issuer[0]);
+
     // Once the interval has passed, the next refusal is logged with the
     // count of those not shown.
     tokio::time::sleep(Duration::from_millis(5100)).await;
     refuse_one().await;
     let refused = log.lines_with("TLS handshake refused");
-    assert_eq!(refused.len(), 2, "{refused:#?}");
+    assert_eq!(refused.len(), 3, "{refused:#?}");
     assert!(
-        refused[1].contains("count=100") && refused[1].contains("100 in the last 5s"),
+        refused[2].contains("count=100") && refused[2].contains("100 like it in the last 5s"),
         "{}",
-        refused[1]
+        refused[2]
     );
     // The server still serves well-behaved clients.
     assert_eq!(metadata_over(plugin.channel()).await.unwrap(), NAME);
