@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The real CloudNativePG operator (v1.29.0, built from the Go module proxy by
-# tests/e2e/cnpg/build.sh) hosting plugins built with cnpgi-rs (the Rust
+# The real CloudNativePG operator (CNPG_VERSION, default v1.30.0; .ci/run also
+# runs v1.29.0), built from the Go module proxy by
+# tests/e2e/cnpg/build.sh, hosting plugins built with cnpgi-rs (the Rust
 # hello-world) and with upstream's Go machinery (tests/interop/goplugin), on a
 # real etcd + kube-apiserver + kube-controller-manager on loopback
 # (tests/e2e/lib/control-plane.sh):
@@ -91,6 +92,9 @@ walarchive="$root/target/debug/cnpgi-wal-archive"
 (cd "$root/tests/interop" && GOTOOLCHAIN=local GONOSUMDB=github.com/cloudnative-pg GOFLAGS="-mod=mod -buildvcs=false" \
   go build -o "$work/goplugin" ./goplugin) || die "go build tests/interop/goplugin failed"
 goplugin="$work/goplugin"
+CNPG_VERSION="${CNPG_VERSION:-v1.30.0}"
+export CNPG_VERSION
+echo "   CloudNativePG $CNPG_VERSION"
 cnpg_cache="$(bash "$cnpg_dir/build.sh")" || die "cannot build CloudNativePG (tests/e2e/cnpg/build.sh)"
 manager="$cnpg_cache/manager"
 echo "   built in $((SECONDS - t0)) s"
@@ -167,7 +171,7 @@ leaf go-client "" clientAuth
 leaf intruder-client "" clientAuth
 # CloudNativePG's webhook server needs a certificate to start; with
 # WEBHOOK_CERT_DIR set it uses it as is instead of managing its own PKI. No
-# webhook is registered: CloudNativePG v1.29 calls no plugin from its webhooks.
+# webhook is registered: CloudNativePG (v1.29, v1.30) calls no plugin from its webhooks.
 # (That server listens on every interface, on a free port: CloudNativePG has no
 # flag for its address. Nothing connects to it.)
 leaf webhook "IP:127.0.0.1" serverAuth
@@ -194,10 +198,14 @@ wait_port() { # PORT PID WHAT
   die "$3 did not listen on 127.0.0.1:$1 within 10 s"
 }
 
-# The operator's private /etc/hosts: the machine's, plus the plugin Services.
+# The operator's private /etc/hosts: the machine's, plus the plugin Services,
+# by the names CloudNativePG dials: v1.29 `<service>:<port>`, v1.30
+# `<service>.<namespace>.svc:<port>` (the TLS server name is the Service's
+# name in both).
 {
   cat /etc/hosts
   echo "127.0.0.1 cnpg-i-hello-world cnpgi-go-plugin"
+  echo "127.0.0.1 cnpg-i-hello-world.$OPERATOR_NS.svc cnpgi-go-plugin.$OPERATOR_NS.svc"
 } >"$work/hosts"
 if unshare -m -- sh -c "mount --bind '$work/hosts' /etc/hosts" 2>"$work/logs/unshare.log"; then
   :
@@ -523,10 +531,20 @@ wrong_client() {
   poke "$ns" "$cluster"
   check "$label: client certificate not trusted by the plugin: the Cluster's phase reports the plugin failure" -- \
     cluster "$ns" "$cluster" "$(failed_with "tls|certificate")" --timeout 60 --show "$REASON"
-  if tail -n "+$from" "$log" | grep -Eq "$pattern"; then
+  # The plugin logs the refusal after it has sent its alert, so CloudNativePG
+  # may report the failure first: give the line a few seconds to appear.
+  local i logged=""
+  for ((i = 0; i < 50; i++)); do
+    if tail -n "+$from" "$log" | grep -Eq "$pattern"; then
+      logged=1
+      break
+    fi
+    sleep 0.2
+  done
+  if [ -n "$logged" ]; then
     ok "$label: the plugin refused the handshake (its log: $(tail -n "+$from" "$log" | grep -Eo "$pattern" | head -n1))"
   else
-    fail "$label: the plugin's log shows no refused handshake (/$pattern/ in $(basename "$log") from line $from)"
+    fail "$label: the plugin's log shows no refused handshake within 10 s (/$pattern/ in $(basename "$log") from line $from)"
   fi
   replace_client_secret "$label" "$plugin" "$secret" "$good"
   poke "$ns" "$cluster"

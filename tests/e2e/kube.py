@@ -122,9 +122,8 @@ class Kube:
             data = entry.get(key + "-data")
             if not data:
                 return None
-            f = tempfile.NamedTemporaryFile(prefix="kubeconfig-", delete=False)
-            f.write(base64.b64decode(data))
-            f.close()
+            with tempfile.NamedTemporaryFile(prefix="kubeconfig-", delete=False) as f:
+                f.write(base64.b64decode(data))
             return f.name
 
         return cls(

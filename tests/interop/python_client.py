@@ -148,10 +148,10 @@ def main():
         generate_stubs(work)
         import identity_pb2 as identity
         import identity_pb2_grpc as identity_grpc
-        import operator_pb2 as operator
-        import operator_pb2_grpc as operator_grpc
         import operator_lifecycle_pb2 as lifecycle
         import operator_lifecycle_pb2_grpc as lifecycle_grpc
+        import operator_pb2 as operator
+        import operator_pb2_grpc as operator_grpc
 
         self_signed(work, "server", SERVICE_NAME,
                     ["-addext", f"subjectAltName=DNS:{SERVICE_NAME}", "-addext", "extendedKeyUsage=serverAuth"])
@@ -167,7 +167,8 @@ def main():
         processes.append(process)
 
         def channel(client="client"):
-            read = lambda name: open(f"{work}/{name}", "rb").read()
+            def read(name):
+                return open(f"{work}/{name}", "rb").read()
             creds = grpc.ssl_channel_credentials(
                 root_certificates=read("server.crt"), private_key=read(f"{client}.key"),
                 certificate_chain=read(f"{client}.crt"))

@@ -81,7 +81,7 @@ cleanup() {
     if [ -f "$dir/postmaster.pid" ]; then
       run "$pgbin/pg_ctl" -D "$dir" stop -m immediate -w -t 20 >/dev/null 2>&1 || true
       pid="$(head -n1 "$dir/postmaster.pid" 2>/dev/null || true)"
-      [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+      if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi
     fi
   done
   for pid in "${pids[@]}"; do
@@ -121,6 +121,7 @@ if [ "$mode" = s3 ]; then
     sleep 0.1
   done
   export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1
+  # shellcheck disable=SC2120 # no caller passes arguments today; the ones given go to the script
   s3() { python3 - "$s3_port" "$@"; }
   s3 <<'PY' || die "cannot create the bucket"
 import sys, boto3
@@ -415,7 +416,7 @@ fi
 # c) The same name with other content.
 archived="$(store_names pg1 | grep -E '^[0-9A-F]{24}$' | head -n1)"
 mkdir -p "$work/fake/pg_wal"
-cp "$work/pg1/pg_wal/$(ls "$work/pg1/pg_wal" | grep -E '^[0-9A-F]{24}$' | head -n1)" "$work/fake/pg_wal/$archived" 2>/dev/null ||
+cp "$(find "$work/pg1/pg_wal" -maxdepth 1 -regextype egrep -regex '.*/[0-9A-F]{24}' | sort | head -n1)" "$work/fake/pg_wal/$archived" 2>/dev/null ||
   head -c 16777216 /dev/urandom >"$work/fake/pg_wal/$archived"
 printf 'tampered' | dd of="$work/fake/pg_wal/$archived" bs=1 seek=4096 conv=notrunc status=none
 chown -R --reference="$work" "$work/fake"
@@ -431,7 +432,6 @@ check "restoring a name the archive lacks fails (NotFound)" \
   bash -c "! ${as_user[*]} env HOME=$work $instance_cli wal-restore --cluster $cluster1 --plugin-dir $sockets1 0000000900000000000000AA $work/fake/x 2>$work/missing.err && grep -q NotFound $work/missing.err"
 
 # d) A segment missing at restore: recovery stops there and the instance promotes.
-newest="$(store_names pg1 | grep -E '^[0-9A-F]{24}$' | tail -n1)"
 before_newest="$(store_names pg1 | grep -E '^[0-9A-F]{24}$' | tail -n2 | head -n1)"
 if [ "$mode" = s3 ]; then
   python3 - "$s3_port" "ci/pg1/wals/${before_newest:0:16}/$before_newest.zst" <<'PY'
