@@ -1,7 +1,7 @@
 //! Log set-up of `cnpgi-operator run`, `metrics` and the other instance
 //! commands' messages: text or JSON lines on stderr.
 //!
-//! The same choices as a plugin's (`LOG_FORMAT`, `LOG_LEVEL`, `RUST_LOG`
+//! The same choices as a plugin's (`--log-format`, `--log-level`, `RUST_LOG`
 //! wins), written here so that the operator binary does not depend on the
 //! plugin SDK.
 
@@ -52,4 +52,5 @@ fn install(format: LogFormat, filter: EnvFilter) {
     };
     // An already installed subscriber is the caller's choice, not an error.
     drop(result);
+    crate::env_names::log_deprecated();
 }

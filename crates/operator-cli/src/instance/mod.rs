@@ -65,7 +65,7 @@ pub(crate) struct InstanceFlags {
 
     /// Format of the messages on stderr: text lines, or one JSON object per
     /// line (as `run` logs, and as CloudNativePG and its plugins log).
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, env = "CNPGI_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub(crate) log_format: LogFormat,
 }
 
