@@ -707,6 +707,21 @@ fn cluster_files_must_be_small_and_say_what_plugins_read() {
             );
         }
     }
+    // Another kind of object is not a Cluster, however complete.
+    let path = setup.path("pod.yaml");
+    let text = std::fs::read_to_string(setup.path("cluster.yaml"))
+        .unwrap()
+        .replace("kind: Cluster", "kind: Pod");
+    assert!(text.contains("kind: Pod"), "{text}");
+    std::fs::write(&path, text).unwrap();
+    for args in [
+        vec!["wal-archive", wal.as_str()],
+        vec!["wal-restore", SEGMENT, "pg_wal/RECOVERYXLOG"],
+    ] {
+        let (code, line) = failed(&setup.run_with(&args, &path));
+        assert_eq!(code, 2, "{args:?}: {line}");
+        assert!(line.contains("pod.yaml holds a Pod of apiVersion"), "{args:?}: {line}");
+    }
     // wal-restore runs before there is a primary: it does not need one.
     let path = setup.path("partial.yaml");
     let text = std::fs::read_to_string(setup.path("cluster.yaml"))
