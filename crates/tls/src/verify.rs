@@ -49,6 +49,9 @@ enum Purpose {
     Client,
 }
 
+/// Builds chain verification (`V`) to some pinned CAs.
+type BuildChain<V> = fn(&[PinnedCa], &Arc<CryptoProvider>) -> Result<Arc<V>, TlsError>;
+
 /// What both verifiers hold: the pinned certificates, trusted as they are,
 /// and chain verification (`V`, webpki's) to the CAs among them.
 #[derive(Debug)]
@@ -58,14 +61,11 @@ struct Pins<V: ?Sized> {
     chain: Option<(Vec<PinnedCa>, Arc<V>)>,
     provider: Arc<CryptoProvider>,
     /// Builds chain verification to some CAs.
-    build: fn(&[PinnedCa], &Arc<CryptoProvider>) -> Result<Arc<V>, TlsError>,
+    build: BuildChain<V>,
 }
 
 impl<V: ?Sized> Pins<V> {
-    fn new(
-        pinned: Vec<CertificateDer<'static>>,
-        build: fn(&[PinnedCa], &Arc<CryptoProvider>) -> Result<Arc<V>, TlsError>,
-    ) -> Result<Self, TlsError> {
+    fn new(pinned: Vec<CertificateDer<'static>>, build: BuildChain<V>) -> Result<Self, TlsError> {
         let provider = crypto_provider();
         let cas = pinned_cas(&pinned)?;
         let chain = if cas.is_empty() {
