@@ -23,10 +23,12 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import functools
 import itertools
 import operator
 
+from checks import Checks
 from kube import ApiError, Kube, load_yaml_documents, resource_path
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -200,8 +202,7 @@ class Suite:
         os.makedirs(self.work, exist_ok=True)
         self.procs = Processes(self.work)
         self.admin = Kube.from_kubeconfig(os.environ["KUBECONFIG"])
-        self.passed = 0
-        self.failed = 0
+        self.checks = Checks(f"e2e {self.label}", prefix=f"{self.label}: ")
         self.results = open(args.results, "a", encoding="utf-8")  # noqa: SIM115 (open for the whole run)
         self.bin = os.path.join(ROOT, "target", "debug")
         self.plugin_dir = os.path.join(self.work, "plugins")
@@ -218,16 +219,21 @@ class Suite:
     # -- reporting
 
     def report(self, ok, name, why=""):
-        line = f"ok {self.label}: {name}" if ok else f"FAIL {self.label}: {name}: {why}"
-        print(line, flush=True)
-        self.results.write(line.split(":")[0] + "\n" if ok else "FAIL\n")
-        self.results.flush()
+        if not self.checks.selected(name):
+            return
         if ok:
-            self.passed += 1
+            self.checks.ok(name)
         else:
-            self.failed += 1
+            self.checks.fail(name, why)
+        self.results.write(f"ok {self.label}\n" if ok else "FAIL\n")
+        self.results.flush()
 
     def check(self, name, fn, setup=False):
+        """Runs one named check; a set-up check (`setup`) runs even when
+        CHECKS does not select it, as the checks after it need it."""
+        if not setup and not self.checks.selected(name):
+            self.checks.skipped += 1
+            return True
         try:
             fn()
         except Exception as e:
@@ -1155,15 +1161,14 @@ class Suite:
                 self.check_leader_election,
             )
         except Abort as e:
-            print(f"FAIL {self.label}: aborted: {e}", flush=True)
-            self.results.write("FAIL\n")
-            self.failed += 1
+            self.checks.selection = None  # an abort is always reported
+            self.report(False, "aborted", str(e))
         finally:
             self.procs.stop_all()
             self.cleanup()
-        if self.failed:
+        if self.checks.failed:
             print(f"{self.label}: logs of the operator and plugins in {self.work}", flush=True)
-        return self.failed == 0
+        return self.checks.failed == 0
 
     def cleanup(self):
         """Deletes what this run created in shared places, so that another

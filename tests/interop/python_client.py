@@ -23,16 +23,14 @@ from grpc_tools import protoc
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLUGIN = "cnpg-i-hello-world.cloudnative-pg.io"
 SERVICE_NAME = "cnpg-i-hello-world"
-RESULTS = {"passed": 0, "failed": 0}
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+from checks import Checks  # noqa: E402 (tests/lib is found through ROOT)
+
+CHECKS = Checks("interop")
 
 
 def check(name, condition, detail=""):
-    if condition:
-        RESULTS["passed"] += 1
-        print(f"ok   {name}")
-    else:
-        RESULTS["failed"] += 1
-        print(f"FAIL {name}: {detail}")
+    CHECKS.expect(name, condition, str(detail))
 
 
 def generate_stubs(out):
@@ -219,8 +217,7 @@ def main():
                 process.kill()
                 process.wait()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"interop: {RESULTS['passed']} passed, {RESULTS['failed']} failed")
-    sys.exit(1 if RESULTS["failed"] else 0)
+    sys.exit(CHECKS.summary())
 
 
 if __name__ == "__main__":

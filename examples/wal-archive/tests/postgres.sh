@@ -42,16 +42,9 @@ for tool in "$plugin_bin" "$instance_cli" "$pgbin/initdb" "$pgbin/pg_ctl" "$pgbi
 done
 command -v psql >/dev/null || { echo "postgres.sh: psql is missing" >&2; exit 1; }
 
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-fail() { failed=$((failed + 1)); echo "FAIL $*"; }
-die() { echo "postgres.sh ($mode): $*" >&2; exit 1; }
-check() { # WHAT COMMAND...: ok if COMMAND succeeds
-  local what=$1
-  shift
-  if "$@"; then ok "$what"; else fail "$what"; fi
-}
+SUITE="postgres.sh ($mode)"
+# shellcheck source=../../../tests/lib/checks.sh
+source "$(dirname "$0")/../../../tests/lib/checks.sh"
 
 work="$(mktemp -d /tmp/wal-archive-pg.XXXXXX)"
 chmod 755 "$work"
@@ -612,5 +605,4 @@ fault_recovery down "{\"targetTime\": \"$fault_target\"}" "$rows_fault_target"
 
 stop_pg "$work/pg1"
 finished=1
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+checks_summary

@@ -18,7 +18,7 @@ that a control plane without nodes lacks, and nothing else:
 
 Everything is on loopback. Every action is logged on stdout.
 
-Usage: standin.py WORKDIR NAMESPACE...    (environment as for kube.py)
+Usage: standin.py WORKDIR NAMESPACE...    (environment as for kubecli.py)
 """
 
 import http.server
@@ -37,7 +37,7 @@ from typing import ClassVar
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import contextlib
 
-from kube import ApiError, Client
+from kubecli import ApiError, Kube
 
 STATUS_PORT = 8000
 FIRST_IP = 20
@@ -73,7 +73,7 @@ class StatusHandler(http.server.BaseHTTPRequestHandler):
 
 class StandIn:
     def __init__(self, workdir, namespaces):
-        self.client = Client()
+        self.client = Kube.from_env()
         self.workdir = workdir
         self.namespaces = namespaces
         self.next_ip = FIRST_IP
@@ -220,7 +220,7 @@ class StandIn:
                 continue
             if (namespace, target) not in self.ips:
                 continue
-            pod = self.client.try_get(f"/api/v1/namespaces/{namespace}/pods/{target}")
+            pod = self.client.maybe_get(f"/api/v1/namespaces/{namespace}/pods/{target}")
             if not pod or pod.get("status", {}).get("phase") != "Running":
                 continue
             name = cluster["metadata"]["name"]
