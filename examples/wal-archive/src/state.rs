@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use crate::parameters::StoreConfig;
-use crate::store::{Store, StoreError};
+use crate::storage::store::{Store, StoreError};
 
 /// Facts about this process's work since it started.
 #[derive(Debug, Clone, Default)]

@@ -9,7 +9,7 @@
 //! | `backups/<id>/data.tar.zst` | a base backup: PGDATA as a tar stream, zstd-compressed |
 //! | `backups/<id>/backup.json` | its manifest, written last: a backup without one is incomplete |
 //!
-//! WAL objects have the format of [`crate::object`]. The store is a local
+//! WAL objects have the format of [`crate::storage::object`]. The store is a local
 //! directory (`object_store`'s `LocalFileSystem`, which writes to a staging
 //! file and renames it, so readers never see half an object, and here
 //! fsyncs the file and its directory before a write returns) or an
