@@ -1,4 +1,4 @@
-//! The plugin's services.
+//! The plugin's handlers, on the directory the Cluster names.
 
 use std::{
     collections::BTreeMap,
@@ -7,29 +7,16 @@ use std::{
 };
 
 use cnpgi_pluginhelper::{
-    capabilities::{ServiceType, backup_rpc, restore_job_hook, service},
+    cluster::{Cluster, decode_cluster},
     metrics::MetricSet,
-    postgres,
+    plugin::{BackupCall, PostgresOperation, RestoreJobCall, WalArchiveCall, WalRestoreCall},
     proto::{
-        backup::v1::{
-            BackupCapabilitiesRequest, BackupCapabilitiesResult, BackupRequest, BackupResult, backup_capability,
-            backup_server,
-        },
-        identity::v1::{
-            EnrichConfigurationRequest, EnrichConfigurationResult, GetPluginCapabilitiesRequest,
-            GetPluginCapabilitiesResponse, GetPluginMetadataRequest, GetPluginMetadataResponse,
-            PostgresCapabilitiesRequest, PostgresCapabilitiesResult, ProbeRequest, ProbeResponse, identity_server,
-            postgres_server,
-        },
+        backup::v1::BackupResult,
         metrics::v1::{
             CollectMetric, CollectMetricsRequest, CollectMetricsResult, DefineMetricsRequest, DefineMetricsResult,
             MetricsCapabilitiesRequest, MetricsCapabilitiesResult, metrics_server,
         },
-        wal::v1::{
-            RestoreJobHooksCapabilitiesRequest, RestoreJobHooksCapabilitiesResult, RestoreRequest, RestoreResponse,
-            WalArchiveRequest, WalArchiveResult, WalCapabilitiesRequest, WalCapabilitiesResult, WalRestoreRequest,
-            WalRestoreResult, restore_job_hooks_capability, restore_job_hooks_server, wal_capability, wal_server,
-        },
+        wal::v1::RestoreResponse,
     },
     wal::{self, ArchiveDecision, WalFileKind, WalFileName, decide_archive},
 };
@@ -37,7 +24,7 @@ use serde_json::Value;
 use tonic::{Request, Response, Status};
 
 use crate::{
-    config::{Config, NAME},
+    config::Config,
     files::{copy_tree, write_atomically},
 };
 
@@ -51,239 +38,140 @@ fn unix_now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
-/// The Identity service.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Identity;
-
-#[tonic::async_trait]
-impl identity_server::Identity for Identity {
-    async fn get_plugin_metadata(
-        &self,
-        _: Request<GetPluginMetadataRequest>,
-    ) -> Result<Response<GetPluginMetadataResponse>, Status> {
-        Ok(Response::new(GetPluginMetadataResponse {
-            name: NAME.to_owned(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            display_name: "Directory archive (test plugin)".to_owned(),
-            description: "Keeps WAL files and base backups in a local directory".to_owned(),
-            ..Default::default()
-        }))
+/// Stores the file under its name, unless the archive has it already: with
+/// the same content that is a success, with another an error.
+pub(crate) async fn archive(call: WalArchiveCall<()>) -> Result<(), Status> {
+    let config = Config::from_cluster(&call.cluster)?;
+    let name = &call.file;
+    let source = Path::new(&call.source_path);
+    if !source.is_absolute() {
+        return Err(Status::invalid_argument(format!(
+            "source_file_name {} is not an absolute path",
+            call.source_path
+        )));
     }
-
-    async fn get_plugin_capabilities(
-        &self,
-        _: Request<GetPluginCapabilitiesRequest>,
-    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
-        Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: [
-                ServiceType::WalService,
-                ServiceType::BackupService,
-                ServiceType::RestoreJob,
-                ServiceType::Postgres,
-                ServiceType::Metrics,
-            ]
-            .into_iter()
-            .map(service)
-            .collect(),
-        }))
-    }
-
-    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
-        Ok(Response::new(ProbeResponse { ready: true }))
-    }
-}
-
-/// Every other service, on the directory the Cluster names.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Dir;
-
-#[tonic::async_trait]
-impl wal_server::Wal for Dir {
-    async fn get_capabilities(
-        &self,
-        _: Request<WalCapabilitiesRequest>,
-    ) -> Result<Response<WalCapabilitiesResult>, Status> {
-        Ok(Response::new(wal::capabilities([
-            wal_capability::rpc::Type::ArchiveWal,
-            wal_capability::rpc::Type::RestoreWal,
-        ])))
-    }
-
-    /// Stores the file under its name, unless the archive has it already:
-    /// with the same content that is a success, with another an error.
-    async fn archive(&self, request: Request<WalArchiveRequest>) -> Result<Response<WalArchiveResult>, Status> {
-        let request = request.into_inner();
-        let config = Config::from_cluster(&request.cluster_definition)?;
-        let name = WalFileName::from_path(&request.source_file_name)?;
-        let source = Path::new(&request.source_file_name);
-        if !source.is_absolute() {
-            return Err(Status::invalid_argument(format!(
-                "source_file_name {} is not an absolute path",
-                request.source_file_name
+    let contents = std::fs::read(source).map_err(|e| io_error("read", source, &e))?;
+    let archive = config.archive()?;
+    if call.check_empty_wal_archive == Some(true) {
+        // As CloudNativePG's plugins: a new instance must not archive
+        // into another cluster's WAL (only this very file may be there).
+        let others = std::fs::read_dir(archive)
+            .map_err(|e| io_error("read", archive, &e))?
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .any(|file| file != name.as_str() && file != "base");
+        if others {
+            return Err(Status::failed_precondition(format!(
+                "the archive {} is not empty",
+                archive.display()
             )));
         }
-        let contents = std::fs::read(source).map_err(|e| io_error("read", source, &e))?;
-        let archive = config.archive()?;
-        if request.check_empty_wal_archive == Some(true) {
-            // As CloudNativePG's plugins: a new instance must not archive
-            // into another cluster's WAL (only this very file may be there).
-            let others = std::fs::read_dir(archive)
-                .map_err(|e| io_error("read", archive, &e))?
-                .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-                .any(|file| file != name.as_str() && file != "base");
-            if others {
-                return Err(Status::failed_precondition(format!(
-                    "the archive {} is not empty",
-                    archive.display()
-                )));
-            }
-        }
-        let target = archive.join(name.as_str());
-        let existing = match std::fs::read(&target) {
-            Ok(existing) => Some(existing),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_error("read", &target, &e)),
-        };
-        if decide_archive(&name, existing.as_deref(), &contents[..])? == ArchiveDecision::Store {
-            write_atomically(&target, &contents).map_err(|e| io_error("write", &target, &e))?;
-        }
-        Ok(Response::new(WalArchiveResult {}))
     }
-
-    /// Copies the file into place whole, or answers `NOT_FOUND`.
-    async fn restore(&self, request: Request<WalRestoreRequest>) -> Result<Response<WalRestoreResult>, Status> {
-        let request = request.into_inner();
-        let config = Config::from_cluster(&request.cluster_definition)?;
-        let name = WalFileName::parse(&request.source_wal_name)?;
-        let source = config.archive()?.join(name.as_str());
-        let contents = match std::fs::read(&source) {
-            Ok(contents) => contents,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(wal::not_in_archive(&name)),
-            Err(e) => return Err(io_error("read", &source, &e)),
-        };
-        let destination = Path::new(&request.destination_file_name);
-        write_atomically(destination, &contents).map_err(|e| io_error("write", destination, &e))?;
-        Ok(Response::new(WalRestoreResult {}))
+    let target = archive.join(name.as_str());
+    let existing = match std::fs::read(&target) {
+        Ok(existing) => Some(existing),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_error("read", &target, &e)),
+    };
+    if decide_archive(name, existing.as_deref(), &contents[..])? == ArchiveDecision::Store {
+        write_atomically(&target, &contents).map_err(|e| io_error("write", &target, &e))?;
     }
+    Ok(())
 }
 
-#[tonic::async_trait]
-impl backup_server::Backup for Dir {
-    async fn get_capabilities(
-        &self,
-        _: Request<BackupCapabilitiesRequest>,
-    ) -> Result<Response<BackupCapabilitiesResult>, Status> {
-        Ok(Response::new(BackupCapabilitiesResult {
-            capabilities: vec![backup_rpc(backup_capability::rpc::Type::Backup)],
-        }))
-    }
-
-    /// Copies PGDATA (without `pg_wal` and `postmaster.pid`) into
-    /// `base/<backup name>/`.
-    async fn backup(&self, request: Request<BackupRequest>) -> Result<Response<BackupResult>, Status> {
-        let request = request.into_inner();
-        let config = Config::from_cluster(&request.cluster_definition)?;
-        let backup: Value = serde_json::from_slice(&request.backup_definition)
-            .map_err(|e| Status::invalid_argument(format!("the Backup is not JSON: {e}")))?;
-        let name = backup
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty() && !n.contains('/') && !n.starts_with('.'))
-            .ok_or_else(|| Status::invalid_argument("the Backup has no usable metadata.name"))?
-            .to_owned();
-        if backup.pointer("/status/phase").and_then(Value::as_str) != Some("started") {
-            return Err(Status::invalid_argument("the Backup is not in phase started"));
-        }
-        let target = config.archive()?.join("base").join(&name);
-        let pgdata = config.pgdata()?.clone();
-        if target.exists() {
-            return Err(Status::already_exists(format!("backup {name} exists")));
-        }
-        tokio::time::sleep(config.backup_delay).await;
-        let started_at = unix_now();
-        let files = copy_tree(&pgdata, &target, &|relative| {
-            relative.starts_with("pg_wal") && relative != Path::new("pg_wal") || relative == Path::new("postmaster.pid")
-        })
-        .map_err(|e| io_error("copy PGDATA into", &target, &e))?;
-        let metadata = BTreeMap::from([
-            ("files".to_owned(), files.to_string()),
-            ("parameters".to_owned(), request.parameters.len().to_string()),
-        ]);
-        Ok(Response::new(BackupResult {
-            backup_id: name.clone(),
-            backup_name: name,
-            started_at,
-            stopped_at: unix_now(),
-            online: false,
-            metadata: metadata.into_iter().collect(),
-            ..Default::default()
-        }))
-    }
+/// Copies the file into place whole, or answers `NOT_FOUND`.
+pub(crate) async fn restore(call: WalRestoreCall<()>) -> Result<(), Status> {
+    let config = Config::from_cluster(&call.cluster)?;
+    let source = config.archive()?.join(call.file.as_str());
+    let contents = match std::fs::read(&source) {
+        Ok(contents) => contents,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(wal::not_in_archive(&call.file)),
+        Err(e) => return Err(io_error("read", &source, &e)),
+    };
+    let destination = Path::new(&call.destination_path);
+    write_atomically(destination, &contents).map_err(|e| io_error("write", destination, &e))
 }
 
-#[tonic::async_trait]
-impl restore_job_hooks_server::RestoreJobHooks for Dir {
-    async fn get_capabilities(
-        &self,
-        _: Request<RestoreJobHooksCapabilitiesRequest>,
-    ) -> Result<Response<RestoreJobHooksCapabilitiesResult>, Status> {
-        Ok(Response::new(RestoreJobHooksCapabilitiesResult {
-            capabilities: vec![restore_job_hook(restore_job_hooks_capability::Kind::Restore)],
-        }))
+/// Copies PGDATA (without `pg_wal` and `postmaster.pid`) into
+/// `base/<backup name>/`.
+pub(crate) async fn backup(call: BackupCall<()>) -> Result<BackupResult, Status> {
+    let config = Config::from_cluster(&call.cluster)?;
+    let name = call
+        .backup
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty() && !n.contains('/') && !n.starts_with('.'))
+        .ok_or_else(|| Status::invalid_argument("the Backup has no usable metadata.name"))?
+        .to_owned();
+    if call.backup.pointer("/status/phase").and_then(Value::as_str) != Some("started") {
+        return Err(Status::invalid_argument("the Backup is not in phase started"));
     }
-
-    /// Copies the latest base backup (by name) into PGDATA.
-    async fn restore(&self, request: Request<RestoreRequest>) -> Result<Response<RestoreResponse>, Status> {
-        let config = Config::from_cluster(&request.get_ref().cluster_definition)?;
-        let base = config.archive()?.join("base");
-        let latest = std::fs::read_dir(&base)
-            .map_err(|e| io_error("read", &base, &e))?
-            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-            .max()
-            .ok_or_else(|| Status::not_found(format!("no base backup in {}", base.display())))?;
-        let pgdata = config.pgdata()?;
-        copy_tree(&base.join(&latest), pgdata, &|_| false).map_err(|e| io_error("restore into", pgdata, &e))?;
-        std::fs::create_dir_all(pgdata.join("pg_wal")).map_err(|e| io_error("create", pgdata, &e))?;
-        // A slow verification after the copy (`restoreDelaySeconds`): a
-        // deadline or a kill then leaves PGDATA filled, as a real restore
-        // that fails late would.
-        tokio::time::sleep(config.restore_delay).await;
-        let check_empty = match request.get_ref().check_empty_wal_archive {
-            Some(check) => check.to_string(),
-            None => "unset".to_owned(),
-        };
-        Ok(Response::new(RestoreResponse {
-            restore_config: format!(
-                "recovery_target_action = promote\nrestore_command = '{}'\n",
-                config.restore_command.replace('\'', "''")
-            ),
-            envs: vec![
-                format!("CNPGI_DIR_PLUGIN_BACKUP={latest}"),
-                format!("CNPGI_DIR_PLUGIN_CHECK_EMPTY_WAL_ARCHIVE={check_empty}"),
-            ],
-        }))
+    let target = config.archive()?.join("base").join(&name);
+    let pgdata = config.pgdata()?.clone();
+    if target.exists() {
+        return Err(Status::already_exists(format!("backup {name} exists")));
     }
+    tokio::time::sleep(config.backup_delay).await;
+    let started_at = unix_now();
+    let files = copy_tree(&pgdata, &target, &|relative| {
+        relative.starts_with("pg_wal") && relative != Path::new("pg_wal") || relative == Path::new("postmaster.pid")
+    })
+    .map_err(|e| io_error("copy PGDATA into", &target, &e))?;
+    let metadata = BTreeMap::from([
+        ("files".to_owned(), files.to_string()),
+        ("parameters".to_owned(), call.backup_parameters.len().to_string()),
+    ]);
+    Ok(BackupResult {
+        backup_id: name.clone(),
+        backup_name: name,
+        started_at,
+        stopped_at: unix_now(),
+        online: false,
+        metadata: metadata.into_iter().collect(),
+        ..Default::default()
+    })
 }
 
-#[tonic::async_trait]
-impl postgres_server::Postgres for Dir {
-    async fn get_capabilities(
-        &self,
-        _: Request<PostgresCapabilitiesRequest>,
-    ) -> Result<Response<PostgresCapabilitiesResult>, Status> {
-        Ok(Response::new(postgres::capabilities()))
-    }
+/// Copies the latest base backup (by name) into PGDATA.
+pub(crate) async fn restore_job(call: RestoreJobCall<()>) -> Result<RestoreResponse, Status> {
+    let config = Config::from_cluster(&call.cluster)?;
+    let base = config.archive()?.join("base");
+    let latest = std::fs::read_dir(&base)
+        .map_err(|e| io_error("read", &base, &e))?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .max()
+        .ok_or_else(|| Status::not_found(format!("no base backup in {}", base.display())))?;
+    let pgdata = config.pgdata()?;
+    copy_tree(&base.join(&latest), pgdata, &|_| false).map_err(|e| io_error("restore into", pgdata, &e))?;
+    std::fs::create_dir_all(pgdata.join("pg_wal")).map_err(|e| io_error("create", pgdata, &e))?;
+    // A slow verification after the copy (`restoreDelaySeconds`): a
+    // deadline or a kill then leaves PGDATA filled, as a real restore
+    // that fails late would.
+    tokio::time::sleep(config.restore_delay).await;
+    let check_empty = match call.check_empty_wal_archive {
+        Some(check) => check.to_string(),
+        None => "unset".to_owned(),
+    };
+    Ok(RestoreResponse {
+        restore_config: format!(
+            "recovery_target_action = promote\nrestore_command = '{}'\n",
+            config.restore_command.replace('\'', "''")
+        ),
+        envs: vec![
+            format!("CNPGI_DIR_PLUGIN_BACKUP={latest}"),
+            format!("CNPGI_DIR_PLUGIN_CHECK_EMPTY_WAL_ARCHIVE={check_empty}"),
+        ],
+    })
+}
 
-    async fn enrich_configuration(
-        &self,
-        request: Request<EnrichConfigurationRequest>,
-    ) -> Result<Response<EnrichConfigurationResult>, Status> {
-        let request = request.into_inner();
-        let config = Config::from_cluster(&request.cluster_definition)?;
-        Ok(Response::new(postgres::enrich(&request.configs, |map| {
-            map.extend(config.enrich);
-        })))
-    }
+/// Adds the `enrich` parameter's settings to the configuration.
+pub(crate) fn enrich_configuration(
+    cluster: &Cluster,
+    _: &(),
+    _: PostgresOperation,
+    configs: &mut std::collections::HashMap<String, String>,
+) -> Result<(), Status> {
+    configs.extend(Config::from_cluster(cluster)?.enrich);
+    Ok(())
 }
 
 fn metric_set() -> MetricSet {
@@ -300,8 +188,15 @@ fn metric_set() -> MetricSet {
         )
 }
 
+/// The Metrics service, written by hand: with `badMetrics: undefined` it
+/// answers a value it did not define, past the checks the declarative
+/// `Plugin::metrics` makes, to test what the instance manager does with a
+/// faulty plugin.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Metrics;
+
 #[tonic::async_trait]
-impl metrics_server::Metrics for Dir {
+impl metrics_server::Metrics for Metrics {
     async fn get_capabilities(
         &self,
         _: Request<MetricsCapabilitiesRequest>,
@@ -314,7 +209,7 @@ impl metrics_server::Metrics for Dir {
     }
 
     async fn collect(&self, request: Request<CollectMetricsRequest>) -> Result<Response<CollectMetricsResult>, Status> {
-        let config = Config::from_cluster(&request.get_ref().cluster_definition)?;
+        let config = Config::from_cluster(&decode_cluster(&request.get_ref().cluster_definition)?)?;
         let archive = config.archive()?;
         let mut counts = BTreeMap::from([("segment", 0.0), ("partial", 0.0), ("history", 0.0), ("backup", 0.0)]);
         for entry in std::fs::read_dir(archive)
