@@ -267,22 +267,15 @@ fn parse_endpoint(raw: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Builds the configuration from a parameter map; every problem at once.
-fn build(
-    params: &BTreeMap<String, String>,
+/// `endpointURL` and `s3CredentialsSecret`, if set; their errors, and
+/// theirs on a local `destination`, go to `errors`.
+fn s3_settings(
+    parsed: &ParsedParameters,
     origin: &Origin,
-    default_server: &str,
-) -> Result<Config, Vec<ValidationError>> {
-    let parsed: ParsedParameters = schema().parse(0, params).map_err(|e| origin.relocate(e))?;
-    // The schema declares every name and type read here, so these cannot fail.
+    destination: Option<&Destination>,
+    errors: &mut Vec<ValidationError>,
+) -> (Option<String>, Option<String>) {
     let text = |name: &str| parsed.string(name).map(str::to_owned).unwrap_or_default();
-    let number = |name: &str| parsed.integer(name).unwrap_or_default();
-
-    let mut errors = Vec::new();
-    let destination_raw = text(DESTINATION_PATH);
-    let destination = parse_destination(&destination_raw)
-        .map_err(|message| errors.push(origin.error(DESTINATION_PATH, &destination_raw, message)))
-        .ok();
     let endpoint = parsed.is_set(ENDPOINT_URL).then(|| text(ENDPOINT_URL));
     if let Some(endpoint) = &endpoint
         && let Err(message) = parse_endpoint(endpoint)
@@ -308,8 +301,18 @@ fn build(
             }
         }
     }
+    (endpoint, secret)
+}
+
+/// `serverName`, else `default_server`; its error goes to `errors`.
+fn server_name(
+    parsed: &ParsedParameters,
+    origin: &Origin,
+    default_server: &str,
+    errors: &mut Vec<ValidationError>,
+) -> String {
     let server_name = if parsed.is_set(SERVER_NAME) {
-        text(SERVER_NAME)
+        parsed.string(SERVER_NAME).unwrap_or_default().to_owned()
     } else {
         default_server.to_owned()
     };
@@ -321,6 +324,27 @@ fn build(
         };
         errors.push(origin.error(SERVER_NAME, &server_name, message));
     }
+    server_name
+}
+
+/// Builds the configuration from a parameter map; every problem at once.
+fn build(
+    params: &BTreeMap<String, String>,
+    origin: &Origin,
+    default_server: &str,
+) -> Result<Config, Vec<ValidationError>> {
+    let parsed: ParsedParameters = schema().parse(0, params).map_err(|e| origin.relocate(e))?;
+    // The schema declares every name and type read here, so these cannot fail.
+    let text = |name: &str| parsed.string(name).map(str::to_owned).unwrap_or_default();
+    let number = |name: &str| parsed.integer(name).unwrap_or_default();
+
+    let mut errors = Vec::new();
+    let destination_raw = text(DESTINATION_PATH);
+    let destination = parse_destination(&destination_raw)
+        .map_err(|message| errors.push(origin.error(DESTINATION_PATH, &destination_raw, message)))
+        .ok();
+    let (endpoint, secret) = s3_settings(&parsed, origin, destination.as_ref(), &mut errors);
+    let server_name = server_name(&parsed, origin, default_server, &mut errors);
     let pg_host = text(PG_HOST);
     if pg_host.contains(['\'', '\\', ' ']) {
         errors.push(origin.error(PG_HOST, &pg_host, "must be a directory or host name"));
