@@ -24,8 +24,9 @@
 //! source's archive until the Cluster has a primary. So the plugin declares
 //! no typed parameters (`Plugin<()>`); each handler reads its
 //! [`parameters::Config`] with [`parameters::own`], [`parameters::external`]
-//! or [`parameters::for_wal_restore`], and the validation handlers report
-//! [`parameters::validate`].
+//! or [`parameters::for_wal_restore`], and the whole-Cluster validation
+//! reports [`parameters::validate`] (also for a Cluster that names the plugin
+//! only as its recovery source).
 
 #![forbid(unsafe_code)]
 
@@ -109,11 +110,12 @@ pub fn plugin_with(settings: Settings) -> Plugin<()> {
     let (pod_image, job_image) = (settings.sidecar_image.clone(), settings.sidecar_image.clone());
     Plugin::<()>::new(metadata::metadata())
         // Every bad parameter of the Cluster's entry and of the external
-        // clusters using the plugin, on the field the user wrote. Moving a
-        // running cluster's archive (serverName, destinationPath) is allowed:
-        // a new archive starts, which the empty-archive check then guards.
-        .validate_create(|cluster, ()| parameters::validate(cluster))
-        .validate_change(|_old, (), new, ()| parameters::validate(new))
+        // clusters using the plugin, on the field the user wrote, for a new
+        // Cluster and a change (of which only the new Cluster is judged:
+        // moving a running cluster's archive, serverName or destinationPath,
+        // is allowed; a new archive starts, which the empty-archive check
+        // then guards).
+        .validate_cluster(parameters::validate)
         // The sidecar, in each instance Pod (created, and checked for drift)
         // and in the recovery Job.
         .lifecycle_pod([Operation::Create, Operation::Evaluate], move |cluster, (), pod| {

@@ -302,6 +302,44 @@ async fn errors_name_what_failed() {
 }
 
 #[tokio::test]
+async fn a_recovery_source_is_validated_where_the_user_wrote_it() {
+    use cnpgi_pluginhelper::proto::operator::v1::OperatorValidateClusterChangeRequest;
+    let plugin = TestPlugin::start_unix(server()).await.unwrap();
+    // The plugin is only the recovery source's: the Cluster does not archive.
+    let recovering = serde_json::to_vec(&json!({
+        "metadata": {"name": "pg2"},
+        "spec": {"bootstrap": {"recovery": {"source": "origin"}},
+                 "externalClusters": [{"name": "origin", "plugin": {"name": PLUGIN_NAME,
+                     "parameters": {"destinationPath": "/archive", "compressionLevel": "x"}}}]}
+    }))
+    .unwrap();
+    let expected = ["spec.externalClusters.0.plugin.parameters.compressionLevel"];
+    let errors = plugin
+        .operator()
+        .validate_cluster_create(OperatorValidateClusterCreateRequest {
+            definition: recovering.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .validation_errors;
+    let paths: Vec<String> = errors.iter().map(|e| e.path_components.join(".")).collect();
+    assert_eq!(paths, expected);
+    let errors = plugin
+        .operator()
+        .validate_cluster_change(OperatorValidateClusterChangeRequest {
+            old_cluster: recovering.clone(),
+            new_cluster: recovering,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .validation_errors;
+    let paths: Vec<String> = errors.iter().map(|e| e.path_components.join(".")).collect();
+    assert_eq!(paths, expected);
+}
+
+#[tokio::test]
 async fn metrics_report_archiving() {
     let plugin = TestPlugin::start_unix(server()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
