@@ -33,6 +33,7 @@ use cnpgi_pluginhelper::{
 
 use crate::cluster::{ClusterView, ExternalCluster};
 use crate::metadata::PLUGIN_NAME;
+pub use crate::storage::store::{Location, StoreConfig};
 
 /// Where the archive is.
 pub const DESTINATION_PATH: &str = "destinationPath";
@@ -76,33 +77,6 @@ pub fn schema() -> ParameterSchema {
         .with(Parameter::string(PG_USER).default("postgres"))
         .with(Parameter::string(PG_DATABASE).default("postgres"))
         .deny_unknown()
-}
-
-/// Where objects go.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Location {
-    /// A local directory (absolute).
-    Local(PathBuf),
-    /// An S3 bucket, with a key prefix (no leading or trailing `/`).
-    S3 {
-        /// Bucket name.
-        bucket: String,
-        /// Prefix inside the bucket, possibly empty.
-        prefix: String,
-        /// `endpointURL`, for S3-compatible stores.
-        endpoint: Option<String>,
-        /// `region`.
-        region: String,
-    },
-}
-
-/// The store and the folder of one cluster in it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct StoreConfig {
-    /// The store.
-    pub location: Location,
-    /// The cluster's folder (`serverName`).
-    pub server_name: String,
 }
 
 /// How the backup reaches PostgreSQL.

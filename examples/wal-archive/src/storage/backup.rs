@@ -28,12 +28,12 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use tonic::Status;
 
-use crate::parameters::{Config, Location, PgConnection};
+use crate::parameters::{Config, PgConnection};
 use crate::storage::lsn::Lsn;
 use crate::storage::manifest::{self, DataObject, Manifest};
 use crate::storage::pgdata_tar::{self, DataTar, StoredData, UploadFailure};
 use crate::storage::retention::apply_retention;
-use crate::storage::store::{Store, StoreError};
+use crate::storage::store::{Location, Store, StoreError};
 
 /// How long `pg_backup_start` (a checkpoint) and `pg_backup_stop` (waiting
 /// for the WAL to be archived) may take.

@@ -323,8 +323,8 @@ pub(crate) fn finish(builder: DataTar) -> io::Result<StoredData> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parameters::{Location, StoreConfig};
     use crate::storage::manifest;
+    use crate::storage::store::{Location, StoreConfig};
 
     #[test]
     fn exact_size_reads_pad_or_cut() {

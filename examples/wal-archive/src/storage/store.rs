@@ -47,7 +47,32 @@ use object_store::{
     aws::AmazonS3Builder, local::LocalFileSystem, path::Path,
 };
 
-use crate::parameters::{Location, StoreConfig};
+/// Where objects go.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Location {
+    /// A local directory (absolute).
+    Local(std::path::PathBuf),
+    /// An S3 bucket, with a key prefix (no leading or trailing `/`).
+    S3 {
+        /// Bucket name.
+        bucket: String,
+        /// Prefix inside the bucket, possibly empty.
+        prefix: String,
+        /// `endpointURL`, for S3-compatible stores.
+        endpoint: Option<String>,
+        /// `region`.
+        region: String,
+    },
+}
+
+/// The store and the folder of one cluster in it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StoreConfig {
+    /// The store.
+    pub location: Location,
+    /// The cluster's folder (`serverName`).
+    pub server_name: String,
+}
 
 /// The longest any single store operation may take (a 16 MiB object over a
 /// slow link included); a backup's data is streamed in parts, each bounded
