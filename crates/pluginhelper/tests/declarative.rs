@@ -183,6 +183,42 @@ async fn capabilities_are_the_handlers_registered() {
 }
 
 #[tokio::test]
+async fn whole_cluster_validation_runs_wherever_the_cluster_names_the_plugin() {
+    let plugin = Plugin::<()>::new(metadata())
+        .validate_cluster(|cluster| {
+            let name = cluster.metadata.name.clone().unwrap_or_default();
+            vec![cnpgi_pluginhelper::validation::error(
+                ["metadata", "name"],
+                name,
+                "checked",
+            )]
+        })
+        .local();
+    assert_eq!(
+        plugin.operator_rpcs().await,
+        [OperatorRpc::ValidateClusterCreate, OperatorRpc::ValidateClusterChange]
+    );
+    let listed = cluster(json!({}));
+    let errors = plugin.validate_create(&listed).await.unwrap();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(
+        (errors[0].value.as_str(), errors[0].message.as_str()),
+        ("pg", "checked")
+    );
+    // Named only as the plugin of an external cluster (a recovery source).
+    let mut source_only = cluster(json!({}));
+    source_only["spec"]["plugins"] = json!([]);
+    source_only["spec"]["externalClusters"] = json!([{"name": "origin", "plugin": {"name": NAME}}]);
+    assert_eq!(plugin.validate_create(&source_only).await.unwrap().len(), 1);
+    assert_eq!(plugin.validate_change(&listed, &source_only).await.unwrap().len(), 1);
+    // Not named at all: not its business.
+    let mut unrelated = cluster(json!({}));
+    unrelated["spec"]["plugins"] = json!([{"name": "other.example.com"}]);
+    assert!(plugin.validate_create(&unrelated).await.unwrap().is_empty());
+    assert!(plugin.validate_change(&listed, &unrelated).await.unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn operator_rpcs_run_the_parameters_and_the_handlers() {
     let deregistered = Arc::new(AtomicUsize::new(0));
     let counter = deregistered.clone();

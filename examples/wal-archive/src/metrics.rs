@@ -1,4 +1,4 @@
-//! The Metrics service: what the instance manager adds to each scrape of
+//! The plugin's metrics: what the instance manager adds to each scrape of
 //! `:9187/metrics` (names used as they are, no prefix added).
 //!
 //! | metric | type | meaning |
@@ -20,23 +20,15 @@
 
 use std::time::{Duration, SystemTime};
 
-use cnpgi_pluginhelper::{
-    cluster::decode_cluster,
-    metrics::MetricSet,
-    proto::metrics::v1::{
-        CollectMetricsRequest, CollectMetricsResult, DefineMetricsRequest, DefineMetricsResult,
-        MetricsCapabilitiesRequest, MetricsCapabilitiesResult, metrics_server,
-    },
-};
-use tonic::{Request, Response, Status};
+use cnpgi_pluginhelper::{metrics::MetricSet, plugin::Sample};
 
-use crate::backup::list_backups;
-use crate::parameters;
-use crate::state::State;
+use crate::state::Activity;
+use crate::storage::retention::list_backups;
+use crate::storage::store::Store;
 
 const PREFIX: &str = "cnpgi_wal_archive_";
 /// How long a scrape may wait for the store.
-const STORE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const STORE_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn name(suffix: &str) -> String {
     format!("{PREFIX}{suffix}")
@@ -87,74 +79,43 @@ fn unix_seconds(time: SystemTime) -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// The Metrics implementation.
-#[derive(Debug, Clone)]
-pub struct Metrics {
-    state: State,
-    definitions: MetricSet,
+/// This process's counters and last events.
+pub fn activity_samples(activity: &Activity) -> Vec<Sample> {
+    let mut samples = vec![
+        Sample::new(name("archived_total"), activity.archived as f64),
+        Sample::new(name("failures_total"), activity.archive_failures as f64),
+        Sample::new(name("restored_total"), activity.restored as f64),
+        Sample::new(name("backups_total"), activity.backups as f64),
+        Sample::new(name("backup_failures_total"), activity.backup_failures as f64),
+    ];
+    if let Some((wal, at)) = &activity.last_archived {
+        samples.push(Sample::new(name("last_archived_timestamp_seconds"), unix_seconds(*at)));
+        samples.push(Sample::new(name("last_archived_info"), 1.0).with_labels([wal.as_str()]));
+    }
+    if let Some(at) = activity.last_failure {
+        samples.push(Sample::new(name("last_failure_timestamp_seconds"), unix_seconds(at)));
+    }
+    samples
 }
 
-impl Metrics {
-    /// The service, reporting `state`.
-    pub fn new(state: State) -> Self {
-        Self {
-            state,
-            definitions: definitions(),
-        }
-    }
-}
-
-#[tonic::async_trait]
-impl metrics_server::Metrics for Metrics {
-    async fn get_capabilities(
-        &self,
-        _: Request<MetricsCapabilitiesRequest>,
-    ) -> Result<Response<MetricsCapabilitiesResult>, Status> {
-        Ok(Response::new(self.definitions.capabilities()))
-    }
-
-    async fn define(&self, _: Request<DefineMetricsRequest>) -> Result<Response<DefineMetricsResult>, Status> {
-        Ok(Response::new(self.definitions.define()))
-    }
-
-    async fn collect(&self, request: Request<CollectMetricsRequest>) -> Result<Response<CollectMetricsResult>, Status> {
-        let activity = self.state.activity();
-        let mut samples: Vec<(String, f64, Vec<String>)> = vec![
-            (name("archived_total"), activity.archived as f64, vec![]),
-            (name("failures_total"), activity.archive_failures as f64, vec![]),
-            (name("restored_total"), activity.restored as f64, vec![]),
-            (name("backups_total"), activity.backups as f64, vec![]),
-            (name("backup_failures_total"), activity.backup_failures as f64, vec![]),
-        ];
-        if let Some((wal, at)) = &activity.last_archived {
-            samples.push((name("last_archived_timestamp_seconds"), unix_seconds(*at), vec![]));
-            samples.push((name("last_archived_info"), 1.0, vec![wal.clone()]));
-        }
-        if let Some(at) = activity.last_failure {
-            samples.push((name("last_failure_timestamp_seconds"), unix_seconds(at), vec![]));
-        }
-
-        let cluster = decode_cluster(&request.into_inner().cluster_definition)?;
-        if let Ok(config) = parameters::own(&cluster)
-            && let Ok(store) = self.state.store(&config.store)
-        {
-            match tokio::time::timeout(STORE_TIMEOUT, list_backups(&store)).await {
-                Ok(Ok(backups)) => {
-                    samples.push((name("backups_in_store"), backups.len() as f64, vec![]));
-                    if let Some(newest) = backups.iter().max_by_key(|b| b.stopped_at) {
-                        let ended = newest.stopped_at.timestamp_millis() as f64 / 1000.0;
-                        samples.push((name("last_backup_timestamp_seconds"), ended, vec![]));
-                        samples.push((
-                            name("last_backup_age_seconds"),
-                            (unix_seconds(SystemTime::now()) - ended).max(0.0),
-                            vec![],
-                        ));
-                    }
-                }
-                Ok(Err(error)) => tracing::warn!(%error, "metrics: cannot list backups"),
-                Err(_) => tracing::warn!("metrics: the store did not list backups within 10 s"),
+/// The backups in `store`; none when it cannot be listed within
+/// [`STORE_TIMEOUT`] (a scrape must not hang, nor fail, on the store).
+pub async fn store_samples(store: &Store) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    match tokio::time::timeout(STORE_TIMEOUT, list_backups(store)).await {
+        Ok(Ok(backups)) => {
+            samples.push(Sample::new(name("backups_in_store"), backups.len() as f64));
+            if let Some(newest) = backups.iter().max_by_key(|b| b.stopped_at) {
+                let ended = newest.stopped_at.timestamp_millis() as f64 / 1000.0;
+                samples.push(Sample::new(name("last_backup_timestamp_seconds"), ended));
+                samples.push(Sample::new(
+                    name("last_backup_age_seconds"),
+                    (unix_seconds(SystemTime::now()) - ended).max(0.0),
+                ));
             }
         }
-        Ok(Response::new(self.definitions.collect(samples)?))
+        Ok(Err(error)) => tracing::warn!(%error, "metrics: cannot list backups"),
+        Err(_) => tracing::warn!("metrics: the store did not list backups within 10 s"),
     }
+    samples
 }

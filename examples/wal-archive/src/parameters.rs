@@ -33,6 +33,7 @@ use cnpgi_pluginhelper::{
 
 use crate::cluster::{ClusterView, ExternalCluster};
 use crate::metadata::PLUGIN_NAME;
+pub use crate::storage::store::{Location, StoreConfig};
 
 /// Where the archive is.
 pub const DESTINATION_PATH: &str = "destinationPath";
@@ -76,33 +77,6 @@ pub fn schema() -> ParameterSchema {
         .with(Parameter::string(PG_USER).default("postgres"))
         .with(Parameter::string(PG_DATABASE).default("postgres"))
         .deny_unknown()
-}
-
-/// Where objects go.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Location {
-    /// A local directory (absolute).
-    Local(PathBuf),
-    /// An S3 bucket, with a key prefix (no leading or trailing `/`).
-    S3 {
-        /// Bucket name.
-        bucket: String,
-        /// Prefix inside the bucket, possibly empty.
-        prefix: String,
-        /// `endpointURL`, for S3-compatible stores.
-        endpoint: Option<String>,
-        /// `region`.
-        region: String,
-    },
-}
-
-/// The store and the folder of one cluster in it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct StoreConfig {
-    /// The store.
-    pub location: Location,
-    /// The cluster's folder (`serverName`).
-    pub server_name: String,
 }
 
 /// How the backup reaches PostgreSQL.
@@ -267,22 +241,15 @@ fn parse_endpoint(raw: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Builds the configuration from a parameter map; every problem at once.
-fn build(
-    params: &BTreeMap<String, String>,
+/// `endpointURL` and `s3CredentialsSecret`, if set; their errors, and
+/// theirs on a local `destination`, go to `errors`.
+fn s3_settings(
+    parsed: &ParsedParameters,
     origin: &Origin,
-    default_server: &str,
-) -> Result<Config, Vec<ValidationError>> {
-    let parsed: ParsedParameters = schema().parse(0, params).map_err(|e| origin.relocate(e))?;
-    // The schema declares every name and type read here, so these cannot fail.
+    destination: Option<&Destination>,
+    errors: &mut Vec<ValidationError>,
+) -> (Option<String>, Option<String>) {
     let text = |name: &str| parsed.string(name).map(str::to_owned).unwrap_or_default();
-    let number = |name: &str| parsed.integer(name).unwrap_or_default();
-
-    let mut errors = Vec::new();
-    let destination_raw = text(DESTINATION_PATH);
-    let destination = parse_destination(&destination_raw)
-        .map_err(|message| errors.push(origin.error(DESTINATION_PATH, &destination_raw, message)))
-        .ok();
     let endpoint = parsed.is_set(ENDPOINT_URL).then(|| text(ENDPOINT_URL));
     if let Some(endpoint) = &endpoint
         && let Err(message) = parse_endpoint(endpoint)
@@ -308,8 +275,18 @@ fn build(
             }
         }
     }
+    (endpoint, secret)
+}
+
+/// `serverName`, else `default_server`; its error goes to `errors`.
+fn server_name(
+    parsed: &ParsedParameters,
+    origin: &Origin,
+    default_server: &str,
+    errors: &mut Vec<ValidationError>,
+) -> String {
     let server_name = if parsed.is_set(SERVER_NAME) {
-        text(SERVER_NAME)
+        parsed.string(SERVER_NAME).unwrap_or_default().to_owned()
     } else {
         default_server.to_owned()
     };
@@ -321,6 +298,27 @@ fn build(
         };
         errors.push(origin.error(SERVER_NAME, &server_name, message));
     }
+    server_name
+}
+
+/// Builds the configuration from a parameter map; every problem at once.
+fn build(
+    params: &BTreeMap<String, String>,
+    origin: &Origin,
+    default_server: &str,
+) -> Result<Config, Vec<ValidationError>> {
+    let parsed: ParsedParameters = schema().parse(0, params).map_err(|e| origin.relocate(e))?;
+    // The schema declares every name and type read here, so these cannot fail.
+    let text = |name: &str| parsed.string(name).map(str::to_owned).unwrap_or_default();
+    let number = |name: &str| parsed.integer(name).unwrap_or_default();
+
+    let mut errors = Vec::new();
+    let destination_raw = text(DESTINATION_PATH);
+    let destination = parse_destination(&destination_raw)
+        .map_err(|message| errors.push(origin.error(DESTINATION_PATH, &destination_raw, message)))
+        .ok();
+    let (endpoint, secret) = s3_settings(&parsed, origin, destination.as_ref(), &mut errors);
+    let server_name = server_name(&parsed, origin, default_server, &mut errors);
     let pg_host = text(PG_HOST);
     if pg_host.contains(['\'', '\\', ' ']) {
         errors.push(origin.error(PG_HOST, &pg_host, "must be a directory or host name"));

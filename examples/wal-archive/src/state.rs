@@ -4,8 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
-use crate::parameters::StoreConfig;
-use crate::store::{Store, StoreError};
+use crate::storage::store::{Store, StoreConfig, StoreError};
 
 /// Facts about this process's work since it started.
 #[derive(Debug, Clone, Default)]

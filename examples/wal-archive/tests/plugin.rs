@@ -233,13 +233,23 @@ async fn errors_name_what_failed() {
     let status = BackupClient::new(plugin.channel())
         .backup(BackupRequest {
             cluster_definition: cluster.clone(),
-            backup_definition: Vec::new(),
+            backup_definition: br#"{"metadata":{"name":"b2"}}"#.to_vec(),
             parameters: HashMap::from([("compression".to_owned(), "gzip".to_owned())]),
         })
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(status.message().contains("compression"), "{}", status.message());
+    // So is a request without its Backup (CloudNativePG always sends it).
+    let status = BackupClient::new(plugin.channel())
+        .backup(BackupRequest {
+            cluster_definition: cluster.clone(),
+            backup_definition: Vec::new(),
+            parameters: HashMap::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
 
     // A recovery without a backup in the source archive (which exists: a
     // missing directory is another error, below).
@@ -289,6 +299,44 @@ async fn errors_name_what_failed() {
         "{}",
         status.message()
     );
+}
+
+#[tokio::test]
+async fn a_recovery_source_is_validated_where_the_user_wrote_it() {
+    use cnpgi_pluginhelper::proto::operator::v1::OperatorValidateClusterChangeRequest;
+    let plugin = TestPlugin::start_unix(server()).await.unwrap();
+    // The plugin is only the recovery source's: the Cluster does not archive.
+    let recovering = serde_json::to_vec(&json!({
+        "metadata": {"name": "pg2"},
+        "spec": {"bootstrap": {"recovery": {"source": "origin"}},
+                 "externalClusters": [{"name": "origin", "plugin": {"name": PLUGIN_NAME,
+                     "parameters": {"destinationPath": "/archive", "compressionLevel": "x"}}}]}
+    }))
+    .unwrap();
+    let expected = ["spec.externalClusters.0.plugin.parameters.compressionLevel"];
+    let errors = plugin
+        .operator()
+        .validate_cluster_create(OperatorValidateClusterCreateRequest {
+            definition: recovering.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .validation_errors;
+    let paths: Vec<String> = errors.iter().map(|e| e.path_components.join(".")).collect();
+    assert_eq!(paths, expected);
+    let errors = plugin
+        .operator()
+        .validate_cluster_change(OperatorValidateClusterChangeRequest {
+            old_cluster: recovering.clone(),
+            new_cluster: recovering,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .validation_errors;
+    let paths: Vec<String> = errors.iter().map(|e| e.path_components.join(".")).collect();
+    assert_eq!(paths, expected);
 }
 
 #[tokio::test]
@@ -468,7 +516,7 @@ async fn wal_codes_on_a_local_store() {
 /// zstd-compressed tar under `backups/<id>/data.tar.zst`, then its manifest.
 /// Returns the data object's path and its content.
 fn write_backup(store: &std::path::Path, id: &str) -> (std::path::PathBuf, Vec<u8>) {
-    use cnpgi_wal_archive::manifest::{self, DataObject, Manifest};
+    use cnpgi_wal_archive::storage::manifest::{self, DataObject, Manifest};
     let mut tar = tar::Builder::new(Vec::new());
     let mut add = |name: &str, content: &[u8]| {
         let mut header = tar::Header::new_gnu();
@@ -516,7 +564,7 @@ fn write_backup(store: &std::path::Path, id: &str) -> (std::path::PathBuf, Vec<u
         data: DataObject {
             file: manifest::DATA_FILE.into(),
             size: data.len() as u64,
-            sha256: cnpgi_wal_archive::object::sha256_hex(&data),
+            sha256: cnpgi_wal_archive::storage::object::sha256_hex(&data),
             tar_size: tar.len() as u64,
             compression: "zstd".into(),
         },
@@ -531,19 +579,16 @@ fn write_backup(store: &std::path::Path, id: &str) -> (std::path::PathBuf, Vec<u
     (folder.join(manifest::DATA_FILE), data)
 }
 
-/// The plugin with a RestoreJobHooks service restoring into `pgdata`.
+/// The plugin, restoring backups into `pgdata`.
 fn restoring_into(
     pgdata: &std::path::Path,
-) -> cnpgi_pluginhelper::server::PluginServer<cnpgi_wal_archive::identity::Identity> {
-    use cnpgi_pluginhelper::proto::wal::v1::restore_job_hooks_server::RestoreJobHooksServer;
-    let service = cnpgi_wal_archive::restore::Restore::with(
-        cnpgi_wal_archive::state::State::new(),
-        pgdata.to_owned(),
-        "cli wal-restore %f %p".into(),
-    );
-    cnpgi_pluginhelper::server::PluginServer::new(cnpgi_wal_archive::identity::Identity).register(move |routes| {
-        routes.add_service(RestoreJobHooksServer::new(service));
+) -> cnpgi_pluginhelper::server::PluginServer<cnpgi_pluginhelper::plugin::PluginIdentity> {
+    cnpgi_wal_archive::plugin_with(cnpgi_wal_archive::Settings {
+        pgdata: pgdata.to_owned(),
+        restore_command: "cli wal-restore %f %p".into(),
+        ..cnpgi_wal_archive::Settings::from_env()
     })
+    .server()
 }
 
 /// A Cluster recovering from the archive in `store` (server `pg1`).

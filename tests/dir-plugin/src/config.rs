@@ -1,8 +1,8 @@
-//! The plugin's parameters, read from the Cluster of each request.
+//! The plugin's parameters, read from the Cluster of each call.
 
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
-use cnpgi_pluginhelper::cluster::decode_cluster;
+use cnpgi_pluginhelper::cluster::Cluster;
 use serde_json::Value;
 use tonic::Status;
 
@@ -24,8 +24,7 @@ pub(crate) struct Config {
 impl Config {
     /// The parameters of the plugin's entry in `spec.plugins`, or else of
     /// the external cluster whose plugin it is.
-    pub(crate) fn from_cluster(bytes: &[u8]) -> Result<Self, Status> {
-        let cluster = decode_cluster(bytes)?;
+    pub(crate) fn from_cluster(cluster: &Cluster) -> Result<Self, Status> {
         let parameters: BTreeMap<String, String> = match cluster.plugin(NAME) {
             Some(entry) => entry.parameters().clone(),
             None => cluster

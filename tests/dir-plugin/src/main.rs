@@ -2,7 +2,7 @@
 //! backups in a local directory, for the tests of the instance commands
 //! (`cnpgi-operator wal-archive`, `wal-restore`, `backup`, `restore`,
 //! `metrics`), of `check-plugin` and of the Go client. Built on the SDK's
-//! helpers like any plugin, served with `cnpgi-dir-plugin plugin
+//! declarative API like any plugin, served with `cnpgi-dir-plugin plugin
 //! --plugin-path DIR`.
 //!
 //! Its services: WAL (archive, restore), Backup, RestoreJobHooks, Postgres
@@ -22,26 +22,32 @@
 
 mod config;
 mod files;
-mod services;
+mod handlers;
 
 use cnpgi_pluginhelper::{
-    create_main_cmd,
-    proto::{
-        backup::v1::backup_server::BackupServer,
-        identity::v1::postgres_server::PostgresServer,
-        metrics::v1::metrics_server::MetricsServer,
-        wal::v1::{restore_job_hooks_server::RestoreJobHooksServer, wal_server::WalServer},
-    },
+    capabilities::ServiceType, plugin::Plugin, proto::identity::v1::GetPluginMetadataResponse,
+    proto::metrics::v1::metrics_server::MetricsServer,
 };
 
-fn main() -> std::process::ExitCode {
-    create_main_cmd(services::Identity, |routes| {
-        routes
-            .add_service(WalServer::new(services::Dir))
-            .add_service(BackupServer::new(services::Dir))
-            .add_service(RestoreJobHooksServer::new(services::Dir))
-            .add_service(PostgresServer::new(services::Dir))
-            .add_service(MetricsServer::new(services::Dir));
+/// The plugin: each handler registered is a capability advertised. Its
+/// parameters are read by the handlers ([`config::Config`]), which take
+/// them from the external cluster naming the plugin too.
+fn plugin() -> Plugin<()> {
+    Plugin::<()>::new(GetPluginMetadataResponse {
+        name: config::NAME.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        display_name: "Directory archive (test plugin)".to_owned(),
+        description: "Keeps WAL files and base backups in a local directory".to_owned(),
+        ..Default::default()
     })
-    .execute()
+    .wal_archive(handlers::archive)
+    .wal_restore(handlers::restore)
+    .backup(handlers::backup)
+    .restore_job(handlers::restore_job)
+    .enrich_configuration(handlers::enrich_configuration)
+    .add_service(ServiceType::Metrics, MetricsServer::new(handlers::Metrics))
+}
+
+fn main() -> std::process::ExitCode {
+    plugin().command().execute()
 }

@@ -24,6 +24,7 @@ use crate::{
 
 type Validate<P> = Arc<dyn Fn(&Cluster, &P) -> Vec<ValidationError> + Send + Sync>;
 type ValidateChange<P> = Arc<dyn Fn(&Cluster, &P, &Cluster, &P) -> Vec<ValidationError> + Send + Sync>;
+type ValidateCluster = Arc<dyn Fn(&Cluster) -> Vec<ValidationError> + Send + Sync>;
 type Mutate<P> = Arc<dyn Fn(&Cluster, &P, &mut Value) -> Result<(), Status> + Send + Sync>;
 type SetStatus = Arc<dyn Fn(&Cluster) -> Result<Value, Status> + Send + Sync>;
 
@@ -31,6 +32,7 @@ type SetStatus = Arc<dyn Fn(&Cluster) -> Result<Value, Status> + Send + Sync>;
 pub(super) struct Handlers<P> {
     validate_create: Option<Validate<P>>,
     validate_change: Option<ValidateChange<P>>,
+    validate_cluster: Option<ValidateCluster>,
     mutate: Option<Mutate<P>>,
     set_status: Option<SetStatus>,
     deregister: Option<AsyncHandler<Cluster, ()>>,
@@ -41,6 +43,7 @@ impl<P> Default for Handlers<P> {
         Self {
             validate_create: None,
             validate_change: None,
+            validate_cluster: None,
             mutate: None,
             set_status: None,
             deregister: None,
@@ -49,11 +52,11 @@ impl<P> Default for Handlers<P> {
 }
 
 /// The RPCs advertised, in the protocol's order: the validations when the
-/// parameters validate anything or a handler is registered, `MutateCluster`
+/// parameters validate anything or a validation handler is registered, `MutateCluster`
 /// when a parameter has a default or a handler is registered, the others
 /// when their handler is.
 pub(super) fn rpcs<P: Parameters>(handlers: &Handlers<P>) -> Vec<OperatorRpc> {
-    let validates = P::validates();
+    let validates = P::validates() || handlers.validate_cluster.is_some();
     [
         (
             OperatorRpc::ValidateClusterCreate,
@@ -96,6 +99,21 @@ impl<P: Parameters> Plugin<P> {
         handler: impl Fn(&Cluster, &P, &Cluster, &P) -> Vec<ValidationError> + Send + Sync + 'static,
     ) -> Self {
         self.handlers.operator.validate_change = Some(Arc::new(handler));
+        self
+    }
+
+    /// Checks of the whole Cluster, on creation and on every change (of the
+    /// new Cluster), for a plugin whose configuration is more than its
+    /// `spec.plugins` entry: it runs whenever the Cluster names this plugin,
+    /// in `spec.plugins` or as the `plugin` of one of its
+    /// `spec.externalClusters` (a recovery or replica source, which
+    /// CloudNativePG also asks to validate), and its errors follow those of
+    /// the parameters and of the other validation handlers.
+    pub fn validate_cluster(
+        mut self,
+        handler: impl Fn(&Cluster) -> Vec<ValidationError> + Send + Sync + 'static,
+    ) -> Self {
+        self.handlers.operator.validate_cluster = Some(Arc::new(handler));
         self
     }
 
@@ -146,6 +164,20 @@ impl<P: Parameters> OperatorService<P> {
         &self.0.handlers.operator
     }
 
+    /// The errors of the [`Plugin::validate_cluster`] handler, when the
+    /// Cluster names this plugin.
+    fn validate_cluster(&self, cluster: &Cluster) -> Vec<ValidationError> {
+        let name = &self.0.name;
+        match &self.handlers().validate_cluster {
+            Some(validate)
+                if cluster.plugin(name).is_some() || super::external_cluster_parameters(cluster, name).is_some() =>
+            {
+                validate(cluster)
+            }
+            _ => Vec::new(),
+        }
+    }
+
     fn require(&self, rpc: OperatorRpc) -> Result<(), Status> {
         if rpcs(self.handlers()).contains(&rpc) {
             Ok(())
@@ -175,7 +207,7 @@ impl<P: Parameters> operator_server::Operator for OperatorService<P> {
         self.require(OperatorRpc::ValidateClusterCreate)?;
         let cluster = decode_cluster(&request.into_inner().definition)?;
         // A Cluster that does not list this plugin is not its business.
-        let validation_errors = match cluster.plugin(&self.0.name) {
+        let mut validation_errors = match cluster.plugin(&self.0.name) {
             None => Vec::new(),
             Some(entry) => match P::parse(entry.index, entry.parameters()) {
                 Err(errors) => errors,
@@ -187,6 +219,7 @@ impl<P: Parameters> operator_server::Operator for OperatorService<P> {
                     .unwrap_or_default(),
             },
         };
+        validation_errors.extend(self.validate_cluster(&cluster));
         Ok(Response::new(OperatorValidateClusterCreateResult { validation_errors }))
     }
 
@@ -199,7 +232,8 @@ impl<P: Parameters> operator_server::Operator for OperatorService<P> {
         let old = decode_cluster(&request.old_cluster)?;
         let new = decode_cluster(&request.new_cluster)?;
         let Some(entry) = new.plugin(&self.0.name) else {
-            return Ok(Response::new(OperatorValidateClusterChangeResult::default()));
+            let validation_errors = self.validate_cluster(&new);
+            return Ok(Response::new(OperatorValidateClusterChangeResult { validation_errors }));
         };
         let parsed = P::parse(entry.index, entry.parameters());
         let mut validation_errors = parsed.as_ref().err().cloned().unwrap_or_default();
@@ -217,6 +251,7 @@ impl<P: Parameters> operator_server::Operator for OperatorService<P> {
                 validation_errors.extend(validate(&old, &old_parameters, &new, parameters));
             }
         }
+        validation_errors.extend(self.validate_cluster(&new));
         Ok(Response::new(OperatorValidateClusterChangeResult { validation_errors }))
     }
 

@@ -16,13 +16,13 @@
 //! name again with the same SHA-256 succeeds, with another one is refused.
 //!
 //! ```
-//! use cnpgi_wal_archive::object::{decode, encode};
+//! use cnpgi_wal_archive::storage::object::{decode, encode};
 //!
 //! let stored = encode("000000010000000000000003", b"wal bytes", 3)?;
 //! let (header, content) = decode(&stored, "000000010000000000000003")?;
 //! assert_eq!(content, b"wal bytes");
 //! assert_eq!(header.size, 9);
-//! # Ok::<(), cnpgi_wal_archive::object::ObjectError>(())
+//! # Ok::<(), cnpgi_wal_archive::storage::object::ObjectError>(())
 //! ```
 
 use serde::{Deserialize, Serialize};

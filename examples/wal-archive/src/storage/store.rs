@@ -9,7 +9,7 @@
 //! | `backups/<id>/data.tar.zst` | a base backup: PGDATA as a tar stream, zstd-compressed |
 //! | `backups/<id>/backup.json` | its manifest, written last: a backup without one is incomplete |
 //!
-//! WAL objects have the format of [`crate::object`]. The store is a local
+//! WAL objects have the format of [`crate::storage::object`]. The store is a local
 //! directory (`object_store`'s `LocalFileSystem`, which writes to a staging
 //! file and renames it, so readers never see half an object, and here
 //! fsyncs the file and its directory before a write returns) or an
@@ -47,7 +47,32 @@ use object_store::{
     aws::AmazonS3Builder, local::LocalFileSystem, path::Path,
 };
 
-use crate::parameters::{Location, StoreConfig};
+/// Where objects go.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Location {
+    /// A local directory (absolute).
+    Local(std::path::PathBuf),
+    /// An S3 bucket, with a key prefix (no leading or trailing `/`).
+    S3 {
+        /// Bucket name.
+        bucket: String,
+        /// Prefix inside the bucket, possibly empty.
+        prefix: String,
+        /// `endpointURL`, for S3-compatible stores.
+        endpoint: Option<String>,
+        /// `region`.
+        region: String,
+    },
+}
+
+/// The store and the folder of one cluster in it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StoreConfig {
+    /// The store.
+    pub location: Location,
+    /// The cluster's folder (`serverName`).
+    pub server_name: String,
+}
 
 /// The longest any single store operation may take (a 16 MiB object over a
 /// slow link included); a backup's data is streamed in parts, each bounded
@@ -239,6 +264,85 @@ pub struct Store {
     backend: Backend,
 }
 
+/// A store opened, before the cluster's folder is chosen in it.
+struct Opened {
+    inner: Arc<dyn ObjectStore>,
+    /// Where keys start (no leading or trailing `/`).
+    prefix: String,
+    description: String,
+    backend: Backend,
+}
+
+/// A local directory.
+fn open_local(dir: &std::path::Path) -> Result<Opened, StoreError> {
+    let description = format!("file://{}", dir.display());
+    // Keys are absolute paths from `/` (rather than relative to a prefix
+    // store, which needs the directory to exist already).
+    let prefix = Path::from_absolute_path(dir)
+        .map_err(|e| StoreError::Open {
+            store: description.clone(),
+            reason: e.to_string(),
+        })?
+        .to_string();
+    // fsync files and directories before answering: PostgreSQL deletes a
+    // WAL segment once its archive_command succeeded.
+    let local = LocalFileSystem::new().with_fsync(true);
+    Ok(Opened {
+        inner: Arc::new(local),
+        prefix,
+        description,
+        backend: Backend::Local { dir: dir.to_owned() },
+    })
+}
+
+/// An S3 bucket, on AWS or at `endpoint`.
+fn open_s3(bucket: &str, prefix: &str, endpoint: Option<&str>, region: &str) -> Result<Opened, StoreError> {
+    let description = match endpoint {
+        Some(endpoint) => format!("s3://{bucket}/{prefix} at {endpoint}"),
+        None => format!("s3://{bucket}/{prefix}"),
+    };
+    // reqwest's rustls has no crypto provider of its own here: use ring, the
+    // workspace's one (an error means one is installed).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // Credentials (and anything else not set here) come from the
+    // environment: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, which the
+    // sidecar gets from s3CredentialsSecret, or the usual AWS web identity /
+    // instance metadata.
+    let mut builder = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_region(region)
+        .with_client_options(
+            ClientOptions::new()
+                .with_timeout(Duration::from_secs(60))
+                .with_connect_timeout(Duration::from_secs(10)),
+        )
+        // Bounded: a store that stays down is reported, not waited for
+        // (PostgreSQL retries archive_command itself).
+        .with_retry(RetryConfig {
+            max_retries: S3_MAX_RETRIES,
+            retry_timeout: S3_RETRY_TIMEOUT,
+            ..RetryConfig::default()
+        });
+    if let Some(endpoint) = endpoint {
+        builder = builder
+            .with_endpoint(endpoint)
+            .with_allow_http(endpoint.starts_with("http://"));
+    }
+    let s3 = builder.build().map_err(|e| StoreError::Open {
+        store: description.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(Opened {
+        inner: Arc::new(s3),
+        prefix: prefix.to_owned(),
+        description,
+        backend: Backend::S3 {
+            bucket: bucket.to_owned(),
+            endpoint: endpoint.map_or_else(|| format!("https://s3.{region}.amazonaws.com"), str::to_owned),
+        },
+    })
+}
+
 impl Store {
     /// Opens the store `config` describes. Nothing is created: a local
     /// directory is created by the first write (never by a read, so that an
@@ -249,89 +353,25 @@ impl Store {
     /// [`StoreError::Open`] when the directory is not a usable absolute path
     /// or the S3 settings are unusable.
     pub fn open(config: &StoreConfig) -> Result<Self, StoreError> {
-        let (inner, prefix, description, backend): (Arc<dyn ObjectStore>, String, String, Backend) =
-            match &config.location {
-                Location::Local(dir) => {
-                    let description = format!("file://{}", dir.display());
-                    // Keys are absolute paths from `/` (rather than relative to a
-                    // prefix store, which needs the directory to exist already).
-                    let prefix = Path::from_absolute_path(dir)
-                        .map_err(|e| StoreError::Open {
-                            store: description.clone(),
-                            reason: e.to_string(),
-                        })?
-                        .to_string();
-                    // fsync files and directories before answering: PostgreSQL
-                    // deletes a WAL segment once its archive_command succeeded.
-                    let local = LocalFileSystem::new().with_fsync(true);
-                    (
-                        Arc::new(local),
-                        prefix,
-                        description,
-                        Backend::Local { dir: dir.clone() },
-                    )
-                }
-                Location::S3 {
-                    bucket,
-                    prefix,
-                    endpoint,
-                    region,
-                } => {
-                    let description = match endpoint {
-                        Some(endpoint) => format!("s3://{bucket}/{prefix} at {endpoint}"),
-                        None => format!("s3://{bucket}/{prefix}"),
-                    };
-                    // reqwest's rustls has no crypto provider of its own here: use
-                    // ring, the workspace's one (an error means one is installed).
-                    let _ = rustls::crypto::ring::default_provider().install_default();
-                    // Credentials (and anything else not set here) come from the
-                    // environment: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
-                    // which the sidecar gets from s3CredentialsSecret, or the
-                    // usual AWS web identity / instance metadata.
-                    let endpoint_url = endpoint
-                        .clone()
-                        .unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
-                    let mut builder = AmazonS3Builder::from_env()
-                        .with_bucket_name(bucket)
-                        .with_region(region)
-                        .with_client_options(
-                            ClientOptions::new()
-                                .with_timeout(Duration::from_secs(60))
-                                .with_connect_timeout(Duration::from_secs(10)),
-                        )
-                        // Bounded: a store that stays down is reported, not waited
-                        // for (PostgreSQL retries archive_command itself).
-                        .with_retry(RetryConfig {
-                            max_retries: S3_MAX_RETRIES,
-                            retry_timeout: S3_RETRY_TIMEOUT,
-                            ..RetryConfig::default()
-                        });
-                    if let Some(endpoint) = endpoint {
-                        builder = builder
-                            .with_endpoint(endpoint)
-                            .with_allow_http(endpoint.starts_with("http://"));
-                    }
-                    let s3 = builder.build().map_err(|e| StoreError::Open {
-                        store: description.clone(),
-                        reason: e.to_string(),
-                    })?;
-                    let backend = Backend::S3 {
-                        bucket: bucket.clone(),
-                        endpoint: endpoint_url,
-                    };
-                    (Arc::new(s3), prefix.clone(), description, backend)
-                }
-            };
-        let root = if prefix.is_empty() {
+        let opened = match &config.location {
+            Location::Local(dir) => open_local(dir)?,
+            Location::S3 {
+                bucket,
+                prefix,
+                endpoint,
+                region,
+            } => open_s3(bucket, prefix, endpoint.as_deref(), region)?,
+        };
+        let root = if opened.prefix.is_empty() {
             Path::from(config.server_name.as_str())
         } else {
-            Path::from(format!("{prefix}/{}", config.server_name))
+            Path::from(format!("{}/{}", opened.prefix, config.server_name))
         };
         Ok(Self {
-            inner,
-            description: format!("{description} (server {})", config.server_name),
+            inner: opened.inner,
+            description: format!("{} (server {})", opened.description, config.server_name),
             root,
-            backend,
+            backend: opened.backend,
         })
     }
 

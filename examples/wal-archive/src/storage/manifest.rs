@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::RecoveryTarget;
-use crate::lsn::Lsn;
 use crate::pgtime;
+use crate::storage::lsn::Lsn;
 
 /// The `format` of the current manifest.
 pub const FORMAT: &str = "cnpgi-wal-archive-backup/1";
@@ -148,7 +148,7 @@ pub fn choose<'a>(backups: &'a [Manifest], target: &RecoveryTarget) -> Result<&'
         let lsn: Lsn = target
             .target_lsn
             .parse()
-            .map_err(|e: crate::lsn::LsnError| ChooseError::BadTarget(e.to_string()))?;
+            .map_err(|e: crate::storage::lsn::LsnError| ChooseError::BadTarget(e.to_string()))?;
         return newest(
             backups
                 .iter()

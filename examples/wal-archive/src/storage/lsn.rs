@@ -6,12 +6,12 @@
 //! plugin computes it from the LSN, the timeline and the segment size.
 //!
 //! ```
-//! use cnpgi_wal_archive::lsn::Lsn;
+//! use cnpgi_wal_archive::storage::lsn::Lsn;
 //!
 //! let lsn: Lsn = "1/3000028".parse()?;
 //! assert_eq!(lsn.to_string(), "1/3000028");
 //! assert_eq!(lsn.segment_file_name(2, 16 * 1024 * 1024), "000000020000000100000003");
-//! # Ok::<(), cnpgi_wal_archive::lsn::LsnError>(())
+//! # Ok::<(), cnpgi_wal_archive::storage::lsn::LsnError>(())
 //! ```
 
 use std::fmt;

@@ -1,0 +1,292 @@
+//! WAL files in the store: PostgreSQL's `archive_command` and
+//! `restore_command`, without the CNPG-I around them.
+//!
+//! * A WAL file is stored as `wals/…/<name>.zst`: compressed, checksummed
+//!   ([`crate::storage::object`]) and created only if absent. The same name
+//!   archived again with the same content succeeds (PostgreSQL retries
+//!   after a crash); with other content it is refused with
+//!   `ALREADY_EXISTS`, never overwritten ([`store_wal`]).
+//! * Archiving over an existing object with the same content checks that
+//!   copy whole: a damaged one is `DATA_LOSS`, never OK (PostgreSQL would
+//!   recycle the segment) and never overwritten.
+//! * The empty-archive check ([`refuse_foreign_archive`]): a first archive
+//!   into a non-empty folder is refused (`FAILED_PRECONDITION`), two
+//!   clusters must not share one; CloudNativePG asks for it through
+//!   [`CHECK_EMPTY_WAL_ARCHIVE_FILE`] in PGDATA ([`empty_archive_marker`]).
+//! * [`fetch_wal`] reads a file back and checks it against its checksum;
+//!   [`write_atomically`] writes it through a temporary file renamed into
+//!   place, so PostgreSQL never reads half a file. A name the archive lacks
+//!   is `NOT_FOUND` (PostgreSQL then ends recovery, or tries the next
+//!   timeline), and only that: a damaged object (checksum, decompression,
+//!   format, truncation) is `DATA_LOSS` naming the key; a store that cannot
+//!   be read (missing directory, network, 5xx) `UNAVAILABLE`; a missing
+//!   bucket or refused credentials `FAILED_PRECONDITION`
+//!   ([`crate::storage::store::StoreError`]).
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use cnpgi_pluginhelper::wal::{self, ArchiveDecision, WalFileKind, WalFileName};
+use tonic::Status;
+
+use crate::storage::object::{self, ObjectError};
+use crate::storage::store::{PutOutcome, Store, StoreError};
+
+/// The marker CloudNativePG leaves in PGDATA when the archive must be empty.
+pub const CHECK_EMPTY_WAL_ARCHIVE_FILE: &str = ".check-empty-wal-archive";
+
+/// `path` as an absolute path, or `INVALID_ARGUMENT` naming `field`.
+pub fn absolute(path: &str, field: &str) -> Result<PathBuf, Status> {
+    let path = PathBuf::from(path);
+    if path.is_absolute() {
+        Ok(path)
+    } else {
+        Err(Status::invalid_argument(format!(
+            "{field} {:?} is not an absolute path",
+            path.display().to_string()
+        )))
+    }
+}
+
+/// The empty-archive marker of the PGDATA the WAL file `source` is in, when
+/// CloudNativePG left one (after initdb, a restore or a join).
+pub fn empty_archive_marker(source: &Path) -> Option<PathBuf> {
+    pgdata_of(source)
+        .map(|pgdata| pgdata.join(CHECK_EMPTY_WAL_ARCHIVE_FILE))
+        .filter(|marker| marker.exists())
+}
+
+/// Removes the empty-archive marker once a file is archived: the check is
+/// made once, later archives go to what is now this cluster's archive.
+pub fn remove_marker(marker: &Path) {
+    if let Err(error) = std::fs::remove_file(marker)
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(marker = %marker.display(), %error, "cannot remove the empty-archive marker");
+    }
+}
+
+/// The content of the WAL file `name` at `source` (at most
+/// [`object::MAX_CONTENT`]); a missing file is `NOT_FOUND`.
+pub async fn read_wal_file(source: &Path, name: &WalFileName) -> Result<Vec<u8>, Status> {
+    let content = tokio::fs::read(source).await.map_err(|e| {
+        let message = format!("cannot read {}: {e}", source.display());
+        match e.kind() {
+            std::io::ErrorKind::NotFound => Status::not_found(message),
+            _ => Status::internal(message),
+        }
+    })?;
+    if content.len() as u64 > object::MAX_CONTENT {
+        return Err(Status::invalid_argument(format!("{name} is larger than 1 GiB")));
+    }
+    Ok(content)
+}
+
+/// Refuses to archive into a folder another cluster already uses: the
+/// archive must be empty, or hold exactly this file with this content (this
+/// instance's own earlier success, the marker having outlived it).
+pub async fn refuse_foreign_archive(store: &Store, name: &WalFileName, content: &[u8]) -> Result<(), Status> {
+    if store.is_empty().await? {
+        return Ok(());
+    }
+    let same = match store.get(&store.wal_key(name)).await? {
+        Some(stored) => object::header(&stored).is_ok_and(|(h, _)| h.sha256 == object::sha256_hex(content)),
+        None => false,
+    };
+    if same {
+        return Ok(());
+    }
+    Err(Status::failed_precondition(format!(
+        "the archive {} is not empty: this instance was just created, restored or joined, and must \
+         not archive into another cluster's WAL; use another serverName or destinationPath, empty \
+         it, or annotate the Cluster with cnpg.io/skipEmptyWalArchiveCheck=enabled",
+        store.description()
+    )))
+}
+
+/// The content of the archived WAL file `name`, checked against its
+/// checksum. `None` from the store means only that it was read and lacks
+/// the key: any other failure (a missing bucket or directory, the network)
+/// is an error that must not end PostgreSQL's recovery.
+pub async fn fetch_wal(store: &Store, name: &WalFileName) -> Result<Vec<u8>, Status> {
+    let key = store.wal_key(name);
+    let stored = store.get(&key).await?.ok_or_else(|| wal::not_in_archive(name))?;
+    let expected = name.to_string();
+    let decoded = tokio::task::spawn_blocking(move || object::decode(&stored, &expected))
+        .await
+        .map_err(blocking_failed)?
+        .map_err(|e| damaged(name, &key, store, &e))?;
+    Ok(decoded.1)
+}
+
+/// The archived segments (not `.partial`, `.history` or `.backup` files),
+/// sorted.
+pub async fn archived_segments(store: &Store) -> Result<Vec<String>, StoreError> {
+    let mut segments: Vec<String> = store
+        .list(&store.wal_prefix())
+        .await?
+        .into_iter()
+        .filter_map(|meta| {
+            let file = meta.location.filename()?.strip_suffix(".zst")?.to_owned();
+            let name = WalFileName::parse(&file).ok()?;
+            (name.kind() == WalFileKind::Segment).then_some(file)
+        })
+        .collect();
+    segments.sort();
+    Ok(segments)
+}
+
+/// PGDATA, from the path of a file in `PGDATA/pg_wal`.
+fn pgdata_of(source: &Path) -> Option<&Path> {
+    let wal_dir = source.parent()?;
+    (wal_dir.file_name()? == "pg_wal").then(|| wal_dir.parent()).flatten()
+}
+
+fn blocking_failed(error: tokio::task::JoinError) -> Status {
+    Status::internal(format!("a worker thread failed: {error}"))
+}
+
+/// A stored object that cannot be read back: `DATA_LOSS`, naming the key.
+fn damaged(name: &WalFileName, key: &object_store::path::Path, store: &Store, error: &ObjectError) -> Status {
+    Status::data_loss(format!(
+        "the archived WAL file {name} (object {} in {}) is damaged: {error}",
+        store.show(key),
+        store.description()
+    ))
+}
+
+/// The SHA-256 of the archived copy of `name`, once that copy is known to
+/// be intact: a copy whose header says "same content" but whose data is
+/// damaged must not let `Archive` answer OK (PostgreSQL would then recycle
+/// the only good copy of the segment).
+async fn archived_sha256(
+    store: &Store,
+    name: &WalFileName,
+    key: &object_store::path::Path,
+    stored: Bytes,
+    sha256: &str,
+) -> Result<String, Status> {
+    let (header, _) = object::header(&stored).map_err(|e| damaged(name, key, store, &e))?;
+    if header.sha256 != sha256 {
+        // Different content: refused whatever the state of the stored copy.
+        return Ok(header.sha256);
+    }
+    let expected = name.to_string();
+    tokio::task::spawn_blocking(move || object::decode(&stored, &expected))
+        .await
+        .map_err(blocking_failed)?
+        .map_err(|e| damaged(name, key, store, &e))?;
+    Ok(header.sha256)
+}
+
+/// Archives `content` as `name` unless the same content is there: the
+/// decision of [`wal::decide_archive`] on SHA-256s.
+pub async fn store_wal(
+    store: &Store,
+    name: &WalFileName,
+    content: Vec<u8>,
+    level: i32,
+) -> Result<ArchiveDecision, Status> {
+    let key = store.wal_key(name);
+    // Archiving creates a local store's directory (a restore never does).
+    store.prepare_write().await?;
+    let owned_name = name.to_string();
+    let (sha256, encoded) = tokio::task::spawn_blocking(move || {
+        let sha256 = object::sha256_hex(&content);
+        let header = object::Header {
+            format: object::FORMAT.to_owned(),
+            name: owned_name,
+            size: content.len() as u64,
+            sha256: sha256.clone(),
+        };
+        object::encode_with_header(&header, &content, level).map(|encoded| (sha256, encoded))
+    })
+    .await
+    .map_err(blocking_failed)?
+    .map_err(|e: ObjectError| Status::internal(e.to_string()))?;
+    let encoded = Bytes::from(encoded);
+
+    // Twice at most: a writer that created the key between our look and our
+    // write makes the conditional put report it, and we compare again.
+    for _ in 0..2 {
+        let existing = match store.get(&key).await? {
+            Some(stored) => Some(archived_sha256(store, name, &key, stored, &sha256).await?),
+            None => None,
+        };
+        match wal::decide_archive(name, existing.as_deref(), sha256.as_str())? {
+            ArchiveDecision::AlreadyArchived => return Ok(ArchiveDecision::AlreadyArchived),
+            ArchiveDecision::Store => {
+                if store.put_new(&key, encoded.clone()).await? == PutOutcome::Created {
+                    return Ok(ArchiveDecision::Store);
+                }
+            }
+        }
+    }
+    Err(Status::aborted(format!(
+        "WAL file {name} changed in the store while it was being archived; try again"
+    )))
+}
+
+/// Writes `content` to `destination` atomically: a temporary file in the
+/// same directory, synced, then renamed over the destination.
+pub async fn write_atomically(destination: &Path, content: Vec<u8>) -> std::io::Result<()> {
+    let destination = destination.to_owned();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let dir = destination.parent().unwrap_or(Path::new("/"));
+        let file_name = destination
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temporary = dir.join(format!(".{file_name}.wal-archive-{}.tmp", std::process::id()));
+        let result = (|| {
+            let mut file = std::fs::File::create(&temporary)?;
+            file.write_all(&content)?;
+            file.sync_all()?;
+            std::fs::rename(&temporary, &destination)?;
+            std::fs::File::open(dir)?.sync_all()
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&temporary);
+        }
+        result
+    })
+    .await
+    .map_err(std::io::Error::other)?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pgdata_is_the_parent_of_pg_wal() {
+        assert_eq!(
+            pgdata_of(Path::new(
+                "/var/lib/postgresql/data/pgdata/pg_wal/000000010000000000000001"
+            )),
+            Some(Path::new("/var/lib/postgresql/data/pgdata"))
+        );
+        assert_eq!(pgdata_of(Path::new("/tmp/000000010000000000000001")), None);
+    }
+
+    #[tokio::test]
+    async fn atomic_writes_leave_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let destination = dir.path().join("RECOVERYXLOG");
+        std::fs::write(&destination, b"old").unwrap();
+        write_atomically(&destination, b"new".to_vec()).await.unwrap();
+        assert_eq!(std::fs::read(&destination).unwrap(), b"new");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [std::ffi::OsString::from("RECOVERYXLOG")]);
+        // A destination in a missing directory fails and leaves nothing.
+        assert!(
+            write_atomically(&dir.path().join("missing/x"), b"x".to_vec())
+                .await
+                .is_err()
+        );
+    }
+}
