@@ -15,7 +15,7 @@ use std::{
 };
 
 use cnpgi_core::{
-    names::services,
+    service::IDENTITY_NAME,
     ratelimit::{RateLimited, RateLimitedByKind},
 };
 use cnpgi_proto::{
@@ -689,7 +689,7 @@ async fn report_readiness<I: identity_server::Identity>(
             } else {
                 ServingStatus::NotServing
             };
-            for service in ["", services::IDENTITY] {
+            for service in ["", IDENTITY_NAME] {
                 reporter.set_service_status(service, status).await;
             }
             last = Some(ready);
