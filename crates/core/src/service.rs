@@ -350,14 +350,32 @@ mod tests {
     #[test]
     fn grpc_names_are_the_generated_ones() {
         let generated = [
-            (ServiceType::LifecycleService, proto::operator_lifecycle::v1::operator_lifecycle_server::SERVICE_NAME),
-            (ServiceType::OperatorService, proto::operator::v1::operator_server::SERVICE_NAME),
-            (ServiceType::ReconcilerHooks, proto::reconciler::v1::reconciler_hooks_server::SERVICE_NAME),
+            (
+                ServiceType::LifecycleService,
+                proto::operator_lifecycle::v1::operator_lifecycle_server::SERVICE_NAME,
+            ),
+            (
+                ServiceType::OperatorService,
+                proto::operator::v1::operator_server::SERVICE_NAME,
+            ),
+            (
+                ServiceType::ReconcilerHooks,
+                proto::reconciler::v1::reconciler_hooks_server::SERVICE_NAME,
+            ),
             (ServiceType::WalService, proto::wal::v1::wal_server::SERVICE_NAME),
-            (ServiceType::BackupService, proto::backup::v1::backup_server::SERVICE_NAME),
-            (ServiceType::RestoreJob, proto::wal::v1::restore_job_hooks_server::SERVICE_NAME),
+            (
+                ServiceType::BackupService,
+                proto::backup::v1::backup_server::SERVICE_NAME,
+            ),
+            (
+                ServiceType::RestoreJob,
+                proto::wal::v1::restore_job_hooks_server::SERVICE_NAME,
+            ),
             (ServiceType::Metrics, proto::metrics::v1::metrics_server::SERVICE_NAME),
-            (ServiceType::Postgres, proto::identity::v1::postgres_server::SERVICE_NAME),
+            (
+                ServiceType::Postgres,
+                proto::identity::v1::postgres_server::SERVICE_NAME,
+            ),
         ];
         for (capability, name) in generated {
             assert_eq!(of(capability).and_then(|s| s.grpc_name), Some(name), "{capability:?}");
@@ -394,7 +412,10 @@ mod tests {
 
     #[test]
     fn refusals_name_what_is_sent_and_the_code() {
-        assert_eq!(wal::RESTORE.conformance.refusal(), Some(("a file the archive lacks", tonic::Code::NotFound)));
+        assert_eq!(
+            wal::RESTORE.conformance.refusal(),
+            Some(("a file the archive lacks", tonic::Code::NotFound))
+        );
         assert_eq!(operator::DEREGISTER.conformance.refusal(), None);
     }
 }

@@ -15,8 +15,8 @@ use std::{
 };
 
 use cnpgi_core::{
-    service::IDENTITY_NAME,
     ratelimit::{RateLimited, RateLimitedByKind},
+    service::IDENTITY_NAME,
 };
 use cnpgi_proto::{
     FILE_DESCRIPTOR_SET,
