@@ -34,7 +34,7 @@
 //!   map);
 //! * `testing` (feature `testing`): in-process test servers and clients.
 //!
-//! [`cluster`], [`patch`], [`capabilities`] and [`status`] are `cnpgi-core`'s
+//! [`cluster`], [`patch`], [`capabilities`], [`service`] and [`status`] are `cnpgi-core`'s
 //! modules, re-exported: the operator side uses the very same code.
 //!
 //! See `examples/hello-world` (declarative) and `examples/low-level`
@@ -66,7 +66,7 @@ pub mod validation;
 pub mod wal;
 
 pub use cmd::{PluginArgs, PluginCommand, create_main_cmd};
-pub use cnpgi_core::{capabilities, cluster, patch, status};
+pub use cnpgi_core::{capabilities, cluster, patch, service, status};
 /// The generated CNPG-I protocol types, clients and servers.
 pub use cnpgi_proto as proto;
 /// The gRPC framework the generated code uses.
