@@ -64,13 +64,13 @@ pub struct Rpc {
 /// Where a plugin finds its parameters in the Cluster an RPC is called for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ParametersFrom {
-    /// Its `spec.plugins[]` entry (none when absent): the host calls it only
-    /// for Clusters that enable it.
+    /// Its `spec.plugins[]` entry (no parameters when absent).
     Entry,
     /// Its `spec.plugins[]` entry, else the `plugin` of the
     /// `spec.externalClusters[]` entry naming it, else the parameters sent in
-    /// the request: a Cluster recovering from another one's archive calls a
-    /// plugin it may not enable.
+    /// the request: the calls about an archive, which a Cluster may name only
+    /// as a recovery source (a Cluster recovering from another one's
+    /// archive calls a plugin it does not enable).
     EntryOrRecoverySource,
 }
 

@@ -56,6 +56,7 @@ use kube::{
 use serde_json::json;
 
 pub use crate::pods::{CLUSTER_LABEL, INSTANCE_LABEL, PLUGINS_HASH_ANNOTATION};
+use cnpgi_core::service;
 use cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind as HookKind;
 
 use crate::{
@@ -669,7 +670,11 @@ fn requeue_delay(after: Duration) -> Duration {
 pub fn error_policy(cluster: Arc<Cluster>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     let key = cluster_key(&cluster);
     let delay = match error {
-        ReconcileError::Plugin(error) if error.rpc().is_some_and(|rpc| rpc.starts_with("ReconcilerHooks/")) => {
+        ReconcileError::Plugin(error)
+            if error
+                .rpc()
+                .is_some_and(|rpc| service::RECONCILER_HOOKS.rpcs.iter().any(|hook| hook.method == rpc)) =>
+        {
             HOOK_ERROR_RETRY
         }
         ReconcileError::Plugin(_) => PLUGIN_ERROR_RETRY,
