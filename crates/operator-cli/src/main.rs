@@ -13,7 +13,6 @@
 
 mod check;
 mod instance;
-mod logging;
 mod plugins;
 mod render;
 mod run;

@@ -33,11 +33,12 @@ use cnpgi_operator::{
 };
 use cnpgi_tls::server::{ReloadingServerConfig, ServerTlsFiles};
 
-use crate::{
+use cnpgi_process::{
     logging::{self, LogFormat},
-    plugins::PluginFlags,
     signals::shutdown_signal,
 };
+
+use crate::plugins::PluginFlags;
 use tokio::sync::watch;
 
 /// A listen address as controller-runtime's `--metrics-bind-address` and

@@ -50,7 +50,6 @@ extern crate self as cnpgi_pluginhelper;
 mod authority;
 mod batched_writes;
 pub mod cmd;
-pub mod logging;
 pub mod metrics;
 mod middleware;
 pub mod object;
@@ -67,6 +66,9 @@ pub mod wal;
 
 pub use cmd::{PluginArgs, PluginCommand, create_main_cmd};
 pub use cnpgi_core::{capabilities, cluster, patch, service, status};
+/// Log lines on stderr, as the `plugin` command sets them up (shared with
+/// the `cnpgi-operator` binary).
+pub use cnpgi_process::logging;
 /// The generated CNPG-I protocol types, clients and servers.
 pub use cnpgi_proto as proto;
 /// The gRPC framework the generated code uses.
