@@ -9,7 +9,7 @@ use tonic::service::RoutesBuilder;
 
 use crate::{
     logging::{self, LogFormat},
-    server::{PluginListener, PluginServer, ServeError},
+    transport::{PluginListener, PluginServer, ServeError},
 };
 
 /// Where a sidecar plugin puts its socket when no flag says otherwise.

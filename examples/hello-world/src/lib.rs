@@ -18,7 +18,7 @@ use cnpgi_pluginhelper::{
     PluginCommand,
     capabilities::Operation,
     plugin::{Plugin, PluginIdentity},
-    server::PluginServer,
+    transport::PluginServer,
 };
 use serde_json::json;
 

@@ -71,8 +71,8 @@ use crate::{
     cluster::Cluster,
     cmd::PluginCommand,
     parameters::Parameters,
-    server::PluginServer,
     service::{self, ParametersFrom, Rpc},
+    transport::PluginServer,
     validation,
 };
 

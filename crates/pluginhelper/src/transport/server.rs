@@ -39,7 +39,8 @@ use tonic::{
 };
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-use crate::{authority::AuthorityRewrite, batched_writes::BatchedWrites, middleware::CallLayer};
+use super::{authority::AuthorityRewrite, batched_writes::BatchedWrites};
+use crate::middleware::CallLayer;
 
 /// Why a plugin could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -117,8 +118,8 @@ impl Default for ServeOptions {
 /// CNPG-I packages.
 ///
 /// ```no_run
-/// # use cnpgi_pluginhelper::server::{PluginListener, PluginServer};
-/// # async fn example<I: cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity>(identity: I) -> Result<(), cnpgi_pluginhelper::server::ServeError> {
+/// # use cnpgi_pluginhelper::transport::{PluginListener, PluginServer};
+/// # async fn example<I: cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity>(identity: I) -> Result<(), cnpgi_pluginhelper::transport::ServeError> {
 /// let server = PluginServer::new(identity);
 /// let name = server.metadata().await?.name;
 /// let listener = PluginListener::bind_unix("/plugins".as_ref(), &name)?;
