@@ -4,7 +4,8 @@
 //! `cnpgi-operator` from this project) calls to validate and default
 //! Clusters and to patch the objects it writes.
 //!
-//! Start with [`plugin`]: a plugin is its metadata, its
+//! Start with [`plugin`] (and `use cnpgi_pluginhelper::prelude::*`, which
+//! brings what a plugin needs): a plugin is its metadata, its
 //! [`Parameters`](parameters::Parameters) (`#[derive(Parameters)]`) and the
 //! handlers it registers for any CNPG-I service; the SDK derives the
 //! capabilities from the handlers and does the decoding, the lookup of the
@@ -54,6 +55,7 @@ pub mod object;
 pub mod parameters;
 pub mod plugin;
 pub mod postgres;
+pub mod prelude;
 pub mod reconciler;
 /// The former name of [`transport`], kept while code outside this
 /// workspace's updated users (examples/wal-archive, being rewritten) still
