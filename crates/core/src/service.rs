@@ -7,9 +7,14 @@
 //! and the operator's routing all read [`SERVICES`]: the order in which a
 //! plugin advertises its services and is probed and checked, the names in
 //! messages and errors (`WAL/Archive`), which calls may be made for a
-//! Cluster that names the plugin only as a recovery source. Adding a service
-//! is an entry here, its capability helpers in [`capabilities`](crate::capabilities),
-//! and its handlers on each side.
+//! Cluster that names the plugin only as a recovery source.
+//!
+//! Adding a service is its `.proto` (in `cnpgi-proto`), an entry here and its
+//! capability helpers in [`capabilities`](crate::capabilities); then, because
+//! each side calls or serves it through its generated, typed stub, one arm in
+//! each dispatch (`cnpgi-client`: the `PluginClient` stub, `probe`'s
+//! `PluginInfo` field, `check-plugin`'s `checks_of`; `cnpgi-pluginhelper`: the
+//! `Plugin`'s `Handlers`) besides its own files (its checks, its handlers).
 //!
 //! Identity is not in the table: every plugin serves it, and it has no
 //! capability of its own.
