@@ -30,7 +30,7 @@ use cnpgi_proto::{
 use crate::client::PluginClient;
 
 /// What a plugin said about itself when probed.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PluginInfo {
     /// `GetPluginMetadata`'s answer.
     pub metadata: GetPluginMetadataResponse,
@@ -181,17 +181,11 @@ pub async fn probe_only(client: &PluginClient, wanted: &[ServiceType]) -> Result
 async fn probe_services(client: &PluginClient, wanted: impl Fn(ServiceType) -> bool) -> Result<PluginInfo, ProbeError> {
     let metadata = metadata(client).await?;
     let services = advertised_services(client).await?;
+    // The capabilities of each service stay empty unless asked below.
     let mut info = PluginInfo {
         metadata,
         services,
-        operator_rpcs: Vec::new(),
-        lifecycle: Vec::new(),
-        reconciler_kinds: Vec::new(),
-        wal_rpcs: Vec::new(),
-        backup_rpcs: Vec::new(),
-        restore_job_kinds: Vec::new(),
-        postgres_rpcs: Vec::new(),
-        metrics_rpcs: Vec::new(),
+        ..PluginInfo::default()
     };
     for service in service::with_rpcs() {
         if wanted(service.capability) && info.has_service(service.capability) {

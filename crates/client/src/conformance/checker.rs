@@ -98,12 +98,11 @@ impl Checker {
                 version: identity.version,
                 capabilities: capabilities::service_names(&identity.services),
                 operator_capabilities: capabilities::operator_rpc_names(&operator_rpcs),
-                // Read by the later services' checks, after this entry is
-                // written: left out, as CloudNativePG leaves out empty lists.
-                wal_capabilities: Vec::new(),
-                backup_capabilities: Vec::new(),
-                restore_job_hook_capabilities: Vec::new(),
                 status: previous,
+                // The other services' capabilities are read by their checks,
+                // after this entry is written: left out, as CloudNativePG
+                // leaves out empty lists.
+                ..PluginStatusUpdate::default()
             }],
         );
         self.cluster_bytes = serde_json::to_vec(&self.cluster).unwrap_or_default();
