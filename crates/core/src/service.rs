@@ -93,8 +93,8 @@ pub enum Exercise {
     /// is recommended (PostgreSQL's restore_command treats it as the end of
     /// the archive).
     RefusesMissingFile,
-    /// Not called: it has no effect that can be observed from outside without
-    /// side effects (`Deregister` makes the plugin forget a Cluster).
+    /// Not called: what it does is only on the plugin's side, and calling it
+    /// would change that (`Deregister` makes the plugin forget a Cluster).
     NotCalled,
 }
 

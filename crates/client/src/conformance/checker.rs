@@ -205,7 +205,13 @@ impl Checker {
         call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) {
         let Some((sent, expected)) = rpc.conformance.refusal() else {
-            // The table says this RPC is not exercised by a refusal.
+            // A check asked of an RPC the table says is exercised otherwise:
+            // reported, not skipped, so that the mismatch is seen.
+            let reason = format!(
+                "the service table exercises it as {:?}, not by a refusal",
+                rpc.conformance
+            );
+            self.report.record(rpc.method, Err(reason));
             return;
         };
         self.refuses(&format!("{}: {sent} is refused", rpc.method), expected, call)
