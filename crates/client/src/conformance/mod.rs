@@ -69,3 +69,15 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
     }
     checker.finish().await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_service_with_rpcs_has_checks() {
+        for service in service::with_rpcs() {
+            assert!(checks_of(service.capability).is_some(), "{}", service.label);
+        }
+    }
+}
