@@ -197,8 +197,9 @@ impl Checker {
     }
 
     /// An advertised `rpc` of the later services sent what its
-    /// [`Exercise`](cnpgi_core::service::Exercise) says it must refuse (garbage, or input it cannot serve):
-    /// check `<Service/RPC>: <what> is refused`, as [`Checker::refuses`].
+    /// [`Exercise`](cnpgi_core::service::Exercise) says it must refuse
+    /// (garbage, or input it cannot serve): check `<Service/RPC>: <what> is
+    /// refused`, as [`Checker::refuses`].
     pub(super) async fn refuses_as_described<T>(
         &mut self,
         rpc: &Rpc,
