@@ -12,6 +12,7 @@ not cascade into the next step.
 Usage: leftovers.py [--kill] STEP IGNORED_PID...
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -49,10 +50,8 @@ def main():
     for pid, cmdline in found:
         print(f"LEFTOVER after '{step}': pid {pid}: {cmdline}", file=sys.stderr)
         if kill:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
     sys.exit(1 if found else 0)
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The real CloudNativePG operator (v1.29.0, built from the Go module proxy by
-# tests/e2e/cnpg/build.sh) hosting plugins built with cnpgi-rs (the Rust
+# The real CloudNativePG operator (CNPG_VERSION, default v1.30.0; .ci/run also
+# runs v1.29.0), built from the Go module proxy by
+# tests/e2e/cnpg/build.sh, hosting plugins built with cnpgi-rs (the Rust
 # hello-world) and with upstream's Go machinery (tests/interop/goplugin), on a
 # real etcd + kube-apiserver + kube-controller-manager on loopback
 # (tests/e2e/lib/control-plane.sh):
@@ -38,20 +39,11 @@ unset E2E_KUBECONFIG
 source "$here/lib/control-plane.sh"
 
 work="$(mktemp -d)"
-passed=0
-failed=0
-ok() {
-  passed=$((passed + 1))
-  echo "ok   $*"
-}
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL $*"
-}
-die() {
-  echo "cloudnative-pg e2e: $*" >&2
-  exit 1
-}
+CNPG_VERSION="${CNPG_VERSION:-v1.30.0}"
+export CNPG_VERSION
+SUITE="cloudnative-pg e2e ($CNPG_VERSION)"
+# shellcheck source=../lib/checks.sh
+source "$here/../lib/checks.sh"
 
 finished=0
 on_exit() {
@@ -74,9 +66,9 @@ CP_ON_EXIT=on_exit
 cp_install_traps
 mkdir -p "$work/logs"
 
-# No __pycache__ in the source tree (standin.py imports kube.py).
+# No __pycache__ in the source tree (standin.py and kubecli.py import kube.py).
 export PYTHONDONTWRITEBYTECODE=1
-kube() { python3 "$cnpg_dir/kube.py" "$@"; }
+kube() { python3 "$cnpg_dir/kubecli.py" "$@"; }
 # apply FILE...: creates or replaces the objects, or stops the test saying why.
 apply() {
   kube apply "$@" 2>"$work/apply.err" || die "cannot apply $*: $(cat "$work/apply.err")"
@@ -91,6 +83,7 @@ walarchive="$root/target/debug/cnpgi-wal-archive"
 (cd "$root/tests/interop" && GOTOOLCHAIN=local GONOSUMDB=github.com/cloudnative-pg GOFLAGS="-mod=mod -buildvcs=false" \
   go build -o "$work/goplugin" ./goplugin) || die "go build tests/interop/goplugin failed"
 goplugin="$work/goplugin"
+echo "   CloudNativePG $CNPG_VERSION"
 cnpg_cache="$(bash "$cnpg_dir/build.sh")" || die "cannot build CloudNativePG (tests/e2e/cnpg/build.sh)"
 manager="$cnpg_cache/manager"
 echo "   built in $((SECONDS - t0)) s"
@@ -147,19 +140,7 @@ EOF
 echo "== certificates"
 mkdir -p "$work/pki" "$work/webhook"
 # leaf NAME SUBJECT-ALT-NAME USAGE: a self-signed leaf, as cert-manager's selfSigned issuer makes.
-leaf() {
-  local name=$1 san=$2 usage=$3
-  printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=%s\n%s' \
-    "$usage" "${san:+subjectAltName=$san}" >"$work/pki/$name.ext"
-  if ! openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/pki/$name.key" \
-    -subj "/CN=$name" -out "$work/pki/$name.csr" 2>/dev/null; then
-    die "openssl: cannot make the key and request for $name"
-  fi
-  if ! openssl x509 -req -in "$work/pki/$name.csr" -signkey "$work/pki/$name.key" -days 2 \
-    -extfile "$work/pki/$name.ext" -out "$work/pki/$name.crt" 2>/dev/null; then
-    die "openssl: cannot self-sign the certificate $name"
-  fi
-}
+leaf() { pki_leaf "$work/pki" "$1" "/CN=$1" "$2" "$3" || die "cannot make the certificate $1"; }
 leaf hello-server "DNS:cnpg-i-hello-world" serverAuth
 leaf hello-client "" clientAuth
 leaf go-server "DNS:cnpgi-go-plugin" serverAuth
@@ -167,7 +148,7 @@ leaf go-client "" clientAuth
 leaf intruder-client "" clientAuth
 # CloudNativePG's webhook server needs a certificate to start; with
 # WEBHOOK_CERT_DIR set it uses it as is instead of managing its own PKI. No
-# webhook is registered: CloudNativePG v1.29 calls no plugin from its webhooks.
+# webhook is registered: CloudNativePG (v1.29, v1.30) calls no plugin from its webhooks.
 # (That server listens on every interface, on a free port: CloudNativePG has no
 # flag for its address. Nothing connects to it.)
 leaf webhook "IP:127.0.0.1" serverAuth
@@ -194,10 +175,14 @@ wait_port() { # PORT PID WHAT
   die "$3 did not listen on 127.0.0.1:$1 within 10 s"
 }
 
-# The operator's private /etc/hosts: the machine's, plus the plugin Services.
+# The operator's private /etc/hosts: the machine's, plus the plugin Services,
+# by the names CloudNativePG dials: v1.29 `<service>:<port>`, v1.30
+# `<service>.<namespace>.svc:<port>` (the TLS server name is the Service's
+# name in both).
 {
   cat /etc/hosts
   echo "127.0.0.1 cnpg-i-hello-world cnpgi-go-plugin"
+  echo "127.0.0.1 cnpg-i-hello-world.$OPERATOR_NS.svc cnpgi-go-plugin.$OPERATOR_NS.svc"
 } >"$work/hosts"
 if unshare -m -- sh -c "mount --bind '$work/hosts' /etc/hosts" 2>"$work/logs/unshare.log"; then
   :
@@ -259,17 +244,23 @@ poke() {
   python3 - "$1" "$2" "$poke_n" <<'PY'
 import sys, os
 sys.path.insert(0, os.environ["CNPG_DIR"])
-from kube import Client
+from kubecli import Kube
 ns, name, n = sys.argv[1:]
-Client().request("PATCH", f"/apis/postgresql.cnpg.io/v1/namespaces/{ns}/clusters/{name}",
-                 {"metadata": {"annotations": {"e2e.cnpgi.io/poke": n}}}, "application/merge-patch+json")
+Kube.from_env().merge_patch(f"/apis/postgresql.cnpg.io/v1/namespaces/{ns}/clusters/{name}",
+                            {"metadata": {"annotations": {"e2e.cnpgi.io/poke": n}}})
 PY
 }
 export CNPG_DIR="$cnpg_dir"
 
 # check WHAT -- kube wait ARGS...: one ok/FAIL line (with what --show printed).
-check() {
+# check_kube WHAT -- ARGS...: `kube wait ARGS` (a condition on an object, polled);
+# ok with what it shows, or fail with what it last saw.
+check_kube() {
   local what=$1 shown
+  if ! selected "$what"; then
+    skipped=$((skipped + 1))
+    return 0
+  fi
   shift 2
   if shown="$(kube wait "$@" 2>"$work/check.err")"; then
     ok "$what${shown:+ ($shown)}"
@@ -312,26 +303,26 @@ run_checks() {
   hs="$(plugin_status "$HELLO")"
   gs="$(plugin_status "$GOPLUGIN")"
 
-  check "$label: hello-world: instance Pod hello-1 has the plugin's labels, annotations and pauser sidecar (native, in initContainers)" -- \
+  check_kube "$label: hello-world: instance Pod hello-1 has the plugin's labels, annotations and pauser sidecar (native, in initContainers)" -- \
     pod "$ns" hello-1 \
     "o['metadata']['labels'].get('first-label') == 'first-label-value' and o['metadata']['labels'].get('second-label') == 'second-label-value' and o['metadata']['annotations'].get('first-annotation') == 'first-annotation-value' and [c['name'] for c in o['spec']['containers']] == ['postgres'] and any(c['name'] == 'pauser' and c['image'] == 'registry.k8s.io/pause:3.10' and c.get('restartPolicy') == 'Always' for c in o['spec']['initContainers'])" \
     --timeout 90
-  check "$label: hello-world: status.pluginStatus has its name, version $HELLO_VERSION and capabilities" -- \
+  check_kube "$label: hello-world: status.pluginStatus has its name, version $HELLO_VERSION and capabilities" -- \
     cluster "$ns" hello \
     "($hs)['version'] == '$HELLO_VERSION' and set(($hs)['capabilities']) == {'TYPE_OPERATOR_SERVICE', 'TYPE_LIFECYCLE_SERVICE'} and set(($hs)['operatorCapabilities']) == {'TYPE_VALIDATE_CLUSTER_CREATE', 'TYPE_VALIDATE_CLUSTER_CHANGE', 'TYPE_MUTATE_CLUSTER', 'TYPE_SET_STATUS_IN_CLUSTER'}" \
     --timeout 30
-  check "$label: hello-world: Cluster healthy with the plugin's SetStatusInCluster answer in status.pluginStatus" -- \
+  check_kube "$label: hello-world: Cluster healthy with the plugin's SetStatusInCluster answer in status.pluginStatus" -- \
     cluster "$ns" hello \
     "${PHASE_IS}'$HEALTHY' and json.loads(($hs)['status']) == {'enabled': True}" --timeout 90
   called "$label" "$hello_log" GetPluginMetadata GetPluginCapabilities GetCapabilities LifecycleHook SetStatusInCluster
 
-  check "$label: Go plugin: instance Pod go-1 is labelled go-plugin: red" -- \
+  check_kube "$label: Go plugin: instance Pod go-1 is labelled go-plugin: red" -- \
     pod "$ns" go-1 "o['metadata']['labels'].get('go-plugin') == 'red'" --timeout 90
-  check "$label: Go plugin: status.pluginStatus has its name, version and capabilities" -- \
+  check_kube "$label: Go plugin: status.pluginStatus has its name, version and capabilities" -- \
     cluster "$ns" go \
     "($gs)['version'] == '1.0.0' and set(($gs)['capabilities']) == {'TYPE_OPERATOR_SERVICE', 'TYPE_LIFECYCLE_SERVICE', 'TYPE_RECONCILER_HOOKS', 'TYPE_WAL_SERVICE', 'TYPE_BACKUP_SERVICE', 'TYPE_RESTORE_JOB', 'TYPE_POSTGRES', 'TYPE_METRICS'} and set(($gs)['walCapabilities']) == {'TYPE_ARCHIVE_WAL', 'TYPE_RESTORE_WAL'} and ($gs)['backupCapabilities'] == ['TYPE_BACKUP'] and ($gs)['restoreJobHookCapabilities'] == ['KIND_RESTORE']" \
     --timeout 30
-  check "$label: Go plugin: Cluster healthy" -- cluster "$ns" go "${PHASE_IS}'$HEALTHY'" --timeout 90
+  check_kube "$label: Go plugin: Cluster healthy" -- cluster "$ns" go "${PHASE_IS}'$HEALTHY'" --timeout 90
 }
 
 PLUGIN_FAILURE="Cluster cannot proceed to reconciliation due to an error while interacting with plugins"
@@ -347,11 +338,11 @@ stop_restart() {
   local label=$1 ns=$2 cluster=$3 pidvar=$4 restart=$5 pattern=$6
   cp_kill "${!pidvar}"
   poke "$ns" "$cluster"
-  check "$label: plugin stopped: the Cluster's phase reports the plugin failure" -- \
+  check_kube "$label: plugin stopped: the Cluster's phase reports the plugin failure" -- \
     cluster "$ns" "$cluster" "$(failed_with "$pattern")" --timeout 60 --show "$REASON"
   "$restart"
   poke "$ns" "$cluster"
-  check "$label: plugin restarted: the Cluster is healthy again" -- \
+  check_kube "$label: plugin restarted: the Cluster is healthy again" -- \
     cluster "$ns" "$cluster" "${PHASE_IS}'$HEALTHY'" --timeout 60
 }
 
@@ -406,13 +397,13 @@ cat >"$work/e2e-socket-wal.json" <<JSON
 JSON
 apply "$work/e2e-socket-wal.json"
 ws="$(plugin_status "$WALARCHIVE")"
-check "unix socket: wal-archive: status.pluginStatus lists its services (WAL, Backup, RestoreJob, Metrics, sidecar injection)" -- \
+check_kube "unix socket: wal-archive: status.pluginStatus lists its services (WAL, Backup, RestoreJob, Metrics, sidecar injection)" -- \
   cluster e2e-socket wal \
   "{'TYPE_OPERATOR_SERVICE', 'TYPE_LIFECYCLE_SERVICE', 'TYPE_WAL_SERVICE', 'TYPE_BACKUP_SERVICE', 'TYPE_RESTORE_JOB', 'TYPE_METRICS', 'TYPE_INSTANCE_SIDECAR_INJECTION'} == set(($ws)['capabilities'])" \
   --timeout 60
 SIDECAR="next(c for c in o['spec'].get('initContainers', []) if c['name'] == 'plugin-wal-archive')"
 POSTGRES="next(c for c in o['spec']['containers'] if c['name'] == 'postgres')"
-check "unix socket: wal-archive: instance Pod wal-1 carries its native sidecar (image, restartPolicy Always, restricted, /plugins and PGDATA shared, credentials from the Secret)" -- \
+check_kube "unix socket: wal-archive: instance Pod wal-1 carries its native sidecar (image, restartPolicy Always, restricted, /plugins and PGDATA shared, credentials from the Secret)" -- \
   pod e2e-socket wal-1 \
   "($SIDECAR)['image'] == '$WALARCHIVE_IMAGE' and ($SIDECAR)['restartPolicy'] == 'Always' and ($SIDECAR)['securityContext']['runAsNonRoot'] and ($SIDECAR)['securityContext']['allowPrivilegeEscalation'] is False and ($SIDECAR)['securityContext']['capabilities']['drop'] == ['ALL'] and {'/plugins', '/var/lib/postgresql/data', '/controller'} <= {m['mountPath'] for m in ($SIDECAR)['volumeMounts']} and '/plugins' in {m['mountPath'] for m in ($POSTGRES)['volumeMounts']} and any(e['name'] == 'AWS_ACCESS_KEY_ID' and e['valueFrom']['secretKeyRef']['name'] == 'wal-creds' for e in ($SIDECAR)['env'])" \
   --timeout 90
@@ -521,16 +512,26 @@ wrong_client() {
   from=$(($(wc -l <"$log") + 1))
   replace_client_secret "$label" "$plugin" "$secret" intruder-client
   poke "$ns" "$cluster"
-  check "$label: client certificate not trusted by the plugin: the Cluster's phase reports the plugin failure" -- \
+  check_kube "$label: client certificate not trusted by the plugin: the Cluster's phase reports the plugin failure" -- \
     cluster "$ns" "$cluster" "$(failed_with "tls|certificate")" --timeout 60 --show "$REASON"
-  if tail -n "+$from" "$log" | grep -Eq "$pattern"; then
+  # The plugin logs the refusal after it has sent its alert, so CloudNativePG
+  # may report the failure first: give the line a few seconds to appear.
+  local i logged=""
+  for ((i = 0; i < 50; i++)); do
+    if tail -n "+$from" "$log" | grep -Eq "$pattern"; then
+      logged=1
+      break
+    fi
+    sleep 0.2
+  done
+  if [ -n "$logged" ]; then
     ok "$label: the plugin refused the handshake (its log: $(tail -n "+$from" "$log" | grep -Eo "$pattern" | head -n1))"
   else
-    fail "$label: the plugin's log shows no refused handshake (/$pattern/ in $(basename "$log") from line $from)"
+    fail "$label: the plugin's log shows no refused handshake within 10 s (/$pattern/ in $(basename "$log") from line $from)"
   fi
   replace_client_secret "$label" "$plugin" "$secret" "$good"
   poke "$ns" "$cluster"
-  check "$label: trusted client certificate back: the Cluster is healthy again" -- \
+  check_kube "$label: trusted client certificate back: the Cluster is healthy again" -- \
     cluster "$ns" "$cluster" "${PHASE_IS}'$HEALTHY'" --timeout 60
 }
 # The Rust plugin receives the untrusted certificate and rejects it. Go's
@@ -550,5 +551,4 @@ fi
 
 echo "   total $((SECONDS - t0)) s"
 finished=1
-echo "cloudnative-pg e2e: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+checks_summary

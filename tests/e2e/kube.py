@@ -1,7 +1,10 @@
-"""A small Kubernetes API client over plain HTTPS (no kubectl, no client library).
+"""A small Kubernetes API client over plain HTTPS (no kubectl, no client library):
+the one client of the e2e suites (suite.py, and cnpg/kubecli.py and
+cnpg/standin.py for the CloudNativePG suite).
 
 Reads a kubeconfig (file paths or embedded data; client certificates or a
-bearer token), and speaks JSON to the API server. Every error names the
+bearer token; PyYAML needed only for that) or the e2e control plane's
+environment, and speaks JSON to the API server. Every error names the
 request that failed and what the server said.
 """
 
@@ -12,8 +15,6 @@ import os
 import ssl
 import tempfile
 import urllib.parse
-
-import yaml
 
 # apiVersion/kind -> (path prefix, plural, namespaced)
 RESOURCES = {
@@ -107,7 +108,18 @@ class Kube:
         self.ca_file = ca_file
 
     @classmethod
+    def from_env(cls):
+        """The API server and admin credentials of the e2e control plane:
+        E2E_SERVER (https://127.0.0.1:PORT), E2E_CA, E2E_CERT, E2E_KEY."""
+        try:
+            return cls(os.environ["E2E_SERVER"].rstrip("/"), os.environ["E2E_CA"], os.environ["E2E_CERT"], os.environ["E2E_KEY"])
+        except KeyError as e:
+            raise SystemExit(f"kube.py: environment variable {e} is not set") from None
+
+    @classmethod
     def from_kubeconfig(cls, path):
+        import yaml  # only kubeconfig files need PyYAML
+
         with open(path, encoding="utf-8") as f:
             config = yaml.safe_load(f)
         base = os.path.dirname(os.path.abspath(path))
@@ -122,9 +134,8 @@ class Kube:
             data = entry.get(key + "-data")
             if not data:
                 return None
-            f = tempfile.NamedTemporaryFile(prefix="kubeconfig-", delete=False)
-            f.write(base64.b64decode(data))
-            f.close()
+            with tempfile.NamedTemporaryFile(prefix="kubeconfig-", delete=False) as f:
+                f.write(base64.b64decode(data))
             return f.name
 
         return cls(
@@ -166,6 +177,7 @@ class Kube:
         return self.request("GET", path, query=query or None)
 
     def maybe_get(self, path):
+        """The object at `path`, or None when there is none (404)."""
         try:
             return self.get(path)
         except ApiError as e:
@@ -201,5 +213,7 @@ class Kube:
 
 
 def load_yaml_documents(path):
+    import yaml
+
     with open(path, encoding="utf-8") as f:
         return [doc for doc in yaml.safe_load_all(f) if doc]

@@ -23,7 +23,13 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kube import ApiError, Kube, load_yaml_documents, resource_path  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import functools
+import itertools
+import operator
+
+from checks import Checks
+from kube import ApiError, Kube, load_yaml_documents, resource_path
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PLUGIN = "cnpg-i-hello-world.cloudnative-pg.io"
@@ -57,13 +63,12 @@ class Processes:
 
     def start(self, name, args, env=None):
         log_path = os.path.join(self.workdir, f"{name}.log")
-        log = open(log_path, "ab")
-        log.write(f"\n==== {' '.join(args)}\n".encode())
-        log.flush()
         full_env = dict(os.environ)
         full_env.update(env or {})
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=full_env, stdin=subprocess.DEVNULL)
-        log.close()
+        with open(log_path, "ab") as log:
+            log.write(f"\n==== {' '.join(args)}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=full_env, stdin=subprocess.DEVNULL)
         self.running[name] = (proc, log_path)
         return proc
 
@@ -110,7 +115,7 @@ def on_signal(signum, _frame):
 
 
 def openssl(*args):
-    result = subprocess.run(["openssl", *args], capture_output=True, text=True)
+    result = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise Abort(f"openssl {' '.join(args[:2])} failed: {result.stderr.strip()}")
 
@@ -120,7 +125,7 @@ def self_signed(path, cn, ext):
     openssl(
         "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
         "-keyout", path + ".key", "-out", path + ".crt", "-days", "2", "-subj", f"/CN={cn}",
-        *sum((["-addext", e] for e in ext), []),
+        *functools.reduce(operator.iadd, (["-addext", e] for e in ext), []),
     )  # fmt: skip
 
 
@@ -197,9 +202,8 @@ class Suite:
         os.makedirs(self.work, exist_ok=True)
         self.procs = Processes(self.work)
         self.admin = Kube.from_kubeconfig(os.environ["KUBECONFIG"])
-        self.passed = 0
-        self.failed = 0
-        self.results = open(args.results, "a", encoding="utf-8")
+        self.checks = Checks(f"e2e {self.label}", prefix=f"{self.label}: ")
+        self.results = open(args.results, "a", encoding="utf-8")  # noqa: SIM115 (open for the whole run)
         self.bin = os.path.join(ROOT, "target", "debug")
         self.plugin_dir = os.path.join(self.work, "plugins")
         os.makedirs(self.plugin_dir, exist_ok=True)
@@ -215,19 +219,24 @@ class Suite:
     # -- reporting
 
     def report(self, ok, name, why=""):
-        line = f"ok {self.label}: {name}" if ok else f"FAIL {self.label}: {name}: {why}"
-        print(line, flush=True)
-        self.results.write(line.split(":")[0] + "\n" if ok else "FAIL\n")
-        self.results.flush()
+        if not self.checks.selected(name):
+            return
         if ok:
-            self.passed += 1
+            self.checks.ok(name)
         else:
-            self.failed += 1
+            self.checks.fail(name, why)
+        self.results.write(f"ok {self.label}\n" if ok else "FAIL\n")
+        self.results.flush()
 
     def check(self, name, fn, setup=False):
+        """Runs one named check; a set-up check (`setup`) runs even when
+        CHECKS does not select it, as the checks after it need it."""
+        if not setup and not self.checks.selected(name):
+            self.checks.skipped += 1
+            return True
         try:
             fn()
-        except Exception as e:  # noqa: BLE001 - every failure is reported, the run goes on
+        except Exception as e:
             why = str(e).replace("\n", " | ")
             if not isinstance(e, (Failure, ApiError, Abort)):
                 why = f"{type(e).__name__}: {why} at {traceback.format_exc().splitlines()[-3].strip()}"
@@ -360,7 +369,7 @@ class Suite:
     # Set-up, as a user would.
 
     def setup_crd(self):
-        out = subprocess.run([os.path.join(self.bin, "cnpgi-operator"), "crd"], capture_output=True, text=True)
+        out = subprocess.run([os.path.join(self.bin, "cnpgi-operator"), "crd"], capture_output=True, text=True, check=False)
         if out.returncode != 0:
             raise Failure(f"cnpgi-operator crd exited {out.returncode}: {out.stderr}")
         import yaml
@@ -672,7 +681,7 @@ class Suite:
             return {"spec": {"plugins": [{"name": HOOKS_PLUGIN, "parameters": given}]}}
 
         def gaps(calls):
-            return [round(b["at"] - a["at"], 2) for a, b in zip(calls, calls[1:])]
+            return [round(b["at"] - a["at"], 2) for a, b in itertools.pairwise(calls)]
 
         # 1. Pre asks for a requeue in 2 s: called again every 2 s, nothing else happens.
         obj["spec"]["plugins"] = answers(pre="requeue=2")["spec"]["plugins"]
@@ -742,7 +751,7 @@ class Suite:
         if not all(1.5 <= g <= 4.5 for g in gaps(posts)[-2:]):
             raise Failure(f"Post requeue=2 gaps between calls: {gaps(posts)} s")
         order = [c["hook"] for c in self.hook_calls(name, generation)]
-        if order[:2] != ["pre", "post"] or any(a == b for a, b in zip(order, order[1:])):
+        if order[:2] != ["pre", "post"] or any(a == b for a, b in itertools.pairwise(order)):
             raise Failure(f"Pre and Post do not alternate: {order}")
         c = self.cluster(name)
         entry = next((p for p in c["status"].get("pluginStatus", []) if p["name"] == HOOKS_PLUGIN), None)
@@ -859,7 +868,7 @@ class Suite:
         time.sleep(8)
         key = re.escape(f"cluster={self.ns}/squat ")
         delays = [float(d) for d in re.findall(key + r".*?retry_in_seconds=(\d+)", self.procs.log("operator"))]
-        if len(delays) < 3 or not all(b > a for a, b in zip(delays[:4], delays[1:4])):
+        if len(delays) < 3 or not all(b > a for a, b in itertools.pairwise(delays)):
             raise Failure(f"retry delays do not grow: {delays}")
         # Once the obstacle is gone, the Cluster recovers.
         self.admin.delete(resource_path("v1", "Pod", self.ns, "squat-1"))
@@ -902,7 +911,7 @@ class Suite:
             lambda: len(self.pod_names("cluster-example")) == 4,
             30,
         )
-        pod = [p for p in self.pods("cluster-example") if p["metadata"]["name"] == "cluster-example-4"][0]
+        pod = next(p for p in self.pods("cluster-example") if p["metadata"]["name"] == "cluster-example-4")
         if not any(c["name"] == "pauser" for c in pod["spec"].get("initContainers", [])):
             raise Failure("the Pod made through the Service's plugin has no pauser sidecar")
         after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in self.pods("cluster-example")}
@@ -1126,7 +1135,7 @@ class Suite:
             if not pods_ok:
                 self.explain_missing_pods()
             self.check(
-                f"Pods of examples/hello-world's Cluster (namespace without Pod Security labels) owned with blockOwnerDeletion",
+                "Pods of examples/hello-world's Cluster (namespace without Pod Security labels) owned with blockOwnerDeletion",
                 self.check_example_pods,
             )
             self.check("instance Pods are restricted-compliant (postgres and the pauser sidecar)", self.check_restricted_security)
@@ -1152,15 +1161,14 @@ class Suite:
                 self.check_leader_election,
             )
         except Abort as e:
-            print(f"FAIL {self.label}: aborted: {e}", flush=True)
-            self.results.write("FAIL\n")
-            self.failed += 1
+            self.checks.selection = None  # an abort is always reported
+            self.report(False, "aborted", str(e))
         finally:
             self.procs.stop_all()
             self.cleanup()
-        if self.failed:
+        if self.checks.failed:
             print(f"{self.label}: logs of the operator and plugins in {self.work}", flush=True)
-        return self.failed == 0
+        return self.checks.failed == 0
 
     def cleanup(self):
         """Deletes what this run created in shared places, so that another

@@ -19,7 +19,8 @@ BOOKKEEPING = {"cnpgi.io/pluginsHash", "cnpgi.io/pluginsInputs"}
 
 
 def summary(path):
-    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    with open(path) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
     cluster = next(d for d in docs if d.get("kind") == "Cluster")
     pods = {}
     for pod in (d for d in docs if d.get("kind") == "Pod"):

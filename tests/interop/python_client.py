@@ -23,16 +23,14 @@ from grpc_tools import protoc
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLUGIN = "cnpg-i-hello-world.cloudnative-pg.io"
 SERVICE_NAME = "cnpg-i-hello-world"
-RESULTS = {"passed": 0, "failed": 0}
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+from checks import Checks  # noqa: E402 (tests/lib is found through ROOT)
+
+CHECKS = Checks("interop")
 
 
 def check(name, condition, detail=""):
-    if condition:
-        RESULTS["passed"] += 1
-        print(f"ok   {name}")
-    else:
-        RESULTS["failed"] += 1
-        print(f"FAIL {name}: {detail}")
+    CHECKS.expect(name, condition, str(detail))
 
 
 def generate_stubs(out):
@@ -148,10 +146,10 @@ def main():
         generate_stubs(work)
         import identity_pb2 as identity
         import identity_pb2_grpc as identity_grpc
-        import operator_pb2 as operator
-        import operator_pb2_grpc as operator_grpc
         import operator_lifecycle_pb2 as lifecycle
         import operator_lifecycle_pb2_grpc as lifecycle_grpc
+        import operator_pb2 as operator
+        import operator_pb2_grpc as operator_grpc
 
         self_signed(work, "server", SERVICE_NAME,
                     ["-addext", f"subjectAltName=DNS:{SERVICE_NAME}", "-addext", "extendedKeyUsage=serverAuth"])
@@ -167,7 +165,8 @@ def main():
         processes.append(process)
 
         def channel(client="client"):
-            read = lambda name: open(f"{work}/{name}", "rb").read()
+            def read(name):
+                return open(f"{work}/{name}", "rb").read()
             creds = grpc.ssl_channel_credentials(
                 root_certificates=read("server.crt"), private_key=read(f"{client}.key"),
                 certificate_chain=read(f"{client}.crt"))
@@ -218,8 +217,7 @@ def main():
                 process.kill()
                 process.wait()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"interop: {RESULTS['passed']} passed, {RESULTS['failed']} failed")
-    sys.exit(1 if RESULTS["failed"] else 0)
+    sys.exit(CHECKS.summary())
 
 
 if __name__ == "__main__":

@@ -35,10 +35,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-fail() { failed=$((failed + 1)); echo "FAIL $*"; }
+SUITE=interop-go
+# shellcheck source=../lib/checks.sh
+source "$here/../lib/checks.sh"
 
 # The cnpg-i modules are served by the Go module proxy but not by its checksum
 # database mirror here; go.sum pins their hashes instead.
@@ -61,26 +60,16 @@ operator="$root/target/debug/cnpgi-operator"
 hello="$root/target/debug/cnpg-i-hello-world"
 
 echo "== certificates"
+# shellcheck source=../lib/pki.sh
+source "$here/../lib/pki.sh"
 leaf() { # name subject-alt-name usage [ca-name]
-  local name=$1 san=$2 usage=$3 ca=${4:-}
-  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/$name.key" \
-    -subj "/CN=$name" -out "$work/$name.csr" 2>/dev/null
-  printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=%s\n%s' \
-    "$usage" "${san:+subjectAltName=$san}" > "$work/$name.ext"
-  if [ -z "$ca" ]; then
-    openssl x509 -req -in "$work/$name.csr" -signkey "$work/$name.key" -days 30 -extfile "$work/$name.ext" \
-      -out "$work/$name.crt" 2>/dev/null
-  else
-    openssl x509 -req -in "$work/$name.csr" -CA "$work/$ca.crt" -CAkey "$work/$ca.key" -CAcreateserial -days 30 \
-      -extfile "$work/$name.ext" -out "$work/$name.crt" 2>/dev/null
-  fi
+  pki_leaf "$work" "$1" "/CN=$1" "$2" "$3" "${4:-}" 30 || die "cannot make the certificate $1"
 }
 # cert-manager selfSigned style: two self-signed leaves.
 leaf ss-server "DNS:cnpg-i-hello-world" serverAuth
 leaf ss-client "" clientAuth
 # CA-issued leaves; only the leaves are given to the peers (pinned leaf trust).
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/ca.key" -out "$work/ca.crt" \
-  -days 30 -subj "/CN=interop-ca" -addext "basicConstraints=critical,CA:TRUE" 2>/dev/null
+pki_ca "$work" ca "/CN=interop-ca" 30 || die "cannot make the CA"
 leaf ca-server "DNS:cnpg-i-hello-world" serverAuth ca
 leaf ca-client "" clientAuth ca
 
@@ -357,5 +346,4 @@ else
   fail "Go client -> Rust plugin's instance services (FAIL lines above)"
 fi
 
-echo "interop-go: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+checks_summary

@@ -55,7 +55,7 @@ class Scenario:
     def check(self, name, fn):
         try:
             fn()
-        except Exception as e:  # noqa: BLE001 - every failure is reported, the run goes on
+        except Exception as e:
             why = str(e).replace("\n", " | ")
             if not isinstance(e, (Failure, ApiError)):
                 why = f"{type(e).__name__}: {why} at {traceback.format_exc().splitlines()[-3].strip()}"
@@ -70,7 +70,7 @@ class Scenario:
 
     def kubectl(self, *args, stdin=None, timeout=180):
         cmd = [self.kubectl_bin, "--kubeconfig", self.kubeconfig, *args]
-        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
         if proc.returncode != 0:
             raise Failure(f"`kubectl {' '.join(args)}` exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-800:]}")
         return proc.stdout

@@ -16,8 +16,8 @@ pub(crate) struct CheckArgs {
     pub(crate) cluster: Option<PathBuf>,
 
     /// Every call must answer within this many seconds.
-    #[arg(long, default_value_t = 5)]
-    pub(crate) deadline_seconds: u64,
+    #[arg(long, alias = "deadline-seconds", default_value_t = 5)]
+    pub(crate) call_timeout_seconds: u64,
 
     /// Fail on recommendations too (NOTE lines, e.g. garbage input refused
     /// with a code other than INVALID_ARGUMENT), not only on what CNPG-I requires.
@@ -56,7 +56,7 @@ pub(crate) async fn check(args: CheckArgs) -> ExitCode {
         }
     };
     let options = ConformanceOptions {
-        deadline: Duration::from_secs(args.deadline_seconds),
+        deadline: Duration::from_secs(args.call_timeout_seconds),
         cluster,
         strict: args.strict,
     };

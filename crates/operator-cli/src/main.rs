@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod check;
+mod env_names;
 mod instance;
 mod plugins;
 mod render;
@@ -20,7 +21,8 @@ mod signals;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use cnpgi_process::logging;
 
 // Routing decodes, encodes and patches JSON on every call, which is
 // allocation-bound: mimalloc makes it markedly faster than glibc's malloc
@@ -71,7 +73,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let (command, deprecated) =
+        env_names::fall_back_on_deprecated(Cli::command(), &|name| std::env::var_os(name).is_some());
+    env_names::remember(deprecated);
+    let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|error| error.exit());
+    // `run` and `metrics` warn through their log set-up; the others now.
+    match &cli.command {
+        Command::Run(_) | Command::Metrics(_) => {}
+        Command::WalArchive(args) => deprecation_warnings(args.instance.log_format),
+        Command::WalRestore(args) => deprecation_warnings(args.instance.log_format),
+        Command::Backup(args) => deprecation_warnings(args.instance.log_format),
+        Command::Restore(args) => deprecation_warnings(args.instance.log_format),
+        Command::Render(_) | Command::CheckPlugin(_) | Command::Crd => env_names::log_deprecated(),
+    }
     let local = |work: std::pin::Pin<Box<dyn std::future::Future<Output = ExitCode>>>| {
         match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
             Ok(runtime) => runtime.block_on(signals::until_signal(work)),
@@ -104,5 +118,51 @@ fn main() -> ExitCode {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The instance commands' deprecation warnings, in their message format.
+fn deprecation_warnings(format: logging::LogFormat) {
+    if format == logging::LogFormat::Json {
+        logging::init_messages(format);
+    }
+    env_names::log_deprecated();
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+
+    /// The spellings of 0.1 still parse, to the same fields.
+    #[test]
+    fn old_flag_spellings_still_work() {
+        let cli = Cli::try_parse_from(["cnpgi-operator", "run", "--webhook-deadline-seconds=3"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.webhook_timeout_seconds, 3);
+
+        let cli = Cli::try_parse_from([
+            "cnpgi-operator",
+            "wal-restore",
+            "--cluster=c.yaml",
+            "--timeout",
+            "7",
+            "NAME",
+            "DEST",
+        ])
+        .unwrap();
+        let Command::WalRestore(restore) = cli.command else {
+            panic!("not wal-restore")
+        };
+        assert_eq!(restore.timeout, 7);
+
+        let cli = Cli::try_parse_from(["cnpgi-operator", "check-plugin", "--deadline-seconds=9"]).unwrap();
+        let Command::CheckPlugin(check) = cli.command else {
+            panic!("not check-plugin")
+        };
+        assert_eq!(check.call_timeout_seconds, 9);
     }
 }

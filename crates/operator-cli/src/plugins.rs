@@ -19,28 +19,40 @@ use cnpgi_operator::{
 /// Where plugins are.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct PluginFlags {
-    /// Sidecar plugins' sockets in this directory (repeatable).
-    #[arg(long = "plugin-dir", env = "PLUGIN_DIR", value_name = "DIR")]
+    /// Sidecar plugins' sockets in this directory (repeatable; the
+    /// environment variable takes a comma-separated list).
+    #[arg(
+        long = "plugin-dir",
+        env = "CNPGI_PLUGIN_DIR",
+        value_name = "DIR",
+        value_delimiter = ','
+    )]
     pub(crate) plugin_dirs: Vec<PathBuf>,
 
-    /// A plugin, NAME=unix:///path or NAME=https://host:port (repeatable).
-    #[arg(long = "plugin", value_name = "NAME=ADDRESS")]
+    /// A plugin, NAME=unix:///path or NAME=https://host:port (repeatable;
+    /// the environment variable takes a comma-separated list).
+    #[arg(
+        long = "plugin",
+        env = "CNPGI_PLUGINS",
+        value_name = "NAME=ADDRESS",
+        value_delimiter = ','
+    )]
     pub(crate) plugins: Vec<String>,
 
     /// Certificate presented to https:// plugins.
-    #[arg(long, value_name = "FILE", requires_all = ["client_key", "server_ca"])]
+    #[arg(long, env = "CNPGI_CLIENT_CERT", value_name = "FILE", requires_all = ["client_key", "server_ca"])]
     pub(crate) client_cert: Option<PathBuf>,
 
     /// Key of --client-cert.
-    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    #[arg(long, env = "CNPGI_CLIENT_KEY", value_name = "FILE", requires = "client_cert")]
     pub(crate) client_key: Option<PathBuf>,
 
     /// Pinned server certificate (or CA) of https:// plugins.
-    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    #[arg(long, env = "CNPGI_SERVER_CA", value_name = "FILE", requires = "client_cert")]
     pub(crate) server_ca: Option<PathBuf>,
 
     /// Server name to verify for https:// plugins (default: the URL host).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, env = "CNPGI_SERVER_NAME", value_name = "NAME")]
     pub(crate) server_name: Option<String>,
 }
 
@@ -74,7 +86,7 @@ pub(crate) struct LocalPluginFlags {
 
     /// Deadline of each plugin call, and of a --plugin-exec plugin's start
     /// (until its socket is open), in seconds.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, env = "CNPGI_PLUGIN_TIMEOUT_SECONDS", default_value_t = 30)]
     pub(crate) plugin_timeout_seconds: u64,
 }
 

@@ -76,32 +76,37 @@ impl std::str::FromStr for BindAddress {
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// Namespace of the operator, where plugin Services are looked for.
-    #[arg(long, env = "OPERATOR_NAMESPACE", default_value = "cnpgi-system")]
+    #[arg(long, env = "CNPGI_OPERATOR_NAMESPACE", default_value = "cnpgi-system")]
     pub(crate) namespace: String,
 
     /// Reconcile Clusters of this namespace only (default: every namespace).
-    #[arg(long, env = "WATCH_NAMESPACE")]
+    #[arg(long, env = "CNPGI_WATCH_NAMESPACE")]
     pub(crate) watch_namespace: Option<String>,
 
     /// Address of the HTTPS admission webhook server.
-    #[arg(long, env = "WEBHOOK_ADDRESS", default_value = "0.0.0.0:9443")]
+    #[arg(long, env = "CNPGI_WEBHOOK_ADDRESS", default_value = "0.0.0.0:9443")]
     pub(crate) webhook_address: SocketAddr,
 
     /// Directory with the webhook's `tls.crt` and `tls.key` (re-read when they change).
-    #[arg(long, env = "WEBHOOK_CERT_DIR", default_value = "/run/secrets/cnpgi-webhook")]
+    #[arg(long, env = "CNPGI_WEBHOOK_CERT_DIR", default_value = "/run/secrets/cnpgi-webhook")]
     pub(crate) webhook_cert_dir: PathBuf,
 
     /// Deadline of a webhook answer, in seconds (keep it below the webhook
     /// configuration's timeoutSeconds).
-    #[arg(long, env = "WEBHOOK_DEADLINE_SECONDS", default_value_t = 8)]
-    pub(crate) webhook_deadline_seconds: u64,
+    #[arg(
+        long,
+        alias = "webhook-deadline-seconds",
+        env = "CNPGI_WEBHOOK_TIMEOUT_SECONDS",
+        default_value_t = 8
+    )]
+    pub(crate) webhook_timeout_seconds: u64,
 
     /// Do not serve the admission webhooks.
-    #[arg(long, env = "DISABLE_WEBHOOKS")]
+    #[arg(long, env = "CNPGI_DISABLE_WEBHOOKS")]
     pub(crate) disable_webhooks: bool,
 
     /// Do not reconcile Clusters.
-    #[arg(long, env = "DISABLE_CONTROLLER")]
+    #[arg(long, env = "CNPGI_DISABLE_CONTROLLER")]
     pub(crate) disable_controller: bool,
 
     /// Address of the plain HTTP server for /metrics: HOST:PORT, :PORT
@@ -111,7 +116,7 @@ pub(crate) struct RunArgs {
     #[arg(
         long,
         alias = "metrics-address",
-        env = "METRICS_BIND_ADDRESS",
+        env = "CNPGI_METRICS_BIND_ADDRESS",
         default_value = "127.0.0.1:8080",
         value_name = "ADDRESS"
     )]
@@ -121,14 +126,14 @@ pub(crate) struct RunArgs {
     /// and /readyz: HOST:PORT, :PORT (every interface) or 0 (not served).
     #[arg(
         long,
-        env = "HEALTH_PROBE_BIND_ADDRESS",
+        env = "CNPGI_HEALTH_PROBE_BIND_ADDRESS",
         default_value = ":8081",
         value_name = "ADDRESS"
     )]
     pub(crate) health_probe_bind_address: BindAddress,
 
     /// Discover plugins from labelled Services in the operator's namespace.
-    #[arg(long, env = "KUBERNETES_PLUGINS", default_value_t = true, action = ArgAction::Set, value_name = "BOOL")]
+    #[arg(long, env = "CNPGI_KUBERNETES_PLUGINS", default_value_t = true, action = ArgAction::Set, value_name = "BOOL")]
     pub(crate) kubernetes_plugins: bool,
 
     /// Dial HOST:PORT instead of NAME, the `<service>.<namespace>.svc:<port>`
@@ -138,7 +143,7 @@ pub(crate) struct RunArgs {
     /// plugin's certificate does not change.
     #[arg(
         long = "dial-override",
-        env = "DIAL_OVERRIDES",
+        env = "CNPGI_DIAL_OVERRIDES",
         value_name = "NAME=HOST:PORT",
         value_delimiter = ','
     )]
@@ -148,66 +153,71 @@ pub(crate) struct RunArgs {
     pub(crate) plugins: PluginFlags,
 
     /// A plugin whose failures are skipped instead of failing the operation (repeatable).
-    #[arg(long = "fail-open", value_name = "PLUGIN")]
+    #[arg(
+        long = "fail-open",
+        env = "CNPGI_FAIL_OPEN",
+        value_name = "PLUGIN",
+        value_delimiter = ','
+    )]
     pub(crate) fail_open: Vec<String>,
 
     /// How often each plugin's Probe is asked, in seconds.
-    #[arg(long, env = "PROBE_INTERVAL_SECONDS", default_value_t = 10)]
+    #[arg(long, env = "CNPGI_PROBE_INTERVAL_SECONDS", default_value_t = 10)]
     pub(crate) probe_interval_seconds: u64,
 
     /// Deadline of each plugin call, in seconds.
-    #[arg(long, env = "PLUGIN_TIMEOUT_SECONDS", default_value_t = 30)]
+    #[arg(long, env = "CNPGI_PLUGIN_TIMEOUT_SECONDS", default_value_t = 30)]
     pub(crate) plugin_timeout_seconds: u64,
 
     /// Time an HTTP client has to send a request's headers (webhook and
     /// metrics servers), in seconds.
-    #[arg(long, env = "HTTP_HEADER_READ_TIMEOUT_SECONDS", default_value_t = 32)]
+    #[arg(long, env = "CNPGI_HTTP_HEADER_READ_TIMEOUT_SECONDS", default_value_t = 32)]
     pub(crate) http_header_read_timeout_seconds: u64,
 
     /// An HTTP connection without traffic for this long is closed, in seconds.
-    #[arg(long, env = "HTTP_IDLE_TIMEOUT_SECONDS", default_value_t = 90)]
+    #[arg(long, env = "CNPGI_HTTP_IDLE_TIMEOUT_SECONDS", default_value_t = 90)]
     pub(crate) http_idle_timeout_seconds: u64,
 
     /// Time an HTTP request has to complete, body included, in seconds.
-    #[arg(long, env = "HTTP_REQUEST_TIMEOUT_SECONDS", default_value_t = 60)]
+    #[arg(long, env = "CNPGI_HTTP_REQUEST_TIMEOUT_SECONDS", default_value_t = 60)]
     pub(crate) http_request_timeout_seconds: u64,
 
     /// Connections each HTTP server serves at once; more are closed.
-    #[arg(long, env = "HTTP_MAX_CONNECTIONS", default_value_t = 1024)]
+    #[arg(long, env = "CNPGI_HTTP_MAX_CONNECTIONS", default_value_t = 1024)]
     pub(crate) http_max_connections: usize,
 
     /// After SIGTERM, time given to open HTTP connections to finish, in seconds.
-    #[arg(long, env = "SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
+    #[arg(long, env = "CNPGI_SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
     pub(crate) shutdown_grace_seconds: u64,
 
     /// Reconcile only while holding the leader Lease (webhooks are served
     /// by every replica).
-    #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = ArgAction::Set, value_name = "BOOL")]
+    #[arg(long, env = "CNPGI_LEADER_ELECT", default_value_t = true, action = ArgAction::Set, value_name = "BOOL")]
     pub(crate) leader_elect: bool,
 
     /// Name of the leader Lease, in the operator's namespace.
-    #[arg(long, env = "LEADER_ELECTION_ID", default_value = "cnpgi-operator-leader")]
+    #[arg(long, env = "CNPGI_LEADER_ELECTION_ID", default_value = "cnpgi-operator-leader")]
     pub(crate) leader_election_id: String,
 
     /// A Lease not renewed for this long may be taken by another replica, in seconds.
-    #[arg(long, env = "LEADER_ELECTION_LEASE_SECONDS", default_value_t = 15)]
+    #[arg(long, env = "CNPGI_LEADER_ELECTION_LEASE_SECONDS", default_value_t = 15)]
     pub(crate) leader_election_lease_seconds: u64,
 
     /// The leader stops reconciling (and exits) when it could not renew
     /// the Lease for this long, in seconds.
-    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE_SECONDS", default_value_t = 10)]
+    #[arg(long, env = "CNPGI_LEADER_ELECTION_RENEW_DEADLINE_SECONDS", default_value_t = 10)]
     pub(crate) leader_election_renew_deadline_seconds: u64,
 
     /// Time between attempts to acquire or renew the Lease, in seconds.
-    #[arg(long, env = "LEADER_ELECTION_RETRY_SECONDS", default_value_t = 2)]
+    #[arg(long, env = "CNPGI_LEADER_ELECTION_RETRY_SECONDS", default_value_t = 2)]
     pub(crate) leader_election_retry_seconds: u64,
 
     /// Log line format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, env = "CNPGI_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub(crate) log_format: LogFormat,
 
     /// Log filter (RUST_LOG wins when set).
-    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    #[arg(long, env = "CNPGI_LOG_LEVEL", default_value = "info")]
     pub(crate) log_level: String,
 }
 
@@ -329,6 +339,8 @@ fn parse_dial_overrides(values: &[String]) -> anyhow::Result<BTreeMap<String, St
 
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     logging::init(args.log_format, &args.log_level);
+    // Old environment variable names in use, through the subscriber just set up.
+    crate::env_names::log_deprecated();
     // SIGTERM/SIGINT are listened for from the start: every wait below is
     // raced against them.
     let mut signal = tokio::spawn(shutdown_signal());
@@ -582,7 +594,7 @@ fn start_webhook_server(
     let listener = std::net::TcpListener::bind(args.webhook_address)
         .with_context(|| format!("cannot listen on {}", args.webhook_address))?;
     let routes = webhook::observed(
-        webhook::routes(router.clone(), Duration::from_secs(args.webhook_deadline_seconds)),
+        webhook::routes(router.clone(), Duration::from_secs(args.webhook_timeout_seconds)),
         metrics.clone(),
     );
     tracing::info!(address = %args.webhook_address, "serving admission webhooks");

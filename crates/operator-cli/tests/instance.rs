@@ -286,7 +286,15 @@ fn backup_and_restore_through_the_plugin() {
     let slow = setup.write_cluster("slow.yaml", "      backupDelaySeconds: \"30\"\n");
     let started = Instant::now();
     let (code, line) = failed(&setup.run_with(
-        &["backup", "--plugin", PLUGIN, "--backup-name", "slow", "--timeout", "1"],
+        &[
+            "backup",
+            "--plugin",
+            PLUGIN,
+            "--backup-name",
+            "slow",
+            "--timeout-seconds",
+            "1",
+        ],
         &slow,
     ));
     assert_eq!(code, 1);
@@ -420,7 +428,7 @@ fn a_failed_restore_leaves_pgdata_as_it_was() {
             PLUGIN,
             "--pgdata",
             target.to_str().unwrap(),
-            "--timeout",
+            "--timeout-seconds",
             "2",
         ],
         &cluster,
@@ -699,6 +707,21 @@ fn cluster_files_must_be_small_and_say_what_plugins_read() {
             );
         }
     }
+    // Another kind of object is not a Cluster, however complete.
+    let path = setup.path("pod.yaml");
+    let text = std::fs::read_to_string(setup.path("cluster.yaml"))
+        .unwrap()
+        .replace("kind: Cluster", "kind: Pod");
+    assert!(text.contains("kind: Pod"), "{text}");
+    std::fs::write(&path, text).unwrap();
+    for args in [
+        vec!["wal-archive", wal.as_str()],
+        vec!["wal-restore", SEGMENT, "pg_wal/RECOVERYXLOG"],
+    ] {
+        let (code, line) = failed(&setup.run_with(&args, &path));
+        assert_eq!(code, 2, "{args:?}: {line}");
+        assert!(line.contains("pod.yaml holds a Pod of apiVersion"), "{args:?}: {line}");
+    }
     // wal-restore runs before there is a primary: it does not need one.
     let path = setup.path("partial.yaml");
     let text = std::fs::read_to_string(setup.path("cluster.yaml"))
@@ -834,7 +857,7 @@ fn metrics_are_collected_on_each_scrape() {
     assert!(status.success(), "{status:?}");
 }
 
-/// `--log-format json` (or `LOG_FORMAT=json`): each message an instance
+/// `--log-format json` (or `CNPGI_LOG_FORMAT=json`): each message an instance
 /// command writes is one JSON object on its own line, with its level, as
 /// `run` logs, whatever RUST_LOG says (as the text lines); text stays the
 /// plain line. These commands had no such flag.
@@ -856,9 +879,10 @@ fn instance_messages_are_json_lines_with_log_format_json() {
             .env("CNPGI_CLUSTER", setup.path("cluster.yaml"))
             .env("CNPGI_PLUGIN_DIR", setup.sockets())
             .env("RUST_LOG", "error")
+            .env_remove("CNPGI_LOG_FORMAT")
             .env_remove("LOG_FORMAT");
         if let Some(format) = format {
-            command.env("LOG_FORMAT", format);
+            command.env("CNPGI_LOG_FORMAT", format);
         }
         command.output().unwrap()
     };
@@ -901,4 +925,27 @@ fn instance_messages_are_json_lines_with_log_format_json() {
         "{}",
         stderr(&output)
     );
+
+    // The 0.1 name, LOG_FORMAT, still works, with a deprecation warning in
+    // the same format.
+    let mut command = Command::new(BIN);
+    let output = command
+        .args(["wal-archive", "pg_wal/000000010000000000000042"])
+        .current_dir(setup.path("pgdata"))
+        .env("CNPGI_CLUSTER", setup.path("cluster.yaml"))
+        .env("CNPGI_PLUGIN_DIR", setup.sockets())
+        .env_remove("CNPGI_LOG_FORMAT")
+        .env("LOG_FORMAT", "json")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let lines = json_lines(&output);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["level"], "WARN", "{lines:?}");
+    let warning = lines[0]["fields"]["message"].as_str().unwrap();
+    assert!(
+        warning.contains("LOG_FORMAT is deprecated") && warning.contains("set CNPGI_LOG_FORMAT instead"),
+        "{warning}"
+    );
+    assert_eq!(lines[1]["level"], "ERROR", "{lines:?}");
 }

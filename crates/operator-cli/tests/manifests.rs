@@ -273,7 +273,7 @@ fn webhook_paths_ports_and_service_match_the_server() {
     let service = &of_kind::<Service>(&objects, "Service")[0];
     let service_name = service.metadata.name.clone().unwrap();
     let webhook_port = port_of(arg(operator, "--webhook-address"));
-    let deadline: u64 = 8; // the default of --webhook-deadline-seconds
+    let deadline: u64 = 8; // the default of --webhook-timeout-seconds
 
     let mutating: Vec<MutatingWebhookConfiguration> = of_kind(&objects, "MutatingWebhookConfiguration");
     let validating: Vec<ValidatingWebhookConfiguration> = of_kind(&objects, "ValidatingWebhookConfiguration");

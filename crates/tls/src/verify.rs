@@ -49,13 +49,53 @@ enum Purpose {
     Client,
 }
 
+/// Builds chain verification (`V`) to some pinned CAs.
+type BuildChain<V> = fn(&[PinnedCa], &Arc<CryptoProvider>) -> Result<Arc<V>, TlsError>;
+
+/// What both verifiers hold: the pinned certificates, trusted as they are,
+/// and chain verification (`V`, webpki's) to the CAs among them.
+#[derive(Debug)]
+struct Pins<V: ?Sized> {
+    pinned: Vec<CertificateDer<'static>>,
+    /// The pinned CAs and chain verification to them; `None` when none is a CA.
+    chain: Option<(Vec<PinnedCa>, Arc<V>)>,
+    provider: Arc<CryptoProvider>,
+    /// Builds chain verification to some CAs.
+    build: BuildChain<V>,
+}
+
+impl<V: ?Sized> Pins<V> {
+    fn new(pinned: Vec<CertificateDer<'static>>, build: BuildChain<V>) -> Result<Self, TlsError> {
+        let provider = crypto_provider();
+        let cas = pinned_cas(&pinned)?;
+        let chain = if cas.is_empty() {
+            None
+        } else {
+            let verifier = build(&cas, &provider)?;
+            Some((cas, verifier))
+        };
+        Ok(Self {
+            pinned,
+            chain,
+            provider,
+            build,
+        })
+    }
+
+    /// The chain verifier to use at `now` ([`current`]); an unknown issuer
+    /// when no pinned certificate is a CA.
+    fn chain_at(&self, now: UnixTime) -> Result<Arc<V>, Error> {
+        match &self.chain {
+            Some(chain) => current(chain, now, |cas| (self.build)(cas, &self.provider)),
+            None => Err(Error::InvalidCertificate(CertificateError::UnknownIssuer)),
+        }
+    }
+}
+
 /// Verifies a server's certificate against pinned certificates (client side).
 #[derive(Debug)]
 pub struct PinnedServerVerifier {
-    pinned: Vec<CertificateDer<'static>>,
-    /// The pinned CAs and chain verification to them; `None` when none is a CA.
-    chain: Option<(Vec<PinnedCa>, Arc<WebPkiServerVerifier>)>,
-    provider: Arc<CryptoProvider>,
+    pins: Pins<WebPkiServerVerifier>,
 }
 
 impl PinnedServerVerifier {
@@ -68,18 +108,8 @@ impl PinnedServerVerifier {
     /// # Ok::<(), cnpgi_tls::TlsError>(())
     /// ```
     pub fn new(pinned: Vec<CertificateDer<'static>>) -> Result<Arc<Self>, TlsError> {
-        let provider = crypto_provider();
-        let cas = pinned_cas(&pinned)?;
-        let chain = if cas.is_empty() {
-            None
-        } else {
-            let verifier = server_chain_verifier(&cas, &provider)?;
-            Some((cas, verifier))
-        };
         Ok(Arc::new(Self {
-            pinned,
-            chain,
-            provider,
+            pins: Pins::new(pinned, server_chain_verifier)?,
         }))
     }
 }
@@ -130,22 +160,15 @@ impl ServerCertVerifier for PinnedServerVerifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, Error> {
-        if is_pinned(&self.pinned, end_entity) {
+        if is_pinned(&self.pins.pinned, end_entity) {
             check_pinned_leaf(end_entity, now, Purpose::Server)?;
             let parsed = ParsedCertificate::try_from(end_entity)?;
             rustls::client::verify_server_name(&parsed, server_name)?;
             return Ok(ServerCertVerified::assertion());
         }
-        match &self.chain {
-            Some(chain) => current(chain, now, |cas| server_chain_verifier(cas, &self.provider))?.verify_server_cert(
-                end_entity,
-                intermediates,
-                server_name,
-                ocsp_response,
-                now,
-            ),
-            None => Err(Error::InvalidCertificate(CertificateError::UnknownIssuer)),
-        }
+        self.pins
+            .chain_at(now)?
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
     }
 
     fn verify_tls12_signature(
@@ -154,7 +177,12 @@ impl ServerCertVerifier for PinnedServerVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.pins.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -163,11 +191,16 @@ impl ServerCertVerifier for PinnedServerVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.pins.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.pins.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -175,27 +208,14 @@ impl ServerCertVerifier for PinnedServerVerifier {
 /// A client certificate is always required.
 #[derive(Debug)]
 pub struct PinnedClientVerifier {
-    pinned: Vec<CertificateDer<'static>>,
-    /// The pinned CAs and chain verification to them; `None` when none is a CA.
-    chain: Option<(Vec<PinnedCa>, Arc<dyn ClientCertVerifier>)>,
-    provider: Arc<CryptoProvider>,
+    pins: Pins<dyn ClientCertVerifier>,
 }
 
 impl PinnedClientVerifier {
     /// Trusts clients presenting one of `pinned`, or a chain to one of them.
     pub fn new(pinned: Vec<CertificateDer<'static>>) -> Result<Arc<Self>, TlsError> {
-        let provider = crypto_provider();
-        let cas = pinned_cas(&pinned)?;
-        let chain = if cas.is_empty() {
-            None
-        } else {
-            let verifier = client_chain_verifier(&cas, &provider)?;
-            Some((cas, verifier))
-        };
         Ok(Arc::new(Self {
-            pinned,
-            chain,
-            provider,
+            pins: Pins::new(pinned, client_chain_verifier)?,
         }))
     }
 }
@@ -214,18 +234,13 @@ impl ClientCertVerifier for PinnedClientVerifier {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, Error> {
-        if is_pinned(&self.pinned, end_entity) {
+        if is_pinned(&self.pins.pinned, end_entity) {
             check_pinned_leaf(end_entity, now, Purpose::Client)?;
             return Ok(ClientCertVerified::assertion());
         }
-        match &self.chain {
-            Some(chain) => current(chain, now, |cas| client_chain_verifier(cas, &self.provider))?.verify_client_cert(
-                end_entity,
-                intermediates,
-                now,
-            ),
-            None => Err(Error::InvalidCertificate(CertificateError::UnknownIssuer)),
-        }
+        self.pins
+            .chain_at(now)?
+            .verify_client_cert(end_entity, intermediates, now)
     }
 
     fn client_auth_mandatory(&self) -> bool {
@@ -238,7 +253,12 @@ impl ClientCertVerifier for PinnedClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.pins.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -247,11 +267,16 @@ impl ClientCertVerifier for PinnedClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.pins.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.pins.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 

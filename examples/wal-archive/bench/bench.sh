@@ -77,7 +77,7 @@ for ((i = 0; i < 600; i++)); do
 done
 mkd "$work/input"
 find "$work/segments" -regextype egrep -regex '.*/[0-9A-F]{24}' | sort | head -n "$segments" | xargs -I{} mv {} "$work/input/"
-count="$(ls "$work/input" | wc -l)"
+count="$(find "$work/input" -mindepth 1 -maxdepth 1 | wc -l)"
 bytes="$(du -sb "$work/input" | cut -f1)"
 [ "$count" = "$segments" ] || { echo "bench.sh: pgbench made only $count segments" >&2; exit 1; }
 

@@ -42,16 +42,9 @@ for tool in "$plugin_bin" "$instance_cli" "$pgbin/initdb" "$pgbin/pg_ctl" "$pgbi
 done
 command -v psql >/dev/null || { echo "postgres.sh: psql is missing" >&2; exit 1; }
 
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-fail() { failed=$((failed + 1)); echo "FAIL $*"; }
-die() { echo "postgres.sh ($mode): $*" >&2; exit 1; }
-check() { # WHAT COMMAND...: ok if COMMAND succeeds
-  local what=$1
-  shift
-  if "$@"; then ok "$what"; else fail "$what"; fi
-}
+SUITE="postgres.sh ($mode)"
+# shellcheck source=../../../tests/lib/checks.sh
+source "$(dirname "$0")/../../../tests/lib/checks.sh"
 
 work="$(mktemp -d /tmp/wal-archive-pg.XXXXXX)"
 chmod 755 "$work"
@@ -81,7 +74,7 @@ cleanup() {
     if [ -f "$dir/postmaster.pid" ]; then
       run "$pgbin/pg_ctl" -D "$dir" stop -m immediate -w -t 20 >/dev/null 2>&1 || true
       pid="$(head -n1 "$dir/postmaster.pid" 2>/dev/null || true)"
-      [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+      if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi
     fi
   done
   for pid in "${pids[@]}"; do
@@ -121,6 +114,7 @@ if [ "$mode" = s3 ]; then
     sleep 0.1
   done
   export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1
+  # shellcheck disable=SC2120 # no caller passes arguments today; the ones given go to the script
   s3() { python3 - "$s3_port" "$@"; }
   s3 <<'PY' || die "cannot create the bucket"
 import sys, boto3
@@ -415,7 +409,7 @@ fi
 # c) The same name with other content.
 archived="$(store_names pg1 | grep -E '^[0-9A-F]{24}$' | head -n1)"
 mkdir -p "$work/fake/pg_wal"
-cp "$work/pg1/pg_wal/$(ls "$work/pg1/pg_wal" | grep -E '^[0-9A-F]{24}$' | head -n1)" "$work/fake/pg_wal/$archived" 2>/dev/null ||
+cp "$(find "$work/pg1/pg_wal" -maxdepth 1 -regextype egrep -regex '.*/[0-9A-F]{24}' | sort | head -n1)" "$work/fake/pg_wal/$archived" 2>/dev/null ||
   head -c 16777216 /dev/urandom >"$work/fake/pg_wal/$archived"
 printf 'tampered' | dd of="$work/fake/pg_wal/$archived" bs=1 seek=4096 conv=notrunc status=none
 chown -R --reference="$work" "$work/fake"
@@ -431,7 +425,6 @@ check "restoring a name the archive lacks fails (NotFound)" \
   bash -c "! ${as_user[*]} env HOME=$work $instance_cli wal-restore --cluster $cluster1 --plugin-dir $sockets1 0000000900000000000000AA $work/fake/x 2>$work/missing.err && grep -q NotFound $work/missing.err"
 
 # d) A segment missing at restore: recovery stops there and the instance promotes.
-newest="$(store_names pg1 | grep -E '^[0-9A-F]{24}$' | tail -n1)"
 before_newest="$(store_names pg1 | grep -E '^[0-9A-F]{24}$' | tail -n2 | head -n1)"
 if [ "$mode" = s3 ]; then
   python3 - "$s3_port" "ci/pg1/wals/${before_newest:0:16}/$before_newest.zst" <<'PY'
@@ -612,5 +605,4 @@ fault_recovery down "{\"targetTime\": \"$fault_target\"}" "$rows_fault_target"
 
 stop_pg "$work/pg1"
 finished=1
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+checks_summary

@@ -7,9 +7,9 @@
 # where CACHE is $CNPGI_E2E_CACHE or $HOME/.cache/cnpgi-e2e. Builds only when
 # missing (cold: a few minutes on 2 cores). Prints the cache directory.
 #
-# Usage: tests/e2e/cnpg/build.sh     (needs Go >= 1.25; CNPG_VERSION, default v1.29.0)
+# Usage: tests/e2e/cnpg/build.sh     (needs Go >= 1.25; CNPG_VERSION, default v1.30.0)
 set -euo pipefail
-version="${CNPG_VERSION:-v1.29.0}"
+version="${CNPG_VERSION:-v1.30.0}"
 cache="${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}/cnpg-$version"
 if [ -x "$cache/manager" ] && [ -s "$cache/crds/postgresql.cnpg.io_clusters.json" ] && [ -s "$cache/rbac/role.json" ]; then
   echo "$cache"

@@ -18,7 +18,7 @@ that a control plane without nodes lacks, and nothing else:
 
 Everything is on loopback. Every action is logged on stdout.
 
-Usage: standin.py WORKDIR NAMESPACE...    (environment as for kube.py)
+Usage: standin.py WORKDIR NAMESPACE...    (environment as for kubecli.py)
 """
 
 import http.server
@@ -31,17 +31,20 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import ClassVar
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kube import ApiError, Client  # noqa: E402
+import contextlib
+
+from kubecli import ApiError, Kube
 
 STATUS_PORT = 8000
 FIRST_IP = 20
 
 
 def now():
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def log(msg):
@@ -51,9 +54,9 @@ def log(msg):
 class StatusHandler(http.server.BaseHTTPRequestHandler):
     """The instance manager's status endpoint, as a healthy primary."""
 
-    status = {}
+    status: ClassVar[dict] = {}
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         if self.path.split("?")[0] != "/pg/status":
             self.send_error(404, f"the stand-in only answers /pg/status, not {self.path}")
             return
@@ -70,7 +73,7 @@ class StatusHandler(http.server.BaseHTTPRequestHandler):
 
 class StandIn:
     def __init__(self, workdir, namespaces):
-        self.client = Client()
+        self.client = Kube.from_env()
         self.workdir = workdir
         self.namespaces = namespaces
         self.next_ip = FIRST_IP
@@ -140,7 +143,7 @@ class StandIn:
             "pod": None,
             "loadedConfigurationHash": "e2e-standin-configuration",
             "executableHash": os.environ.get("STANDIN_EXECUTABLE_HASH", "e2e-standin-executable"),
-            "instanceManagerVersion": "1.29.0",
+            "instanceManagerVersion": os.environ.get("CNPG_VERSION", "v1.30.0").lstrip("v"),
             "instanceArch": os.environ.get("STANDIN_ARCH", "amd64"),
             "isInstanceManagerUpgrading": False,
             "sessionID": f"standin-{pod}",
@@ -217,7 +220,7 @@ class StandIn:
                 continue
             if (namespace, target) not in self.ips:
                 continue
-            pod = self.client.try_get(f"/api/v1/namespaces/{namespace}/pods/{target}")
+            pod = self.client.maybe_get(f"/api/v1/namespaces/{namespace}/pods/{target}")
             if not pod or pod.get("status", {}).get("phase") != "Running":
                 continue
             name = cluster["metadata"]["name"]
@@ -244,10 +247,8 @@ def main():
         sys.exit(__doc__)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     log(f"watching namespaces {', '.join(sys.argv[2:])}")
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         StandIn(sys.argv[1], sys.argv[2:]).loop()
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

@@ -16,9 +16,11 @@
 #
 # After cp_start: KUBECONFIG (admin, CN=admin O=system:masters), CP_SERVER
 # (https://127.0.0.1:PORT), CP_CA (the cluster CA, which also signed the
-# serving certificate), CP_CA_KEY, CP_ADMIN_CERT, CP_ADMIN_KEY, CP_DIR.
+# serving certificate), CP_ADMIN_CERT, CP_ADMIN_KEY, CP_DIR.
 
 CP_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../../lib/pki.sh
+source "$CP_LIB_DIR/../../lib/pki.sh"
 CP_PIDS=()
 CP_NAMES=()
 # Read by callers: 1 when E2E_KUBECONFIG named the cluster.
@@ -103,18 +105,6 @@ cp_install_traps() {
   trap 'exit 143' TERM
 }
 
-# openssl helpers: a key and a certificate signed by the CP CA.
-_cp_cert() {
-  local out="$1" subject="$2" ext="$3"
-  openssl req -new -newkey rsa:2048 -nodes -keyout "$out.key" -out "$out.csr" -subj "$subject" 2>/dev/null ||
-    { cp_log "openssl: cannot make a key and request for $subject"; return 1; }
-  printf '%s\n' "$ext" >"$out.ext"
-  openssl x509 -req -in "$out.csr" -CA "$CP_CA" -CAkey "$CP_CA_KEY" -CAcreateserial \
-    -days 2 -sha256 -extfile "$out.ext" -out "$out.crt" 2>/dev/null ||
-    { cp_log "openssl: cannot sign the certificate for $subject"; return 1; }
-  rm -f "$out.csr" "$out.ext"
-}
-
 # Waits until URL answers 200 to the admin client (up to $2 seconds).
 _cp_wait_ready() {
   local url="$1" timeout="$2" pid="$3" what="$4" i
@@ -159,25 +149,12 @@ cp_start() {
   chmod 700 "$CP_DIR/etcd-data"
   local pki="$CP_DIR/pki"
   CP_CA="$pki/ca.crt"
-  CP_CA_KEY="$pki/ca.key"
-  openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$CP_CA_KEY" -out "$CP_CA" -days 2 \
-    -subj "/CN=cnpgi-e2e-ca" -addext "basicConstraints=critical,CA:TRUE" \
-    -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null || { cp_log "openssl: cannot make the CA"; return 1; }
-  _cp_cert "$pki/apiserver" "/CN=kube-apiserver" \
-    "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc
-extendedKeyUsage=serverAuth
-keyUsage=critical,digitalSignature,keyEncipherment" || return 1
-  _cp_cert "$pki/admin" "/O=system:masters/CN=admin" \
-    "extendedKeyUsage=clientAuth
-keyUsage=critical,digitalSignature,keyEncipherment" || return 1
-  _cp_cert "$pki/kcm" "/O=system:masters/CN=system:kube-controller-manager" \
-    "extendedKeyUsage=clientAuth
-keyUsage=critical,digitalSignature,keyEncipherment" || return 1
-  if ! openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null ||
-    ! openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null; then
-    cp_log "openssl: cannot make the ServiceAccount signing key"
-    return 1
-  fi
+  pki_ca "$pki" ca "/CN=cnpgi-e2e-ca" || return 1
+  pki_leaf "$pki" apiserver "/CN=kube-apiserver" "IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc" \
+    serverAuth ca || return 1
+  pki_leaf "$pki" admin "/O=system:masters/CN=admin" "" clientAuth ca || return 1
+  pki_leaf "$pki" kcm "/O=system:masters/CN=system:kube-controller-manager" "" clientAuth ca || return 1
+  pki_signing_key "$pki" sa || return 1
   CP_ADMIN_CERT="$pki/admin.crt"
   CP_ADMIN_KEY="$pki/admin.key"
 

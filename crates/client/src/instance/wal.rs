@@ -33,6 +33,7 @@ use cnpgi_proto::wal::v1::{WalArchiveRequest, WalRestoreRequest, wal_restore_req
 use serde_json::Value;
 
 use super::{InstanceError, InstanceOptions, backup::CHECK_EMPTY_WAL_ARCHIVE_FILE, connect, list};
+use crate::probe::ProbeError;
 
 /// CloudNativePG's `shouldCheckEmptyWalArchive`: whether an archive must
 /// first check that the archive is empty. True while
@@ -186,7 +187,8 @@ impl RestoreWalError {
     /// Whether trying again may succeed: a plugin was unreachable, busy or
     /// out of time (`UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`,
     /// `ABORTED`, `UNKNOWN`, or a connection that failed), and none reported
-    /// damage. Absence, damage and refusals are answers, not accidents.
+    /// damage. Absence, damage and refusals are answers, not accidents; a
+    /// plugin under the wrong name or unusable TLS files are set-up errors.
     pub fn is_transient(&self) -> bool {
         use tonic::Code;
         let transient = |code: Code| {
@@ -200,8 +202,12 @@ impl RestoreWalError {
                 misses.iter().any(|m| transient(m.code))
                     && misses.iter().all(|m| transient(m.code) || m.code == Code::NotFound)
             }
-            Self::Instance(InstanceError::Client(_) | InstanceError::Probe(_)) => true,
-            Self::Instance(InstanceError::Call { code, .. }) => transient(*code),
+            // A probe call that failed may work next time; a plugin that
+            // calls itself by another name, or a client that cannot be set
+            // up (bad TLS files, an invalid address), will not.
+            Self::Instance(InstanceError::Probe(ProbeError::Rpc { code, .. }) | InstanceError::Call { code, .. }) => {
+                transient(*code)
+            }
             Self::Instance(_) => false,
         }
     }
@@ -263,4 +269,61 @@ pub async fn restore_wal(
         wal: wal_name.to_owned(),
         misses,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::Code;
+
+    use super::*;
+    use crate::client::ClientError;
+
+    fn probe(code: Code) -> RestoreWalError {
+        RestoreWalError::Instance(InstanceError::Probe(ProbeError::Rpc {
+            plugin: "p".into(),
+            address: "unix:///plugins/p".into(),
+            rpc: "Identity/GetPluginMetadata",
+            code,
+            message: String::new(),
+        }))
+    }
+
+    fn misses(codes: &[Code]) -> RestoreWalError {
+        RestoreWalError::NotRestored {
+            wal: "000000010000000000000001".into(),
+            misses: codes
+                .iter()
+                .map(|code| Miss {
+                    plugin: "p".into(),
+                    code: *code,
+                    message: String::new(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn only_failures_that_may_pass_next_time_are_transient() {
+        assert!(probe(Code::Unavailable).is_transient());
+        assert!(probe(Code::DeadlineExceeded).is_transient());
+        assert!(!probe(Code::Unimplemented).is_transient());
+        assert!(!probe(Code::InvalidArgument).is_transient());
+        let mismatch = RestoreWalError::Instance(InstanceError::Probe(ProbeError::NameMismatch {
+            expected: "a".into(),
+            actual: "b".into(),
+            address: "unix:///plugins/a".into(),
+        }));
+        assert!(!mismatch.is_transient());
+        let bad_address = RestoreWalError::Instance(InstanceError::Client(ClientError::Address {
+            plugin: "p".into(),
+            address: "::".into(),
+            reason: "no scheme".into(),
+        }));
+        assert!(!bad_address.is_transient());
+
+        assert!(misses(&[Code::NotFound, Code::Unavailable]).is_transient());
+        assert!(!misses(&[Code::NotFound]).is_transient());
+        // Damage anywhere is an answer: retrying would only hide it.
+        assert!(!misses(&[Code::Unavailable, Code::DataLoss]).is_transient());
+    }
 }

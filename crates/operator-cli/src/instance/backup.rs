@@ -48,7 +48,7 @@ pub(crate) struct BackupArgs {
 
     /// Deadline of the backup, in seconds (default: none, as CloudNativePG
     /// over a Unix socket: a backup lasts as long as it takes).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long = "timeout-seconds", alias = "timeout", value_name = "SECONDS")]
     pub(crate) timeout: Option<u64>,
 }
 
@@ -112,7 +112,7 @@ pub(crate) struct RestoreArgs {
     pub(crate) config_file: String,
 
     /// Deadline of the restore, in seconds (default: none, as CloudNativePG).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long = "timeout-seconds", alias = "timeout", value_name = "SECONDS")]
     pub(crate) timeout: Option<u64>,
 }
 

@@ -41,11 +41,16 @@ pub(crate) struct MetricsArgs {
     pub(crate) address: SocketAddr,
 
     /// Deadline of each plugin call, in seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    #[arg(
+        long = "plugin-timeout-seconds",
+        alias = "plugin-timeout",
+        value_name = "SECONDS",
+        default_value_t = 10
+    )]
     pub(crate) plugin_timeout: u64,
 
     /// Log level (an EnvFilter directive; RUST_LOG wins).
-    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    #[arg(long, env = "CNPGI_LOG_LEVEL", default_value = "info")]
     pub(crate) log_level: String,
 }
 
@@ -164,6 +169,8 @@ pub(crate) async fn run_metrics(args: MetricsArgs) -> ExitCode {
 
 async fn serve(args: MetricsArgs) -> anyhow::Result<()> {
     logging::init(args.instance.log_format, &args.log_level);
+    // Old environment variable names in use, through the subscriber just set up.
+    crate::env_names::log_deprecated();
     let scraper = Scraper {
         options: args.instance.options(deadline(args.plugin_timeout)),
         instance: args.instance,

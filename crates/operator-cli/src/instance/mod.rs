@@ -65,7 +65,7 @@ pub(crate) struct InstanceFlags {
 
     /// Format of the messages on stderr: text lines, or one JSON object per
     /// line (as `run` logs, and as CloudNativePG and its plugins log).
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, env = "CNPGI_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub(crate) log_format: LogFormat,
 }
 
@@ -106,7 +106,9 @@ impl InstanceFlags {
     /// when `primary` (archiving and backups run on the primary, and plugins
     /// such as plugin-barman-cloud check it).
     pub(crate) fn read_cluster(&self, primary: bool) -> anyhow::Result<Value> {
-        let cluster = crate::render::read_object(&self.cluster)
+        // A Pod or a Backup handed by mistake must not reach the plugins as
+        // if it were the Cluster they archive for.
+        let cluster = crate::render::read_cluster(&self.cluster)
             .with_context(|| format!("cannot use the Cluster file {}", self.cluster.display()))?;
         let required = REQUIRED_FIELDS.iter().chain(primary.then_some(&PRIMARY_FIELD));
         for (pointer, shown, why) in required {

@@ -39,7 +39,13 @@ pub(crate) struct ArchiveArgs {
     pub(crate) instance: InstanceFlags,
 
     /// Deadline of each plugin call, in seconds (0: none).
-    #[arg(long, env = "CNPGI_WAL_TIMEOUT", value_name = "SECONDS", default_value_t = 300)]
+    #[arg(
+        long = "timeout-seconds",
+        alias = "timeout",
+        env = "CNPGI_WAL_TIMEOUT_SECONDS",
+        value_name = "SECONDS",
+        default_value_t = 300
+    )]
     pub(crate) timeout: u64,
 
     /// PostgreSQL's data directory (default: the working directory, which
@@ -122,7 +128,13 @@ pub(crate) struct RestoreArgs {
     pub(crate) instance: InstanceFlags,
 
     /// Deadline of each plugin call, in seconds (0: none).
-    #[arg(long, env = "CNPGI_WAL_TIMEOUT", value_name = "SECONDS", default_value_t = 300)]
+    #[arg(
+        long = "timeout-seconds",
+        alias = "timeout",
+        env = "CNPGI_WAL_TIMEOUT_SECONDS",
+        value_name = "SECONDS",
+        default_value_t = 300
+    )]
     pub(crate) timeout: u64,
 
     /// How many times a transient failure (a plugin unreachable, busy or out

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A small Kubernetes API client for tests/e2e/cloudnative-pg.sh (standard
-library only: no kubectl, no PyYAML).
+"""Kubernetes commands for tests/e2e/cloudnative-pg.sh, on tests/e2e/kube.py's
+client (standard library only: no kubectl, no PyYAML).
 
 The API server and the admin credentials come from the environment:
 E2E_SERVER (https://127.0.0.1:PORT), E2E_CA, E2E_CERT, E2E_KEY.
@@ -28,11 +28,11 @@ Commands:
 import json
 import os
 import re
-import ssl
 import sys
 import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kube import ApiError, Kube  # tests/e2e/kube.py: the one API client
 
 # kind -> (API prefix, plural, namespaced)
 KINDS = {
@@ -63,52 +63,10 @@ ALIASES = {
 }
 
 
-class ApiError(Exception):
-    def __init__(self, method, path, code, body):
-        super().__init__(f"{method} {path}: HTTP {code}: {body}")
-        self.code = code
-        self.body = body
-
-
-class Client:
-    def __init__(self):
-        try:
-            self.server = os.environ["E2E_SERVER"].rstrip("/")
-            ctx = ssl.create_default_context(cafile=os.environ["E2E_CA"])
-            ctx.load_cert_chain(os.environ["E2E_CERT"], os.environ["E2E_KEY"])
-        except KeyError as e:
-            sys.exit(f"kube.py: environment variable {e} is not set")
-        self.ctx = ctx
-
-    def request(self, method, path, body=None, content_type="application/json"):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.server + path, data=data, method=method)
-        req.add_header("Accept", "application/json")
-        if data is not None:
-            req.add_header("Content-Type", content_type)
-        try:
-            with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as e:
-            raise ApiError(method, path, e.code, e.read().decode(errors="replace").strip()) from None
-        return json.loads(raw) if raw else None
-
-    def get(self, path):
-        return self.request("GET", path)
-
-    def try_get(self, path):
-        try:
-            return self.get(path)
-        except ApiError as e:
-            if e.code == 404:
-                return None
-            raise
-
-
 def kind_of(name):
     kind = ALIASES.get(name.lower(), name)
     if kind not in KINDS:
-        sys.exit(f"kube.py: unknown kind {name!r}")
+        sys.exit(f"kubecli.py: unknown kind {name!r}")
     return kind
 
 
@@ -116,7 +74,7 @@ def collection_path(kind, namespace=None):
     prefix, plural, namespaced = KINDS[kind]
     if namespaced:
         if not namespace:
-            raise SystemExit(f"kube.py: a {kind} needs a namespace")
+            raise SystemExit(f"kubecli.py: a {kind} needs a namespace")
         return f"{prefix}/namespaces/{namespace}/{plural}"
     return f"{prefix}/{plural}"
 
@@ -139,14 +97,14 @@ def objects_of(doc):
 def apply(client, obj):
     kind = obj["kind"]
     if kind not in KINDS:
-        raise SystemExit(f"kube.py: cannot apply a {kind}")
+        raise SystemExit(f"kubecli.py: cannot apply a {kind}")
     meta = obj["metadata"]
     coll = collection_path(kind, meta.get("namespace"))
     try:
         client.request("POST", coll, obj)
         return "created"
     except ApiError as e:
-        if e.code != 409:
+        if e.status != 409:
             raise
     path = f"{coll}/{meta['name']}"
     current = client.get(path)
@@ -197,7 +155,7 @@ def cmd_wait(client, args):
         else:
             rest.append(a)
     if len(rest) != 4:
-        sys.exit("usage: kube.py wait KIND NAMESPACE NAME EXPR [--timeout S] [--what TEXT] [--show EXPR]")
+        sys.exit("usage: kubecli.py wait KIND NAMESPACE NAME EXPR [--timeout S] [--what TEXT] [--show EXPR]")
     kind, namespace, name, expr = rest
     kind = kind_of(kind)
     path = object_path(kind, namespace if KINDS[kind][2] else None, name)
@@ -206,7 +164,7 @@ def cmd_wait(client, args):
     last, last_error = None, None
     while True:
         try:
-            last = client.try_get(path)
+            last = client.maybe_get(path)
             if last is not None and eval(code, GLOBALS, {"o": last}):
                 if show is not None:
                     print(eval(show, GLOBALS, {"o": last}))
@@ -231,7 +189,7 @@ def main(argv):
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    client = Client()
+    client = Kube.from_env()
     cmd, args = argv[0], argv[1:]
     try:
         if cmd == "apply":
@@ -256,7 +214,7 @@ def main(argv):
             try:
                 client.request("DELETE", object_path(kind, args[1] if KINDS[kind][2] else None, args[2]))
             except ApiError as e:
-                if e.code != 404:
+                if e.status != 404:
                     raise
             return 0
         if cmd == "wait":
@@ -281,7 +239,7 @@ def main(argv):
         if cmd == "patch-status":
             kind = kind_of(args[0])
             path = object_path(kind, args[1], args[2]) + "/status"
-            client.request("PATCH", path, json.loads(args[3]), "application/merge-patch+json")
+            client.merge_patch(path, json.loads(args[3]))
             return 0
         if cmd == "token":
             request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
@@ -295,9 +253,9 @@ def main(argv):
                 print(f"{e.get('type')} {involved.get('kind')}/{involved.get('name')} {e.get('reason')}: {e.get('message')}")
             return 0
     except ApiError as e:
-        print(f"kube.py {cmd}: {e}", file=sys.stderr)
+        print(f"kubecli.py {cmd}: {e}", file=sys.stderr)
         return 1
-    print(f"kube.py: unknown command {cmd!r}", file=sys.stderr)
+    print(f"kubecli.py: unknown command {cmd!r}", file=sys.stderr)
     return 2
 
 
