@@ -651,8 +651,8 @@ async fn framework_echo(answer: Vec<u8>) -> anyhow::Result<cnpgi_pluginhelper::t
             identity::v1::plugin_capability::service::Type as ServiceType,
             operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycleServer,
         },
-        server::PluginServer,
         testing::TestIdentity,
+        transport::PluginServer,
     };
     let server = PluginServer::new(TestIdentity::new("echo.example.com").with_service(ServiceType::LifecycleService))
         .add_service(OperatorLifecycleServer::new(setup::Echo { answer }));

@@ -2,8 +2,8 @@
 //!
 //! After connecting, the operator asks, in this order: `GetPluginMetadata`,
 //! `GetPluginCapabilities`, then `GetCapabilities` of each advertised service
-//! (Operator, OperatorLifecycle, WAL, Backup, ReconcilerHooks,
-//! RestoreJobHooks, Postgres, Metrics: CloudNativePG's `LoadPlugin` order).
+//! with RPCs, in the order of [`cnpgi_core::service::SERVICES`] (the answers
+//! do not depend on it).
 //! The answers are kept as a [`PluginInfo`] and only refreshed when the
 //! connection is rebuilt. A short-lived caller that needs one service
 //! (`wal-archive` runs once per WAL segment) asks only for it with
@@ -13,6 +13,7 @@ use cnpgi_core::capabilities::{
     self, BackupRpc, MetricsRpc, Operation, OperatorRpc as RpcType, PostgresRpc, ReconcilerKind as HookKind,
     RestoreJobKind, ServiceType, WalRpc, matches_lifecycle,
 };
+use cnpgi_core::service::{self, Service};
 use cnpgi_proto::{
     backup::v1::BackupCapabilitiesRequest,
     identity::v1::{
@@ -29,7 +30,7 @@ use cnpgi_proto::{
 use crate::client::PluginClient;
 
 /// What a plugin said about itself when probed.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PluginInfo {
     /// `GetPluginMetadata`'s answer.
     pub metadata: GetPluginMetadataResponse,
@@ -151,23 +152,12 @@ impl ProbeError {
     }
 }
 
-/// Every service with a `GetCapabilities` RPC, in the order probed.
-pub const ALL_SERVICES: &[ServiceType] = &[
-    ServiceType::OperatorService,
-    ServiceType::LifecycleService,
-    ServiceType::WalService,
-    ServiceType::BackupService,
-    ServiceType::ReconcilerHooks,
-    ServiceType::RestoreJob,
-    ServiceType::Postgres,
-    ServiceType::Metrics,
-];
-
 /// Runs the probing sequence on `client`, checking that the plugin's name is
 /// valid and is the name the client was created for; the capabilities of
-/// every advertised service are asked for.
+/// every advertised service are asked for, in the order of
+/// [`cnpgi_core::service::SERVICES`].
 pub async fn probe(client: &PluginClient) -> Result<PluginInfo, ProbeError> {
-    probe_only(client, ALL_SERVICES).await
+    probe_services(client, |_| true).await
 }
 
 /// [`probe`], asking only for the capabilities of `wanted` services (when
@@ -183,6 +173,30 @@ pub async fn probe(client: &PluginClient) -> Result<PluginInfo, ProbeError> {
 /// # let _ = archives; Ok(()) }
 /// ```
 pub async fn probe_only(client: &PluginClient, wanted: &[ServiceType]) -> Result<PluginInfo, ProbeError> {
+    probe_services(client, |service| wanted.contains(&service)).await
+}
+
+/// The probing sequence, asking for the capabilities of the advertised
+/// services that are `wanted`.
+async fn probe_services(client: &PluginClient, wanted: impl Fn(ServiceType) -> bool) -> Result<PluginInfo, ProbeError> {
+    let metadata = metadata(client).await?;
+    let services = advertised_services(client).await?;
+    // The capabilities of each service stay empty unless asked below.
+    let mut info = PluginInfo {
+        metadata,
+        services,
+        ..PluginInfo::default()
+    };
+    for service in service::with_rpcs() {
+        if wanted(service.capability) && info.has_service(service.capability) {
+            ask_capabilities(client, service, &mut info).await?;
+        }
+    }
+    Ok(info)
+}
+
+/// `GetPluginMetadata`, checked: a valid name, the one `client` was made for.
+async fn metadata(client: &PluginClient) -> Result<GetPluginMetadataResponse, ProbeError> {
     let metadata = client
         .identity()
         .get_plugin_metadata(client.request(GetPluginMetadataRequest {}))
@@ -200,117 +214,72 @@ pub async fn probe_only(client: &PluginClient, wanted: &[ServiceType]) -> Result
             address: client.address().to_owned(),
         });
     }
+    Ok(metadata)
+}
 
-    let services = capabilities::services_of(
-        &client
-            .identity()
-            .get_plugin_capabilities(client.request(GetPluginCapabilitiesRequest {}))
-            .await
-            .map_err(|s| ProbeError::rpc(client, "Identity/GetPluginCapabilities", s))?
-            .into_inner()
-            .capabilities,
-    );
+/// The services `GetPluginCapabilities` advertises.
+async fn advertised_services(client: &PluginClient) -> Result<Vec<ServiceType>, ProbeError> {
+    let answer = client
+        .identity()
+        .get_plugin_capabilities(client.request(GetPluginCapabilitiesRequest {}))
+        .await
+        .map_err(|s| ProbeError::rpc(client, "Identity/GetPluginCapabilities", s))?
+        .into_inner();
+    Ok(capabilities::services_of(&answer.capabilities))
+}
 
-    let asks = |service: ServiceType| wanted.contains(&service) && services.contains(&service);
-    let mut info = PluginInfo {
-        metadata,
-        services: services.clone(),
-        operator_rpcs: Vec::new(),
-        lifecycle: Vec::new(),
-        reconciler_kinds: Vec::new(),
-        wal_rpcs: Vec::new(),
-        backup_rpcs: Vec::new(),
-        restore_job_kinds: Vec::new(),
-        postgres_rpcs: Vec::new(),
-        metrics_rpcs: Vec::new(),
+/// Asks `service`'s `GetCapabilities` and keeps the answer in `info`.
+async fn ask_capabilities(client: &PluginClient, service: &Service, info: &mut PluginInfo) -> Result<(), ProbeError> {
+    let Some(method) = service.get_capabilities else {
+        return Ok(());
     };
-    if asks(ServiceType::OperatorService) {
-        info.operator_rpcs = capabilities::operator_rpcs_of(
-            &client
-                .operator()
-                .get_capabilities(client.request(OperatorCapabilitiesRequest {}))
-                .await
-                .map_err(|s| ProbeError::rpc(client, "Operator/GetCapabilities", s))?
-                .into_inner()
-                .capabilities,
-        );
+    let failed = |status| ProbeError::rpc(client, method, status);
+    match service.capability {
+        ServiceType::OperatorService => {
+            let request = client.request(OperatorCapabilitiesRequest {});
+            let answer = client.operator().get_capabilities(request).await.map_err(failed)?;
+            info.operator_rpcs = capabilities::operator_rpcs_of(&answer.into_inner().capabilities);
+        }
+        ServiceType::LifecycleService => {
+            let request = client.request(OperatorLifecycleCapabilitiesRequest {});
+            let answer = client.lifecycle().get_capabilities(request).await.map_err(failed)?;
+            info.lifecycle = answer.into_inner().lifecycle_capabilities;
+        }
+        ServiceType::WalService => {
+            let request = client.request(WalCapabilitiesRequest {});
+            let answer = client.wal().get_capabilities(request).await.map_err(failed)?;
+            info.wal_rpcs = capabilities::wal_rpcs_of(&answer.into_inner().capabilities);
+        }
+        ServiceType::BackupService => {
+            let request = client.request(BackupCapabilitiesRequest {});
+            let answer = client.backup().get_capabilities(request).await.map_err(failed)?;
+            info.backup_rpcs = capabilities::backup_rpcs_of(&answer.into_inner().capabilities);
+        }
+        ServiceType::ReconcilerHooks => {
+            let request = client.request(ReconcilerHooksCapabilitiesRequest {});
+            let answer = client.reconciler().get_capabilities(request).await.map_err(failed)?;
+            info.reconciler_kinds = capabilities::reconciler_kinds_of(&answer.into_inner().reconciler_capabilities);
+        }
+        ServiceType::RestoreJob => {
+            let request = client.request(RestoreJobHooksCapabilitiesRequest {});
+            let answer = client.restore_job().get_capabilities(request).await.map_err(failed)?;
+            info.restore_job_kinds = capabilities::restore_job_kinds_of(&answer.into_inner().capabilities);
+        }
+        ServiceType::Postgres => {
+            let request = client.request(PostgresCapabilitiesRequest {});
+            let answer = client.postgres().get_capabilities(request).await.map_err(failed)?;
+            info.postgres_rpcs = capabilities::postgres_rpcs_of(&answer.into_inner().capabilities);
+        }
+        ServiceType::Metrics => {
+            let request = client.request(MetricsCapabilitiesRequest {});
+            let answer = client.metrics().get_capabilities(request).await.map_err(failed)?;
+            info.metrics_rpcs = capabilities::metrics_rpcs_of(&answer.into_inner().capabilities);
+        }
+        // Advertised only: nothing to ask.
+        ServiceType::Unspecified | ServiceType::InstanceSidecarInjection | ServiceType::InstanceJobSidecarInjection => {
+        }
     }
-    if asks(ServiceType::LifecycleService) {
-        info.lifecycle = client
-            .lifecycle()
-            .get_capabilities(client.request(OperatorLifecycleCapabilitiesRequest {}))
-            .await
-            .map_err(|s| ProbeError::rpc(client, "OperatorLifecycle/GetCapabilities", s))?
-            .into_inner()
-            .lifecycle_capabilities;
-    }
-    if asks(ServiceType::WalService) {
-        info.wal_rpcs = capabilities::wal_rpcs_of(
-            &client
-                .wal()
-                .get_capabilities(client.request(WalCapabilitiesRequest {}))
-                .await
-                .map_err(|s| ProbeError::rpc(client, "WAL/GetCapabilities", s))?
-                .into_inner()
-                .capabilities,
-        );
-    }
-    if asks(ServiceType::BackupService) {
-        info.backup_rpcs = capabilities::backup_rpcs_of(
-            &client
-                .backup()
-                .get_capabilities(client.request(BackupCapabilitiesRequest {}))
-                .await
-                .map_err(|s| ProbeError::rpc(client, "Backup/GetCapabilities", s))?
-                .into_inner()
-                .capabilities,
-        );
-    }
-    if asks(ServiceType::ReconcilerHooks) {
-        info.reconciler_kinds = capabilities::reconciler_kinds_of(
-            &client
-                .reconciler()
-                .get_capabilities(client.request(ReconcilerHooksCapabilitiesRequest {}))
-                .await
-                .map_err(|s| ProbeError::rpc(client, "ReconcilerHooks/GetCapabilities", s))?
-                .into_inner()
-                .reconciler_capabilities,
-        );
-    }
-    if asks(ServiceType::RestoreJob) {
-        info.restore_job_kinds = capabilities::restore_job_kinds_of(
-            &client
-                .restore_job()
-                .get_capabilities(client.request(RestoreJobHooksCapabilitiesRequest {}))
-                .await
-                .map_err(|s| ProbeError::rpc(client, "RestoreJobHooks/GetCapabilities", s))?
-                .into_inner()
-                .capabilities,
-        );
-    }
-    if asks(ServiceType::Postgres) {
-        info.postgres_rpcs = capabilities::postgres_rpcs_of(
-            &client
-                .postgres()
-                .get_capabilities(client.request(PostgresCapabilitiesRequest {}))
-                .await
-                .map_err(|s| ProbeError::rpc(client, "Postgres/GetCapabilities", s))?
-                .into_inner()
-                .capabilities,
-        );
-    }
-    if asks(ServiceType::Metrics) {
-        info.metrics_rpcs = capabilities::metrics_rpcs_of(
-            &client
-                .metrics()
-                .get_capabilities(client.request(MetricsCapabilitiesRequest {}))
-                .await
-                .map_err(|s| ProbeError::rpc(client, "Metrics/GetCapabilities", s))?
-                .into_inner()
-                .capabilities,
-        );
-    }
-    Ok(info)
+    Ok(())
 }
 
 /// Asks `Probe`: `Ok(true)` when the plugin says it is ready.

@@ -20,8 +20,8 @@ use cnpgi_pluginhelper::{
         operator::v1::operator_capability::rpc::Type as RpcType,
         operator_lifecycle::v1::operator_operation_type::Type as Operation,
     },
-    server::{PluginListener, ServeError},
     testing::{TestCertificates, TestPlugin, eventually},
+    transport::{PluginListener, ServeError},
 };
 use cnpgi_tls::{pem, server::ServerTlsFiles};
 use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
@@ -308,7 +308,7 @@ impl cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity for Hang
 
 #[tokio::test]
 async fn a_hanging_plugin_hits_the_call_deadline() {
-    let plugin = TestPlugin::start_unix(cnpgi_pluginhelper::server::PluginServer::new(Hanging))
+    let plugin = TestPlugin::start_unix(cnpgi_pluginhelper::transport::PluginServer::new(Hanging))
         .await
         .unwrap();
     let path = plugin.address().trim_start_matches("unix://").into();
@@ -415,7 +415,7 @@ impl cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity for Verb
 /// is RESOURCE_EXHAUSTED, as grpc-go reports it, not OUT_OF_RANGE.
 #[tokio::test]
 async fn an_oversized_answer_is_resource_exhausted() {
-    let plugin = TestPlugin::start_unix(cnpgi_pluginhelper::server::PluginServer::new(Verbose))
+    let plugin = TestPlugin::start_unix(cnpgi_pluginhelper::transport::PluginServer::new(Verbose))
         .await
         .unwrap();
     let path = plugin.address().trim_start_matches("unix://").into();

@@ -24,7 +24,10 @@
 //!   configuration-file quoting;
 //! * [`wal_segment`]: whether a file handed to `archive_command` can be a
 //!   WAL segment (size and long page header);
-//! * [`names`]: plugin-name rules and gRPC service names;
+//! * [`service`]: THE description of each CNPG-I service (capability, names,
+//!   RPCs, where a plugin finds its parameters, how conformance exercises
+//!   it), read by probing, conformance, the SDK's dispatch and the routing;
+//! * [`names`]: plugin-name rules;
 //! * [`echo`]: bounding the input that errors and logs repeat (1 KiB);
 //! * [`ratelimit`]: one warning line every few seconds, with a count, for
 //!   events that come in floods (refused connections).
@@ -52,5 +55,6 @@ pub mod path;
 pub mod pod;
 pub mod postgres;
 pub mod ratelimit;
+pub mod service;
 pub mod status;
 pub mod wal_segment;

@@ -1,34 +1,11 @@
-//! Names on the wire: plugin names and gRPC service names.
+//! Plugin names: one string names a plugin's Service label, socket file and
+//! `spec.plugins[].name`. (gRPC service names are in [`service`](crate::service).)
 //!
 //! ```
-//! use cnpgi_core::names::{services, validate_plugin_name};
+//! use cnpgi_core::names::validate_plugin_name;
 //!
 //! assert!(validate_plugin_name("cnpg-i-hello-world.cloudnative-pg.io").is_ok());
-//! assert_eq!(services::OPERATOR, "cnpgi.operator.v1.Operator");
 //! ```
-
-/// Fully qualified gRPC service names, as they appear on the wire and in the
-/// gRPC health service.
-pub mod services {
-    /// `cnpgi.identity.v1.Identity`.
-    pub const IDENTITY: &str = "cnpgi.identity.v1.Identity";
-    /// `cnpgi.operator.v1.Operator`.
-    pub const OPERATOR: &str = "cnpgi.operator.v1.Operator";
-    /// `cnpgi.operator_lifecycle.v1.OperatorLifecycle`.
-    pub const OPERATOR_LIFECYCLE: &str = "cnpgi.operator_lifecycle.v1.OperatorLifecycle";
-    /// `cnpgi.identity.v1.Postgres`.
-    pub const POSTGRES: &str = "cnpgi.identity.v1.Postgres";
-    /// `cnpgi.reconciler.v1.ReconcilerHooks`.
-    pub const RECONCILER_HOOKS: &str = "cnpgi.reconciler.v1.ReconcilerHooks";
-    /// `cnpgi.wal.v1.WAL`.
-    pub const WAL: &str = "cnpgi.wal.v1.WAL";
-    /// `cnpgi.wal.v1.RestoreJobHooks`.
-    pub const RESTORE_JOB_HOOKS: &str = "cnpgi.wal.v1.RestoreJobHooks";
-    /// `cnpgi.backup.v1.Backup`.
-    pub const BACKUP: &str = "cnpgi.backup.v1.Backup";
-    /// `cnpgi.metrics.v1.Metrics`.
-    pub const METRICS: &str = "cnpgi.metrics.v1.Metrics";
-}
 
 /// Checks a plugin name against the CNPG-I rules: 1 to 63 characters, ASCII
 /// letters, digits, `-` and `.`, beginning and ending with a letter or digit.
@@ -70,34 +47,6 @@ pub fn validate_plugin_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::validate_plugin_name;
-    use cnpgi_proto as proto;
-
-    #[test]
-    fn service_names_are_the_generated_ones() {
-        use super::services as names;
-        for (ours, generated) in [
-            (names::IDENTITY, proto::identity::v1::identity_server::SERVICE_NAME),
-            (names::POSTGRES, proto::identity::v1::postgres_server::SERVICE_NAME),
-            (names::OPERATOR, proto::operator::v1::operator_server::SERVICE_NAME),
-            (
-                names::OPERATOR_LIFECYCLE,
-                proto::operator_lifecycle::v1::operator_lifecycle_server::SERVICE_NAME,
-            ),
-            (
-                names::RECONCILER_HOOKS,
-                proto::reconciler::v1::reconciler_hooks_server::SERVICE_NAME,
-            ),
-            (names::WAL, proto::wal::v1::wal_server::SERVICE_NAME),
-            (
-                names::RESTORE_JOB_HOOKS,
-                proto::wal::v1::restore_job_hooks_server::SERVICE_NAME,
-            ),
-            (names::BACKUP, proto::backup::v1::backup_server::SERVICE_NAME),
-            (names::METRICS, proto::metrics::v1::metrics_server::SERVICE_NAME),
-        ] {
-            assert_eq!(ours, generated);
-        }
-    }
 
     #[test]
     fn plugin_names() {

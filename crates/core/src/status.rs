@@ -136,7 +136,7 @@ pub fn parse_json_status(json_status: &[u8]) -> Result<Option<Value>, StatusErro
 }
 
 /// The entry an operator writes in `status.pluginStatus[]` for a plugin.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PluginStatusUpdate {
     /// Plugin name.
     pub name: String,
@@ -155,6 +155,31 @@ pub struct PluginStatusUpdate {
     /// The JSON object stored as `status`, as text: the plugin's answer, or
     /// the previous status when it answered empty; `None` when there is none.
     pub status: Option<String>,
+}
+
+impl PluginStatusUpdate {
+    /// The typed `status.pluginStatus[]` entry, keeping `previous` (the
+    /// entry's status before) when this update has no status.
+    ///
+    /// ```
+    /// use cnpgi_core::status::PluginStatusUpdate;
+    ///
+    /// let update = PluginStatusUpdate { name: "p".into(), ..Default::default() };
+    /// assert_eq!(update.into_status(Some(r#"{"k":1}"#)).status, r#"{"k":1}"#);
+    /// ```
+    pub fn into_status(self, previous: Option<&str>) -> crate::cluster::PluginStatus {
+        crate::cluster::PluginStatus {
+            status: self.status.unwrap_or_else(|| previous.unwrap_or_default().to_owned()),
+            name: self.name,
+            version: self.version,
+            capabilities: self.capabilities,
+            operator_capabilities: self.operator_capabilities,
+            wal_capabilities: self.wal_capabilities,
+            backup_capabilities: self.backup_capabilities,
+            restore_job_hook_capabilities: self.restore_job_hook_capabilities,
+            other: Default::default(),
+        }
+    }
 }
 
 /// `status.pluginStatus[].status` of `cluster`, by plugin name (non-empty ones).

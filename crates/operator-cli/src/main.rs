@@ -14,7 +14,6 @@
 mod check;
 mod env_names;
 mod instance;
-mod logging;
 mod plugins;
 mod render;
 mod run;
@@ -23,6 +22,7 @@ mod signals;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use cnpgi_process::logging;
 
 // Routing decodes, encodes and patches JSON on every call, which is
 // allocation-bound: mimalloc makes it markedly faster than glibc's malloc

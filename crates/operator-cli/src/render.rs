@@ -142,91 +142,135 @@ pub(crate) fn parse_yaml(path: &Path, text: &str) -> anyhow::Result<Value> {
 /// context, or where a token starts in block context; brackets inside quoted
 /// scalars, comments and block scalars (`|`, `>`) do not count.
 fn too_deep(text: &str, limit: usize) -> Option<(usize, usize)> {
-    let mut depth = 0usize;
-    let mut quote: Option<u8> = None;
-    // Indentation of the line that opened a block scalar: more indented
-    // lines (and blank ones) are its text.
-    let mut block_scalar: Option<usize> = None;
-    for (number, line) in text.lines().enumerate() {
+    let mut scanner = FlowDepth {
+        limit,
+        depth: 0,
+        quote: None,
+        block_scalar: None,
+    };
+    text.lines()
+        .enumerate()
+        .find_map(|(number, line)| scanner.line(line).map(|column| (number + 1, column)))
+}
+
+/// The state of [`too_deep`]'s scan, carried from line to line.
+struct FlowDepth {
+    limit: usize,
+    /// How deep flow collections are nested here.
+    depth: usize,
+    /// The quote of the scalar being read, if any.
+    quote: Option<u8>,
+    /// Indentation of the line that opened a block scalar: more indented
+    /// lines (and blank ones) are its text.
+    block_scalar: Option<usize>,
+}
+
+/// Where the scan is within a line.
+struct Cursor {
+    /// The last significant byte before the current one (b'\n' at the start of a line).
+    previous: u8,
+    /// Whether blanks separate the current byte from `previous`.
+    spaced: bool,
+}
+
+/// What a byte outside quotes does to the scan.
+enum Outside {
+    /// Go on with the next byte.
+    Next,
+    /// A comment starts: the rest of the line is not YAML.
+    Comment,
+    /// A flow collection opens past the limit.
+    TooDeep,
+}
+
+impl FlowDepth {
+    /// Scans one line: the 1-based column (in bytes) where flow collections
+    /// first nest deeper than the limit, if they do.
+    fn line(&mut self, line: &str) -> Option<usize> {
         let bytes = line.as_bytes();
         let indent = bytes.iter().take_while(|b| **b == b' ').count();
-        if let Some(parent) = block_scalar {
+        if let Some(parent) = self.block_scalar {
             if indent >= bytes.len() || indent > parent {
-                continue;
+                return None;
             }
-            block_scalar = None;
+            self.block_scalar = None;
         }
-        // The last significant byte before the current one (b'\n' at the start of a line).
-        let mut previous = b'\n';
-        // Whether blanks separate the current byte from `previous`.
-        let mut spaced = true;
+        let mut cursor = Cursor {
+            previous: b'\n',
+            spaced: true,
+        };
         let mut code_end = bytes.len();
         let mut i = 0;
         while i < bytes.len() {
-            let byte = bytes[i];
-            match quote {
-                Some(b'"') => match byte {
-                    b'\\' => i += 1,
-                    b'"' => {
-                        quote = None;
-                        previous = byte;
-                        spaced = false;
+            i += match self.quote {
+                Some(quote) => self.quoted(quote, bytes, i, &mut cursor),
+                None => match self.outside_quotes(bytes[i], &mut cursor) {
+                    Outside::Next => 1,
+                    Outside::Comment => {
+                        code_end = i;
+                        break;
                     }
-                    _ => {}
+                    Outside::TooDeep => return Some(i + 1),
                 },
-                Some(_) => {
-                    if byte == b'\'' {
-                        if bytes.get(i + 1) == Some(&b'\'') {
-                            i += 1;
-                        } else {
-                            quote = None;
-                            previous = byte;
-                            spaced = false;
-                        }
-                    }
-                }
-                None => {
-                    let token_start = matches!(previous, b'\n' | b'[' | b'{' | b',')
-                        || (spaced && matches!(previous, b':' | b'-' | b'?'));
-                    match byte {
-                        b' ' | b'\t' => {
-                            spaced = true;
-                            i += 1;
-                            continue;
-                        }
-                        b'#' if spaced => {
-                            code_end = i;
-                            break;
-                        }
-                        b'\'' | b'"' if token_start || (depth > 0 && previous == b':') => quote = Some(byte),
-                        b'[' | b'{' if depth > 0 || token_start => {
-                            depth += 1;
-                            if depth > limit {
-                                return Some((number + 1, i + 1));
-                            }
-                        }
-                        b']' | b'}' if depth > 0 => depth -= 1,
-                        _ => {}
-                    }
-                    // Indicators may start a token after them; anything else
-                    // (e.g. `[` or `,` inside a plain scalar) is scalar text.
-                    let indicator = match byte {
-                        b'[' | b'{' => depth > 0 && quote.is_none(),
-                        b',' => depth > 0,
-                        b':' | b'-' | b'?' => true,
-                        _ => false,
-                    };
-                    previous = if indicator { byte } else { b'.' };
-                    spaced = false;
+            };
+        }
+        if self.depth == 0 && self.quote.is_none() && is_block_scalar_header(&line[..code_end]) {
+            self.block_scalar = Some(indent);
+        }
+        None
+    }
+
+    /// Byte `i` of a scalar quoted with `quote`: how many bytes it takes (an
+    /// escape or a doubled single quote takes two).
+    fn quoted(&mut self, quote: u8, bytes: &[u8], i: usize, cursor: &mut Cursor) -> usize {
+        let closes = match (quote, bytes[i]) {
+            (b'"', b'\\') => return 2,
+            (b'"', b'"') => true,
+            (b'"', _) => false,
+            (_, b'\'') if bytes.get(i + 1) == Some(&b'\'') => return 2,
+            (_, byte) => byte == b'\'',
+        };
+        if closes {
+            self.quote = None;
+            cursor.previous = bytes[i];
+            cursor.spaced = false;
+        }
+        1
+    }
+
+    /// A byte outside quoted scalars: brackets count in flow context, or
+    /// where a token starts in block context.
+    fn outside_quotes(&mut self, byte: u8, cursor: &mut Cursor) -> Outside {
+        let token_start = matches!(cursor.previous, b'\n' | b'[' | b'{' | b',')
+            || (cursor.spaced && matches!(cursor.previous, b':' | b'-' | b'?'));
+        match byte {
+            b' ' | b'\t' => {
+                cursor.spaced = true;
+                return Outside::Next;
+            }
+            b'#' if cursor.spaced => return Outside::Comment,
+            b'\'' | b'"' if token_start || (self.depth > 0 && cursor.previous == b':') => self.quote = Some(byte),
+            b'[' | b'{' if self.depth > 0 || token_start => {
+                self.depth += 1;
+                if self.depth > self.limit {
+                    return Outside::TooDeep;
                 }
             }
-            i += 1;
+            b']' | b'}' if self.depth > 0 => self.depth -= 1,
+            _ => {}
         }
-        if depth == 0 && quote.is_none() && is_block_scalar_header(&line[..code_end]) {
-            block_scalar = Some(indent);
-        }
+        // Indicators may start a token after them; anything else (e.g. `[`
+        // or `,` inside a plain scalar) is scalar text.
+        let indicator = match byte {
+            b'[' | b'{' => self.depth > 0 && self.quote.is_none(),
+            b',' => self.depth > 0,
+            b':' | b'-' | b'?' => true,
+            _ => false,
+        };
+        cursor.previous = if indicator { byte } else { b'.' };
+        cursor.spaced = false;
+        Outside::Next
     }
-    None
 }
 
 /// Whether a line (without its comment) ends with a block scalar indicator

@@ -3,6 +3,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::SocketAddr,
+    ops::ControlFlow,
     path::PathBuf,
     sync::{
         Arc,
@@ -32,11 +33,12 @@ use cnpgi_operator::{
 };
 use cnpgi_tls::server::{ReloadingServerConfig, ServerTlsFiles};
 
-use crate::{
+use cnpgi_process::{
     logging::{self, LogFormat},
-    plugins::PluginFlags,
     signals::shutdown_signal,
 };
+
+use crate::plugins::PluginFlags;
 use tokio::sync::watch;
 
 /// A listen address as controller-runtime's `--metrics-bind-address` and
@@ -337,43 +339,24 @@ fn parse_dial_overrides(values: &[String]) -> anyhow::Result<BTreeMap<String, St
 
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     logging::init(args.log_format, &args.log_level);
+    // Old environment variable names in use, through the subscriber just set up.
+    crate::env_names::log_deprecated();
     // SIGTERM/SIGINT are listened for from the start: every wait below is
     // raced against them.
     let mut signal = tokio::spawn(shutdown_signal());
     let static_plugins = args.plugins.static_plugins()?;
     let dial_overrides = parse_dial_overrides(&args.dial_overrides)?;
 
-    let metrics = Metrics::default();
-    let mut prometheus = prometheus_client::registry::Registry::default();
-    metrics.register(&mut prometheus);
-    let client_options = ClientOptions {
-        call_timeout: Duration::from_secs(args.plugin_timeout_seconds),
-        observer: Arc::new(metrics.clone()),
-        ..ClientOptions::default()
-    };
-    let registry = Arc::new(Registry::new(RegistryOptions {
-        probe_interval: Duration::from_secs(args.probe_interval_seconds),
-        metrics: metrics.clone(),
-    }));
-    let router = Router::new(
-        registry.clone(),
-        RoutingPolicy {
-            fail_open: args.fail_open.iter().cloned().collect::<BTreeSet<_>>(),
-        },
-    );
-
-    let needs_kubernetes = args.kubernetes_plugins || !args.disable_controller;
-    let client = if needs_kubernetes {
-        let client = tokio::select! {
-            client = kube::Client::try_default() => client,
-            _ = &mut signal => {
-                tracing::info!("stopped while starting");
-                return Ok(());
-            }
-        };
-        Some(client.context("cannot reach the Kubernetes API (in-cluster config or kubeconfig)")?)
-    } else {
-        None
+    let PluginSide {
+        metrics,
+        prometheus,
+        client_options,
+        registry,
+        router,
+    } = plugin_side(&args);
+    let ControlFlow::Continue(client) = kubernetes_client(&args, &mut signal).await? else {
+        tracing::info!("stopped while starting");
+        return Ok(());
     };
 
     let discovery = start_discovery(
@@ -386,13 +369,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
     let (stop_tx, stop_rx) = watch::channel(false);
     let ready = Arc::new(AtomicBool::new(false));
-    let limits = ServerLimits {
-        header_read_timeout: Duration::from_secs(args.http_header_read_timeout_seconds),
-        idle_timeout: Duration::from_secs(args.http_idle_timeout_seconds),
-        request_timeout: Duration::from_secs(args.http_request_timeout_seconds),
-        max_connections: args.http_max_connections,
-        ..ServerLimits::default()
-    };
+    let limits = server_limits(&args);
     let (probes, api_check) = start_probe_server(&args, client.as_ref(), ready.clone(), &limits)?;
     let metrics_server = start_metrics_server(&args, prometheus, &limits)?;
     let webhook = start_webhook_server(&args, &router, &metrics, &limits)?;
@@ -424,6 +401,72 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     outcome.map_err(anyhow::Error::msg)?;
     tracing::info!("cnpgi-operator stopped");
     Ok(())
+}
+
+/// What the operator calls plugins with: their metrics (also told about
+/// every call), the registry of discovered plugins, and the router.
+struct PluginSide {
+    metrics: Metrics,
+    prometheus: prometheus_client::registry::Registry,
+    client_options: ClientOptions,
+    registry: Arc<Registry>,
+    router: Router,
+}
+
+fn plugin_side(args: &RunArgs) -> PluginSide {
+    let metrics = Metrics::default();
+    let mut prometheus = prometheus_client::registry::Registry::default();
+    metrics.register(&mut prometheus);
+    let client_options = ClientOptions {
+        call_timeout: Duration::from_secs(args.plugin_timeout_seconds),
+        observer: Arc::new(metrics.clone()),
+        ..ClientOptions::default()
+    };
+    let registry = Arc::new(Registry::new(RegistryOptions {
+        probe_interval: Duration::from_secs(args.probe_interval_seconds),
+        metrics: metrics.clone(),
+    }));
+    let router = Router::new(
+        registry.clone(),
+        RoutingPolicy {
+            fail_open: args.fail_open.iter().cloned().collect::<BTreeSet<_>>(),
+        },
+    );
+    PluginSide {
+        metrics,
+        prometheus,
+        client_options,
+        registry,
+        router,
+    }
+}
+
+/// The Kubernetes client, when discovery or the controller needs one;
+/// `Break` when a signal came first.
+async fn kubernetes_client(
+    args: &RunArgs,
+    signal: &mut tokio::task::JoinHandle<()>,
+) -> anyhow::Result<ControlFlow<(), Option<kube::Client>>> {
+    if !args.kubernetes_plugins && args.disable_controller {
+        return Ok(ControlFlow::Continue(None));
+    }
+    let client = tokio::select! {
+        client = kube::Client::try_default() => client,
+        _ = signal => return Ok(ControlFlow::Break(())),
+    };
+    let client = client.context("cannot reach the Kubernetes API (in-cluster config or kubeconfig)")?;
+    Ok(ControlFlow::Continue(Some(client)))
+}
+
+/// The HTTP servers' limits, from the flags.
+fn server_limits(args: &RunArgs) -> ServerLimits {
+    ServerLimits {
+        header_read_timeout: Duration::from_secs(args.http_header_read_timeout_seconds),
+        idle_timeout: Duration::from_secs(args.http_idle_timeout_seconds),
+        request_timeout: Duration::from_secs(args.http_request_timeout_seconds),
+        max_connections: args.http_max_connections,
+        ..ServerLimits::default()
+    }
 }
 
 /// A server task and the handle that stops it.

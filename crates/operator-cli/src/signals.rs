@@ -1,31 +1,8 @@
-//! Signals: SIGTERM (Kubernetes stopping the Pod) and SIGINT (Ctrl-C).
+//! The local commands' interruption by SIGTERM or SIGINT, with a shell's
+//! exit codes. (The servers' graceful shutdown on the same signals is
+//! `cnpgi_process::signals::shutdown_signal`, shared with the plugin SDK.)
 
 use std::process::ExitCode;
-
-/// Completes on SIGTERM or SIGINT: the start of `run`'s graceful shutdown.
-pub(crate) async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        () = terminate => tracing::info!("received SIGTERM"),
-        result = tokio::signal::ctrl_c() => match result {
-            Ok(()) => tracing::info!("received SIGINT"),
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGINT");
-                std::future::pending::<()>().await;
-            }
-        },
-    }
-}
 
 /// Runs a local command (`render`, `check-plugin`) until it finishes or the
 /// process receives SIGTERM or SIGINT. On a signal the command's future is

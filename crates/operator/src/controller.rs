@@ -56,10 +56,11 @@ use kube::{
 use serde_json::json;
 
 pub use crate::pods::{CLUSTER_LABEL, INSTANCE_LABEL, PLUGINS_HASH_ANNOTATION};
+use cnpgi_core::service;
 use cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind as HookKind;
 
 use crate::{
-    crd::{Cluster, ClusterStatus, PluginStatus},
+    crd::{Cluster, ClusterStatus},
     metrics::{Metrics, ReconcileResult},
     pods::{PLUGINS_INPUTS_ANNOTATION, build_pod, inputs_fingerprint, postgresql_configuration, wanted_hash},
     routing::{HookOutcome, HookPhase, RouteError, RoutedCluster, Router},
@@ -558,18 +559,9 @@ async fn update_plugin_status(
         .collect();
     status.plugin_status = updates
         .into_iter()
-        .map(|u| PluginStatus {
-            status: u
-                .status
-                .unwrap_or_else(|| previous.get(&u.name).cloned().unwrap_or_default()),
-            name: u.name,
-            version: u.version,
-            capabilities: u.capabilities,
-            operator_capabilities: u.operator_capabilities,
-            wal_capabilities: u.wal_capabilities,
-            backup_capabilities: u.backup_capabilities,
-            restore_job_hook_capabilities: u.restore_job_hook_capabilities,
-            other: Default::default(),
+        .map(|update| {
+            let previous = previous.get(&update.name).cloned();
+            update.into_status(previous.as_deref())
         })
         .collect();
     Ok(())
@@ -669,7 +661,11 @@ fn requeue_delay(after: Duration) -> Duration {
 pub fn error_policy(cluster: Arc<Cluster>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     let key = cluster_key(&cluster);
     let delay = match error {
-        ReconcileError::Plugin(error) if error.rpc().is_some_and(|rpc| rpc.starts_with("ReconcilerHooks/")) => {
+        ReconcileError::Plugin(error)
+            if error
+                .rpc()
+                .is_some_and(|rpc| service::RECONCILER_HOOKS.rpcs.iter().any(|hook| hook.method == rpc)) =>
+        {
             HOOK_ERROR_RETRY
         }
         ReconcileError::Plugin(_) => PLUGIN_ERROR_RETRY,

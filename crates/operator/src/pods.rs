@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 
+use cnpgi_core::service;
 use cnpgi_proto::{
     identity::v1::operation_type::Type as OperationType,
     operator_lifecycle::v1::operator_operation_type::Type as Operation,
@@ -257,7 +258,7 @@ fn annotate<const N: usize>(patched: &mut Patched, annotations: [(&str, String);
         };
         RouteError::BadAnswer {
             plugin,
-            rpc: "OperatorLifecycle/LifecycleHook",
+            rpc: service::lifecycle::LIFECYCLE_HOOK.method,
             reason: format!("the patched Pod's {what} must be a JSON object, got {kind}"),
         }
     };

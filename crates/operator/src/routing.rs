@@ -24,6 +24,7 @@ use cnpgi_core::{
     echo::bounded_string,
     patch::{apply_unchecked, parse_patch},
     path::field_path,
+    service,
     status::{PluginStatusUpdate, parse_json_status, previous_statuses, write_plugin_status},
 };
 use cnpgi_proto::{
@@ -256,7 +257,7 @@ impl Router {
             targets,
             value,
             Some(definition),
-            "Operator/MutateCluster",
+            service::operator::MUTATE_CLUSTER.method,
             |routable, definition| async move {
                 let request = routable.client.request(OperatorMutateClusterRequest { definition });
                 let answer = routable.client.operator().mutate_cluster(request).await?;
@@ -339,7 +340,7 @@ impl Router {
     /// the errors are returned together.
     pub async fn validate_create(&self, cluster: &RoutedCluster) -> Result<Vec<FieldError>, RouteError> {
         let targets = self.targets(cluster, |r| r.info.has_operator_rpc(RpcType::ValidateClusterCreate))?;
-        self.collect_errors(targets, "Operator/ValidateClusterCreate", |routable| {
+        self.collect_errors(targets, service::operator::VALIDATE_CLUSTER_CREATE.method, |routable| {
             let request = routable.client.request(OperatorValidateClusterCreateRequest {
                 definition: cluster.definition().to_vec(),
             });
@@ -359,7 +360,7 @@ impl Router {
         new: &RoutedCluster,
     ) -> Result<Vec<FieldError>, RouteError> {
         let targets = self.targets(new, |r| r.info.has_operator_rpc(RpcType::ValidateClusterChange))?;
-        self.collect_errors(targets, "Operator/ValidateClusterChange", |routable| {
+        self.collect_errors(targets, service::operator::VALIDATE_CLUSTER_CHANGE.method, |routable| {
             let request = routable.client.request(OperatorValidateClusterChangeRequest {
                 old_cluster: old.definition().to_vec(),
                 new_cluster: new.definition().to_vec(),
@@ -388,7 +389,7 @@ impl Router {
             targets,
             object,
             None,
-            "OperatorLifecycle/LifecycleHook",
+            service::lifecycle::LIFECYCLE_HOOK.method,
             |routable, object_definition| {
                 let request = routable.client.request(OperatorLifecycleRequest {
                     operation_type: Some(OperatorOperationType {
@@ -441,7 +442,7 @@ impl Router {
                     cluster: definition.clone(),
                 }))
                 .await
-                .map_err(|s| call_error(&plugin.name, "Operator/SetStatusInCluster", s))
+                .map_err(|s| call_error(&plugin.name, service::operator::SET_STATUS_IN_CLUSTER.method, s))
                 .and_then(|answer| status_object(&plugin.name, &answer.into_inner().json_status));
             if let Some(Some(status)) = self.tolerate(&plugin.name, answer)? {
                 update.status = Some(status);
@@ -464,7 +465,7 @@ impl Router {
                 definition: cluster.definition().to_vec(),
             }))
             .await
-            .map_err(|s| call_error(plugin, "Operator/Deregister", s))?;
+            .map_err(|s| call_error(plugin, service::operator::DEREGISTER.method, s))?;
         Ok(())
     }
 }
@@ -507,7 +508,7 @@ impl Router {
                 .enrich_configuration(request)
                 .await
                 .map(|answer| answer.into_inner().configs)
-                .map_err(|s| call_error(&plugin.name, "Postgres/EnrichConfiguration", s));
+                .map_err(|s| call_error(&plugin.name, service::postgres::ENRICH_CONFIGURATION.method, s));
             if let Some(answer) = self.tolerate(&plugin.name, answer)?
                 && !answer.is_empty()
             {
@@ -566,8 +567,8 @@ impl Router {
             return Ok(HookOutcome::Continue);
         }
         let rpc = match phase {
-            HookPhase::Pre => "ReconcilerHooks/Pre",
-            HookPhase::Post => "ReconcilerHooks/Post",
+            HookPhase::Pre => service::reconciler::PRE.method,
+            HookPhase::Post => service::reconciler::POST.method,
         };
         for (plugin, routable) in targets {
             let request = routable.client.request(ReconcilerHooksRequest {
@@ -644,7 +645,7 @@ fn status_object(plugin: &str, json_status: &[u8]) -> Result<Option<String>, Rou
         .map(|status| status.map(|object| object.to_string()))
         .map_err(|error| RouteError::BadAnswer {
             plugin: plugin.to_owned(),
-            rpc: "Operator/SetStatusInCluster",
+            rpc: service::operator::SET_STATUS_IN_CLUSTER.method,
             reason: bounded_string(error.to_string()),
         })
 }

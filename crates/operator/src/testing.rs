@@ -194,60 +194,61 @@ impl FakeApiServer {
             query: query.clone(),
             body: body.clone(),
         });
-        let full = |status: u16, body: Value| {
-            Response::builder()
-                .status(status)
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(body.to_string())).boxed())
-                .unwrap()
-        };
-        let not_found = || {
-            full(
-                404,
-                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
-            )
-        };
-
         if path.contains("/events") {
-            return full(201, body);
+            return json_response(201, body);
         }
-        let is_collection = |p: &str| self.objects.lock().unwrap().contains_key(p);
-        if method == "GET" && is_collection(&path) {
-            if query.split('&').any(|pair| pair == "watch=true" || pair == "watch=1") {
-                let wanted = path.clone();
-                let events = BroadcastStream::new(self.watch_events.subscribe()).filter_map(move |event| match event {
-                    Ok((collection, event)) if collection == wanted => {
-                        Some(Ok(Frame::data(Bytes::from(format!("{event}\n")))))
-                    }
-                    _ => None,
-                });
-                self.watches.fetch_add(1, Ordering::SeqCst);
-                return Response::builder()
-                    .header("content-type", "application/json")
-                    .body(StreamBody::new(events).boxed())
-                    .unwrap();
+        let on_collection = self.objects.lock().unwrap().contains_key(&path);
+        match method.as_str() {
+            "GET" | "POST" if on_collection => self.handle_collection(&method, &path, &query, body),
+            _ => self.handle_item(&method, &path, body),
+        }
+    }
+
+    /// A list, a watch (GET) or a create (POST) on a collection path.
+    fn handle_collection(&self, method: &str, path: &str, query: &str, body: Value) -> Response<Body> {
+        match method {
+            "GET" if query.split('&').any(|pair| pair == "watch=true" || pair == "watch=1") => self.watch(path),
+            "GET" => {
+                let items = self.stored(path);
+                let version = self.resource_version.load(Ordering::SeqCst).to_string();
+                json_response(
+                    200,
+                    json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}, "items": items}),
+                )
             }
-            let items = self.stored(&path);
-            let version = self.resource_version.load(Ordering::SeqCst).to_string();
-            return full(
-                200,
-                json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}, "items": items}),
-            );
+            "POST" => {
+                let object = self.stamp(body);
+                self.objects
+                    .lock()
+                    .unwrap()
+                    .get_mut(path)
+                    .unwrap()
+                    .insert(name_of(&object), object.clone());
+                json_response(201, object)
+            }
+            _ => not_found(),
         }
-        if method == "POST" && is_collection(&path) {
-            let object = self.stamp(body);
-            self.objects
-                .lock()
-                .unwrap()
-                .get_mut(&path)
-                .unwrap()
-                .insert(name_of(&object), object.clone());
-            return full(201, object);
-        }
-        // Item paths: <collection>/<name>[/status]
+    }
+
+    /// The watch events of the collection at `path`, streamed as they come.
+    fn watch(&self, path: &str) -> Response<Body> {
+        let wanted = path.to_owned();
+        let events = BroadcastStream::new(self.watch_events.subscribe()).filter_map(move |event| match event {
+            Ok((collection, event)) if collection == wanted => Some(Ok(Frame::data(Bytes::from(format!("{event}\n"))))),
+            _ => None,
+        });
+        self.watches.fetch_add(1, Ordering::SeqCst);
+        Response::builder()
+            .header("content-type", "application/json")
+            .body(StreamBody::new(events).boxed())
+            .unwrap()
+    }
+
+    /// A get, delete or (merge) patch of `<collection>/<name>[/status]`.
+    fn handle_item(&self, method: &str, path: &str, body: Value) -> Response<Body> {
         let (item_path, status) = match path.strip_suffix("/status") {
-            Some(p) => (p.to_owned(), true),
-            None => (path.clone(), false),
+            Some(p) => (p, true),
+            None => (path, false),
         };
         let Some((collection, name)) = item_path.rsplit_once('/') else {
             return not_found();
@@ -256,9 +257,12 @@ impl FakeApiServer {
         let Some(items) = objects.get_mut(collection) else {
             return not_found();
         };
-        match method.as_str() {
-            "GET" => items.get(name).cloned().map_or_else(not_found, |o| full(200, o)),
-            "DELETE" => items.remove(name).map_or_else(not_found, |o| full(200, o)),
+        match method {
+            "GET" => items
+                .get(name)
+                .cloned()
+                .map_or_else(not_found, |o| json_response(200, o)),
+            "DELETE" => items.remove(name).map_or_else(not_found, |o| json_response(200, o)),
             "PATCH" => match items.get_mut(name) {
                 Some(object) => {
                     let patch = if status {
@@ -268,11 +272,28 @@ impl FakeApiServer {
                     };
                     // RFC 7386, as the API server applies `application/merge-patch+json`.
                     json_patch::merge(object, &patch);
-                    full(200, object.clone())
+                    json_response(200, object.clone())
                 }
                 None => not_found(),
             },
             _ => not_found(),
         }
     }
+}
+
+/// A JSON answer with `status`.
+fn json_response(status: u16, body: Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())).boxed())
+        .unwrap()
+}
+
+/// The API server's `404` Status.
+fn not_found() -> Response<Body> {
+    json_response(
+        404,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
+    )
 }

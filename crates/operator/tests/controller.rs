@@ -15,7 +15,7 @@ use cnpgi_operator::{
     registry::{Registry, RegistryOptions},
     routing::{Router, RoutingPolicy},
 };
-use cnpgi_pluginhelper::{server::PluginListener, testing::TestPlugin};
+use cnpgi_pluginhelper::{testing::TestPlugin, transport::PluginListener};
 use serde_json::{Value, json};
 
 const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
@@ -286,8 +286,8 @@ async fn removed_plugins_are_deregistered_once_and_empty_status_answers_keep_the
             identity::v1::plugin_capability::service::Type as ServiceType,
             operator::v1::operator_server::OperatorServer,
         },
-        server::PluginServer,
         testing::TestIdentity,
+        transport::PluginServer,
     };
     const GONE: &str = "gone.example.com";
     let plugins = plugins().await;

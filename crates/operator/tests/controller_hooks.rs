@@ -29,8 +29,8 @@ use cnpgi_pluginhelper::{
         },
     },
     reconciler::{Hook, capabilities},
-    server::PluginServer,
     testing::{TestIdentity, TestPlugin},
+    transport::PluginServer,
 };
 use kube::runtime::controller::Action;
 use serde_json::json;

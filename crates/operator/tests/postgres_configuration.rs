@@ -27,8 +27,8 @@ use cnpgi_pluginhelper::{
         EnrichConfigurationRequest, EnrichConfigurationResult, PostgresCapabilitiesRequest, PostgresCapabilitiesResult,
         operation_type, postgres_server,
     },
-    server::PluginServer,
     testing::{TestIdentity, TestPlugin},
+    transport::PluginServer,
 };
 use serde_json::{Value, json};
 use tonic::{Request, Response, Status};

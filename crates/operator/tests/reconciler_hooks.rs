@@ -28,8 +28,8 @@ use cnpgi_pluginhelper::{
         },
     },
     reconciler::{Hook, capabilities},
-    server::PluginServer,
     testing::{TestIdentity, TestPlugin},
+    transport::PluginServer,
 };
 use serde_json::{Value, json};
 use tonic::{Request, Response, Status};

@@ -12,8 +12,8 @@ use cnpgi_pluginhelper::{
         operator::v1::operator_capability::rpc::Type as RpcType,
         operator_lifecycle::v1::operator_operation_type::Type as Operation,
     },
-    server::PluginServer,
     testing::{TestIdentity, TestPlugin, eventually},
+    transport::PluginServer,
 };
 
 const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";

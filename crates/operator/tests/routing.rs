@@ -21,8 +21,8 @@ use cnpgi_pluginhelper::{
             operator_operation_type::Type as Operation,
         },
     },
-    server::PluginServer,
     testing::{TestIdentity, TestPlugin},
+    transport::PluginServer,
 };
 use serde_json::{Value, json};
 use tonic::{Request, Response, Status};

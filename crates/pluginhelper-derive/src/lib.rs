@@ -288,11 +288,42 @@ impl Field {
 
 fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
     let options = StructOptions::from_attributes(&input.attrs)?;
-    let Data::Struct(data) = &input.data else {
-        return Err(syn::Error::new(
+    let fields = struct_fields(input, &options)?;
+    let krate = &options.krate;
+    let parameters = quote!(#krate::parameters);
+    let name = &input.ident;
+    let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
+    let declared = declared_fn(&fields, &parameters);
+    let parse = parse_fn(&fields, &options, &parameters);
+    let check_change = check_change_fn(&fields, &options, &parameters);
+    let validates = options.deny_unknown.then(|| {
+        quote!(
+            fn validates() -> bool {
+                true
+            }
+        )
+    });
+    Ok(quote! {
+        #[automatically_derived]
+        impl #impl_generics #parameters::Parameters for #name #type_generics #where_clause {
+            #declared
+            #parse
+            #check_change
+            #validates
+        }
+    })
+}
+
+/// The parameters the struct's named fields declare, each key once.
+fn struct_fields(input: &DeriveInput, options: &StructOptions) -> syn::Result<Vec<Field>> {
+    let not_named = || {
+        syn::Error::new(
             input.span(),
             "Parameters can only be derived for a struct with named fields",
-        ));
+        )
+    };
+    let Data::Struct(data) = &input.data else {
+        return Err(not_named());
     };
     let fields: Vec<Field> = match &data.fields {
         Fields::Named(named) => named
@@ -301,12 +332,7 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             .map(|f| Field::parse(f, options.rename_all))
             .collect::<syn::Result<_>>()?,
         Fields::Unit => Vec::new(),
-        Fields::Unnamed(_) => {
-            return Err(syn::Error::new(
-                input.span(),
-                "Parameters can only be derived for a struct with named fields",
-            ));
-        }
+        Fields::Unnamed(_) => return Err(not_named()),
     };
     for (i, field) in fields.iter().enumerate() {
         if let Some(other) = fields[..i].iter().find(|f| f.key == field.key) {
@@ -319,12 +345,11 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             ));
         }
     }
+    Ok(fields)
+}
 
-    let krate = &options.krate;
-    let parameters = quote!(#krate::parameters);
-    let name = &input.ident;
-    let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
-
+/// `Parameters::declared`: one `ParameterInfo` per field.
+fn declared_fn(fields: &[Field], parameters: &Tokens) -> Tokens {
     let infos = fields.iter().map(|f| {
         let key = &f.key;
         let description = &f.description;
@@ -341,12 +366,22 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             }
         }
     });
+    quote! {
+        fn declared() -> ::std::vec::Vec<#parameters::ParameterInfo> {
+            ::std::vec![#(#infos),*]
+        }
+    }
+}
 
+/// `Parameters::parse`: every field read (every error collected), then the
+/// struct built when all were read.
+fn parse_fn(fields: &[Field], options: &StructOptions, parameters: &Tokens) -> Tokens {
+    let krate = &options.krate;
     let locals: Vec<_> = (0..fields.len()).map(|i| format_ident!("__field{}", i)).collect();
     let reads = fields.iter().zip(&locals).map(|(f, local)| {
         let key = &f.key;
         let default = f.default_string();
-        let closure = f.parse_closure(&parameters);
+        let closure = f.parse_closure(parameters);
         let read = if f.optional { quote!(optional) } else { quote!(required) };
         quote! {
             let #local = __reader.#read(#key, (#default).as_deref(), #closure);
@@ -357,63 +392,51 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
         let keys = fields.iter().map(|f| &f.key);
         quote!(__reader.deny_unknown(&[#(#keys),*]);)
     });
-    let validates = options.deny_unknown.then(|| {
-        quote!(
-            fn validates() -> bool {
-                true
+    quote! {
+        fn parse(
+            __index: usize,
+            __params: &::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
+        ) -> ::std::result::Result<Self, ::std::vec::Vec<#krate::validation::ValidationError>> {
+            let mut __reader = #parameters::Reader::new(__index, __params);
+            #(#reads)*
+            #deny_unknown
+            let __errors = __reader.finish();
+            match (#(#locals,)*) {
+                (#(::std::option::Option::Some(#locals),)*) if __errors.is_empty() => {
+                    ::std::result::Result::Ok(Self { #(#idents: #locals),* })
+                }
+                _ => ::std::result::Result::Err(__errors),
             }
-        )
-    });
+        }
+    }
+}
 
+/// `Parameters::check_change`: an error for each `immutable` field changed.
+fn check_change_fn(fields: &[Field], options: &StructOptions, parameters: &Tokens) -> Tokens {
+    let krate = &options.krate;
     let immutables = fields.iter().filter_map(|f| {
         let message = f.immutable.as_ref()?;
         let key = &f.key;
         let default = f.default_string();
-        let closure = f.parse_closure(&parameters);
+        let closure = f.parse_closure(parameters);
         Some(quote! {
             #parameters::Reader::immutable(
                 &mut __errors, __index, __old, __new, #key, (#default).as_deref(), #closure, #message,
             );
         })
     });
-
-    Ok(quote! {
-        #[automatically_derived]
-        impl #impl_generics #parameters::Parameters for #name #type_generics #where_clause {
-            fn declared() -> ::std::vec::Vec<#parameters::ParameterInfo> {
-                ::std::vec![#(#infos),*]
-            }
-
-            fn parse(
-                __index: usize,
-                __params: &::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
-            ) -> ::std::result::Result<Self, ::std::vec::Vec<#krate::validation::ValidationError>> {
-                let mut __reader = #parameters::Reader::new(__index, __params);
-                #(#reads)*
-                #deny_unknown
-                let __errors = __reader.finish();
-                match (#(#locals,)*) {
-                    (#(::std::option::Option::Some(#locals),)*) if __errors.is_empty() => {
-                        ::std::result::Result::Ok(Self { #(#idents: #locals),* })
-                    }
-                    _ => ::std::result::Result::Err(__errors),
-                }
-            }
-
-            fn check_change(
-                __index: usize,
-                __old: &::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
-                __new: &::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
-            ) -> ::std::vec::Vec<#krate::validation::ValidationError> {
-                #[allow(unused_mut)]
-                let mut __errors = ::std::vec::Vec::new();
-                #(#immutables)*
-                __errors
-            }
-
-            #validates
+    quote! {
+        fn check_change(
+            __index: usize,
+            __old: &::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
+            __new: &::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
+        ) -> ::std::vec::Vec<#krate::validation::ValidationError> {
+            #[allow(unused_mut)]
+            let mut __errors = ::std::vec::Vec::new();
+            #(#immutables)*
+            __errors
         }
-    })
+    }
 }
 
 #[cfg(test)]

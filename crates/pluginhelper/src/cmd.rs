@@ -9,7 +9,7 @@ use tonic::service::RoutesBuilder;
 
 use crate::{
     logging::{self, LogFormat},
-    server::{PluginListener, PluginServer, ServeError},
+    transport::{PluginListener, PluginServer, ServeError},
 };
 
 /// Where a sidecar plugin puts its socket when no flag says otherwise.
@@ -250,30 +250,9 @@ impl<I: Identity> PluginCommand<I> {
     }
 }
 
-/// Completes on SIGTERM (Kubernetes stopping the Pod) or SIGINT (Ctrl-C).
-pub async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        () = terminate => tracing::info!("received SIGTERM"),
-        result = tokio::signal::ctrl_c() => match result {
-            Ok(()) => tracing::info!("received SIGINT"),
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGINT");
-                std::future::pending::<()>().await;
-            }
-        },
-    }
-}
+/// Completes on SIGTERM (Kubernetes stopping the Pod) or SIGINT (Ctrl-C):
+/// what the `plugin` command serves until (shared with the `cnpgi-operator` binary).
+pub use cnpgi_process::signals::shutdown_signal;
 
 #[cfg(test)]
 mod tests {

@@ -22,8 +22,8 @@ use cnpgi_pluginhelper::{
             operator_server::{Operator, OperatorServer},
         },
     },
-    server::{PluginServer, ServeOptions},
     testing::{CapturedLog, TestCertificates, TestIdentity, TestPlugin, connect_tls, eventually},
+    transport::{PluginServer, ServeOptions},
 };
 use rcgen::ExtendedKeyUsagePurpose;
 use tokio::io::AsyncReadExt;

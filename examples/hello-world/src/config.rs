@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use cnpgi_pluginhelper::parameters::Parameters;
+use cnpgi_pluginhelper::prelude::*;
 
 /// A JSON object of strings.
 pub type StringMap = BTreeMap<String, String>;

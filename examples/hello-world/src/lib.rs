@@ -14,12 +14,7 @@ pub mod config;
 pub mod lifecycle;
 pub mod metadata;
 
-use cnpgi_pluginhelper::{
-    PluginCommand,
-    capabilities::Operation,
-    plugin::{Plugin, PluginIdentity},
-    server::PluginServer,
-};
+use cnpgi_pluginhelper::prelude::*;
 use serde_json::json;
 
 /// The plugin. Its parameters ([`config::Config`]) give `ValidateClusterCreate`,

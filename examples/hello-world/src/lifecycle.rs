@@ -1,10 +1,6 @@
 //! What the plugin does to each instance Pod.
 
-use cnpgi_pluginhelper::{
-    object::object_mut,
-    sidecar::{SidecarOptions, inject_sidecar},
-    tonic::Status,
-};
+use cnpgi_pluginhelper::prelude::*;
 use k8s_openapi::api::core::v1::Container;
 use serde_json::Value;
 

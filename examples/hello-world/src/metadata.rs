@@ -1,6 +1,6 @@
 //! Who the plugin is.
 
-use cnpgi_pluginhelper::proto::identity::v1::GetPluginMetadataResponse;
+use cnpgi_pluginhelper::prelude::*;
 
 /// The plugin name: the `cnpg.io/pluginName` label of its Service, its socket
 /// file name, and what Clusters write in `spec.plugins[].name`.

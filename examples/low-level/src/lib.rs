@@ -28,7 +28,7 @@ use cnpgi_pluginhelper::{
             OperatorLifecycleResponse, operator_lifecycle_server,
         },
     },
-    server::PluginServer,
+    transport::PluginServer,
 };
 use serde_json::Value;
 use tonic::{Request, Response, Status};

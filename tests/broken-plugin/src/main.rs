@@ -40,7 +40,7 @@ use cnpgi_pluginhelper::{
         },
         wal::v1::{WalCapabilitiesRequest, WalCapabilitiesResult, wal_capability, wal_server},
     },
-    server::{PluginListener, PluginServer},
+    transport::{PluginListener, PluginServer},
 };
 use tonic::{Request, Response, Status};
 

@@ -3,7 +3,10 @@
 
 use std::collections::HashMap;
 
-use cnpgi_core::capabilities::{self, BackupRpc, ServiceType};
+use cnpgi_core::{
+    capabilities::{self, BackupRpc},
+    service,
+};
 use cnpgi_proto::backup::v1::{BackupCapabilitiesRequest, BackupRequest};
 
 use super::checker::{Checker, GARBAGE, Running, consistent, names};
@@ -14,11 +17,11 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
         let client = c.client.clone();
         let mut stub = client.backup();
         let ask = stub.get_capabilities(client.request(BackupCapabilitiesRequest {}));
-        let Some(answer) = c.service(ServiceType::BackupService, "Backup", ask).await else {
+        let Some(answer) = c.service(&service::BACKUP, ask).await else {
             return;
         };
         let rpcs = c.capabilities(
-            "Backup",
+            &service::BACKUP,
             consistent(&answer.capabilities, capabilities::backup_rpc_type, |r: BackupRpc| {
                 r.as_str_name()
             }),
@@ -30,12 +33,8 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
                 backup_definition: GARBAGE.to_vec(),
                 parameters: HashMap::new(),
             });
-            c.refuses(
-                "Backup/Backup: garbage Cluster is refused",
-                tonic::Code::InvalidArgument,
-                client.backup().backup(request),
-            )
-            .await;
+            c.refuses_as_described(&service::backup::BACKUP, client.backup().backup(request))
+                .await;
         }
     })
 }

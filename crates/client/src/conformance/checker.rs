@@ -11,21 +11,32 @@ use std::{
 use cnpgi_core::{
     capabilities::{self, CapabilityError, OperatorRpc, ServiceType},
     patch::{parse_patch, patched},
+    service::{Rpc, Service},
     status::{PluginStatusUpdate, previous_statuses, write_plugin_status},
 };
 use cnpgi_proto::identity::v1::ProbeRequest;
 use serde_json::{Value, json};
 
-use super::{ConformanceOptions, Report, identity::Identity, short};
+use super::{options::ConformanceOptions, report::Report};
 use crate::client::PluginClient;
 
 /// What the RPCs that could act on the plugin's side (archive, back up,
 /// restore, reconcile, patch) are sent instead of a Cluster or object.
 pub(super) const GARBAGE: &[u8] = b"\x00not json";
 
-/// The checks of one service, running: what an entry of
-/// [`SERVICES`](super::SERVICES) returns.
+/// The checks of one service, running: what each service's `checks` returns.
 pub(super) type Running<'c> = Pin<Box<dyn Future<Output = ()> + Send + 'c>>;
+
+/// What the plugin said of itself in Identity.
+pub(super) struct Identity {
+    pub(super) version: String,
+    pub(super) services: Vec<ServiceType>,
+}
+
+/// A plugin's message, bounded and on one line, for a report.
+fn short(message: &str) -> String {
+    cnpgi_core::echo::bounded_string(message.replace('\n', " "))
+}
 
 /// The one context of a run: the plugin, the deadline, the report, what the
 /// plugin said of itself, and the sample Cluster every call carries.
@@ -87,12 +98,11 @@ impl Checker {
                 version: identity.version,
                 capabilities: capabilities::service_names(&identity.services),
                 operator_capabilities: capabilities::operator_rpc_names(&operator_rpcs),
-                // Read by the later services' checks, after this entry is
-                // written: left out, as CloudNativePG leaves out empty lists.
-                wal_capabilities: Vec::new(),
-                backup_capabilities: Vec::new(),
-                restore_job_hook_capabilities: Vec::new(),
                 status: previous,
+                // The other services' capabilities are read by their checks,
+                // after this entry is written: left out, as CloudNativePG
+                // leaves out empty lists.
+                ..PluginStatusUpdate::default()
             }],
         );
         self.cluster_bytes = serde_json::to_vec(&self.cluster).unwrap_or_default();
@@ -186,6 +196,29 @@ impl Checker {
         }
     }
 
+    /// An advertised `rpc` of the later services sent what its
+    /// [`Exercise`](cnpgi_core::service::Exercise) says it must refuse
+    /// (garbage, or input it cannot serve): check `<Service/RPC>: <what> is
+    /// refused`, as [`Checker::refuses`].
+    pub(super) async fn refuses_as_described<T>(
+        &mut self,
+        rpc: &Rpc,
+        call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) {
+        let Some((sent, expected)) = rpc.conformance.refusal() else {
+            // A check asked of an RPC the table says is exercised otherwise:
+            // reported, not skipped, so that the mismatch is seen.
+            let reason = format!(
+                "the service table exercises it as {:?}, not by a refusal",
+                rpc.conformance
+            );
+            self.report.record(rpc.method, Err(reason));
+            return;
+        };
+        self.refuses(&format!("{}: {sent} is refused", rpc.method), expected, call)
+            .await;
+    }
+
     /// An advertised RPC of the later services called with garbage (or with
     /// input it cannot serve): it must answer, and refuse; `UNIMPLEMENTED`
     /// means it is not served. `expected` passes; another code is a
@@ -219,17 +252,17 @@ impl Checker {
         }
     }
 
-    /// Asks one of the later services (`label` in check names) for its
-    /// capabilities: the answer when it is advertised and answers; else the
-    /// failure, or whether the unadvertised service is absent, is recorded.
+    /// Asks one of the later services for its capabilities (`ask`): the
+    /// answer when it is advertised and answers; else the failure, or
+    /// whether the unadvertised service is absent, is recorded.
     pub(super) async fn service<A>(
         &mut self,
-        service: ServiceType,
-        label: &str,
+        service: &Service,
         ask: impl Future<Output = Result<tonic::Response<A>, tonic::Status>>,
     ) -> Option<A> {
+        let label = service.label;
         let answer = self.timed(ask).await;
-        if self.services.contains(&service) {
+        if self.services.contains(&service.capability) {
             match answer {
                 Ok(answer) => Some(answer),
                 Err(reason) => {
@@ -260,14 +293,14 @@ impl Checker {
         }
     }
 
-    /// Records the capabilities check of `label`; the values when consistent.
+    /// Records the capabilities check of `service`; the values when consistent.
     pub(super) fn capabilities<T>(
         &mut self,
-        label: &str,
+        service: &Service,
         read: Result<Vec<T>, String>,
         shown: impl Fn(&[T]) -> String,
     ) -> Vec<T> {
-        let name = format!("advertised {label} service answers GetCapabilities");
+        let name = format!("advertised {} service answers GetCapabilities", service.label);
         match read {
             Ok(values) => {
                 self.report.record(name, Ok(shown(&values)));

@@ -7,14 +7,7 @@ use cnpgi_proto::identity::v1::{
     GetPluginCapabilitiesRequest, GetPluginMetadataRequest, GetPluginMetadataResponse, ProbeRequest,
 };
 
-use super::checker::Checker;
-
-/// What the plugin says of itself, written in the Cluster's
-/// `status.pluginStatus` before any further call.
-pub(super) struct Identity {
-    pub(super) version: String,
-    pub(super) services: Vec<ServiceType>,
-}
+use super::checker::{Checker, Identity};
 
 /// The Identity checks; `None` when the metadata cannot be read, which ends
 /// the run.

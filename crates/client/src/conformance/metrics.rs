@@ -4,7 +4,10 @@
 
 use std::collections::BTreeSet;
 
-use cnpgi_core::capabilities::{self, MetricsRpc, ServiceType};
+use cnpgi_core::{
+    capabilities::{self, MetricsRpc},
+    service,
+};
 use cnpgi_proto::metrics::v1::{CollectMetricsRequest, DefineMetricsRequest, MetricsCapabilitiesRequest};
 
 use super::checker::{Checker, Running, consistent, names};
@@ -16,11 +19,11 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
         let client = c.client.clone();
         let mut stub = client.metrics();
         let ask = stub.get_capabilities(client.request(MetricsCapabilitiesRequest {}));
-        let Some(answer) = c.service(ServiceType::Metrics, "Metrics", ask).await else {
+        let Some(answer) = c.service(&service::METRICS, ask).await else {
             return;
         };
         let rpcs = c.capabilities(
-            "Metrics",
+            &service::METRICS,
             consistent(&answer.capabilities, capabilities::metrics_rpc_type, |r: MetricsRpc| {
                 r.as_str_name()
             }),

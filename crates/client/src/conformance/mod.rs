@@ -8,15 +8,14 @@
 //! Every service is covered, one file each: Identity first (`identity.rs`,
 //! with the Operator capabilities of `operator.rs`: what CloudNativePG
 //! writes in the Cluster's status before calling), then the checks of each
-//! service in `SERVICES`: Operator, OperatorLifecycle, ReconcilerHooks,
-//! WAL, Backup, RestoreJobHooks, Postgres and Metrics (capabilities
-//! consistent, advertised RPCs served, answers usable, garbage refused,
-//! nothing changed on the plugin's side). They share one context,
-//! `checker.rs`: the plugin, the deadline, the report.
+//! service with RPCs, in the order of [`cnpgi_core::service::SERVICES`]
+//! (capabilities consistent, advertised RPCs served, answers usable,
+//! garbage refused, nothing changed on the plugin's side: each RPC as its
+//! [`Exercise`](cnpgi_core::service::Exercise) says). They share one
+//! context, `checker.rs`: the plugin, the deadline, the report; it depends
+//! only on `options.rs` and `report.rs`, and every service's file on it.
 
-use std::time::Duration;
-
-use serde_json::Value;
+use cnpgi_core::{capabilities::ServiceType, service};
 
 use crate::client::PluginClient;
 
@@ -26,6 +25,7 @@ mod identity;
 mod lifecycle;
 mod metrics;
 mod operator;
+mod options;
 mod postgres;
 mod reconciler;
 mod report;
@@ -33,45 +33,25 @@ mod restore_job;
 mod wal;
 
 use checker::{Checker, Running};
+pub use options::ConformanceOptions;
 pub use report::{Check, Report};
 
-/// The checks of each service, in the order run, after Identity.
-const SERVICES: &[fn(&mut Checker) -> Running<'_>] = &[
-    operator::checks,
-    lifecycle::checks,
-    reconciler::checks,
-    wal::checks,
-    backup::checks,
-    restore_job::checks,
-    postgres::checks,
-    metrics::checks,
-];
-
-/// A plugin's message, bounded and on one line, for a report.
-fn short(message: &str) -> String {
-    cnpgi_core::echo::bounded_string(message.replace('\n', " "))
-}
-
-/// Tunables of the suite.
-#[derive(Debug, Clone)]
-pub struct ConformanceOptions {
-    /// Every call must answer within this. Default 5 s.
-    pub deadline: Duration,
-    /// The Cluster to send (its `spec.plugins` gets the plugin if missing,
-    /// and `status.pluginStatus` the plugin's entry, as CloudNativePG writes it).
-    pub cluster: Option<Value>,
-    /// Turn recommendations (`NOTE`) into failures. Default off.
-    pub strict: bool,
-}
-
-impl Default for ConformanceOptions {
-    fn default() -> Self {
-        Self {
-            deadline: Duration::from_secs(5),
-            cluster: None,
-            strict: false,
+/// The checks of the service advertised as `capability`, run after
+/// Identity in the order of [`cnpgi_core::service::SERVICES`].
+fn checks_of(capability: ServiceType) -> Option<fn(&mut Checker) -> Running<'_>> {
+    Some(match capability {
+        ServiceType::LifecycleService => lifecycle::checks,
+        ServiceType::OperatorService => operator::checks,
+        ServiceType::ReconcilerHooks => reconciler::checks,
+        ServiceType::WalService => wal::checks,
+        ServiceType::BackupService => backup::checks,
+        ServiceType::RestoreJob => restore_job::checks,
+        ServiceType::Metrics => metrics::checks,
+        ServiceType::Postgres => postgres::checks,
+        ServiceType::Unspecified | ServiceType::InstanceSidecarInjection | ServiceType::InstanceJobSidecarInjection => {
+            return None;
         }
-    }
+    })
 }
 
 /// Runs the suite on the plugin behind `client`, expected to be named `expected_name`.
@@ -82,8 +62,22 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
     };
     let operator_rpcs = operator::capabilities(&mut checker, &identity.services).await;
     checker.load(identity, operator_rpcs);
-    for checks in SERVICES {
-        checks(&mut checker).await;
+    for service in service::with_rpcs() {
+        if let Some(checks) = checks_of(service.capability) {
+            checks(&mut checker).await;
+        }
     }
     checker.finish().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_service_with_rpcs_has_checks() {
+        for service in service::with_rpcs() {
+            assert!(checks_of(service.capability).is_some(), "{}", service.label);
+        }
+    }
 }

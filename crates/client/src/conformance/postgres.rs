@@ -4,7 +4,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use cnpgi_core::capabilities::{self, PostgresRpc, ServiceType};
+use cnpgi_core::{
+    capabilities::{self, PostgresRpc},
+    service,
+};
 use cnpgi_proto::identity::v1::{
     EnrichConfigurationRequest, OperationType, PostgresCapabilitiesRequest, operation_type,
 };
@@ -17,11 +20,11 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
         let client = c.client.clone();
         let mut stub = client.postgres();
         let ask = stub.get_capabilities(client.request(PostgresCapabilitiesRequest {}));
-        let Some(answer) = c.service(ServiceType::Postgres, "Postgres", ask).await else {
+        let Some(answer) = c.service(&service::POSTGRES, ask).await else {
             return;
         };
         let rpcs = c.capabilities(
-            "Postgres",
+            &service::POSTGRES,
             consistent(
                 &answer.capabilities,
                 capabilities::postgres_rpc_type,

@@ -2,7 +2,10 @@
 //! refusing garbage (they may act, creating objects say: nothing else is
 //! sent them).
 
-use cnpgi_core::capabilities::{self, ReconcilerKind, ServiceType};
+use cnpgi_core::{
+    capabilities::{self, ReconcilerKind},
+    service,
+};
 use cnpgi_proto::reconciler::v1::{ReconcilerHooksCapabilitiesRequest, ReconcilerHooksRequest};
 
 use super::checker::{Checker, GARBAGE, Running, consistent, names};
@@ -13,11 +16,11 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
         let client = c.client.clone();
         let mut stub = client.reconciler();
         let ask = stub.get_capabilities(client.request(ReconcilerHooksCapabilitiesRequest {}));
-        let Some(answer) = c.service(ServiceType::ReconcilerHooks, "ReconcilerHooks", ask).await else {
+        let Some(answer) = c.service(&service::RECONCILER_HOOKS, ask).await else {
             return;
         };
         let kinds = c.capabilities(
-            "ReconcilerHooks",
+            &service::RECONCILER_HOOKS,
             consistent(
                 &answer.reconciler_capabilities,
                 capabilities::reconciler_kind,
@@ -28,19 +31,16 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
         if kinds.is_empty() {
             return;
         }
-        for (rpc, pre) in [("Pre", true), ("Post", false)] {
+        for rpc in [service::reconciler::PRE, service::reconciler::POST] {
             let request = client.request(ReconcilerHooksRequest {
                 cluster_definition: GARBAGE.to_vec(),
                 resource_definition: GARBAGE.to_vec(),
             });
             let mut reconciler = client.reconciler();
-            let name = format!("ReconcilerHooks/{rpc}: garbage Cluster is refused");
-            if pre {
-                c.refuses(&name, tonic::Code::InvalidArgument, reconciler.pre(request))
-                    .await;
+            if rpc == service::reconciler::PRE {
+                c.refuses_as_described(&rpc, reconciler.pre(request)).await;
             } else {
-                c.refuses(&name, tonic::Code::InvalidArgument, reconciler.post(request))
-                    .await;
+                c.refuses_as_described(&rpc, reconciler.post(request)).await;
             }
         }
     })

@@ -2,7 +2,10 @@
 //! refusing garbage (nothing else is sent it: checking a plugin restores
 //! nothing).
 
-use cnpgi_core::capabilities::{self, RestoreJobKind, ServiceType};
+use cnpgi_core::{
+    capabilities::{self, RestoreJobKind},
+    service,
+};
 use cnpgi_proto::wal::v1::{RestoreJobHooksCapabilitiesRequest, RestoreRequest};
 
 use super::checker::{Checker, GARBAGE, Running, consistent, names};
@@ -13,11 +16,11 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
         let client = c.client.clone();
         let mut stub = client.restore_job();
         let ask = stub.get_capabilities(client.request(RestoreJobHooksCapabilitiesRequest {}));
-        let Some(answer) = c.service(ServiceType::RestoreJob, "RestoreJobHooks", ask).await else {
+        let Some(answer) = c.service(&service::RESTORE_JOB_HOOKS, ask).await else {
             return;
         };
         let kinds = c.capabilities(
-            "RestoreJobHooks",
+            &service::RESTORE_JOB_HOOKS,
             consistent(
                 &answer.capabilities,
                 capabilities::restore_job_kind,
@@ -30,12 +33,8 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
                 cluster_definition: GARBAGE.to_vec(),
                 check_empty_wal_archive: None,
             });
-            c.refuses(
-                "RestoreJobHooks/Restore: garbage Cluster is refused",
-                tonic::Code::InvalidArgument,
-                client.restore_job().restore(request),
-            )
-            .await;
+            c.refuses_as_described(&service::restore_job::RESTORE, client.restore_job().restore(request))
+                .await;
         }
     })
 }

@@ -2,7 +2,10 @@
 //! refusing what it is sent: garbage, or for Restore a file no archive can
 //! have (checking a plugin archives and restores nothing).
 
-use cnpgi_core::capabilities::{self, ServiceType, WalRpc};
+use cnpgi_core::{
+    capabilities::{self, WalRpc},
+    service,
+};
 use cnpgi_proto::wal::v1::{
     SetFirstRequiredRequest, WalArchiveRequest, WalCapabilitiesRequest, WalRestoreRequest, WalStatusRequest,
 };
@@ -15,11 +18,11 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
         let client = c.client.clone();
         let mut stub = client.wal();
         let ask = stub.get_capabilities(client.request(WalCapabilitiesRequest {}));
-        let Some(answer) = c.service(ServiceType::WalService, "WAL", ask).await else {
+        let Some(answer) = c.service(&service::WAL, ask).await else {
             return;
         };
         let rpcs = c.capabilities(
-            "WAL",
+            &service::WAL,
             consistent(&answer.capabilities, capabilities::wal_rpc_type, |r: WalRpc| {
                 r.as_str_name()
             }),
@@ -47,30 +50,22 @@ async fn archive(c: &mut Checker) {
         source_file_name: "/nonexistent/cnpgi-check-plugin/pg_wal/000000010000000000000001".into(),
         ..Default::default()
     });
-    c.refuses(
-        "WAL/Archive: garbage Cluster is refused",
-        tonic::Code::InvalidArgument,
-        client.wal().archive(request),
-    )
-    .await;
+    c.refuses_as_described(&service::wal::ARCHIVE, client.wal().archive(request))
+        .await;
 }
 
 async fn restore(c: &mut Checker) {
     let client = c.client.clone();
     // A file no archive can have (timeline 0xFFFFFFFF), into a directory
-    // that does not exist: refused, conventionally NOT_FOUND.
+    // that does not exist.
     let request = client.request(WalRestoreRequest {
         cluster_definition: c.cluster_bytes.clone(),
         source_wal_name: "FFFFFFFF.history".into(),
         destination_file_name: "/nonexistent/cnpgi-check-plugin/pg_wal/RECOVERYHISTORY".into(),
         ..Default::default()
     });
-    c.refuses(
-        "WAL/Restore: a file the archive lacks is refused",
-        tonic::Code::NotFound,
-        client.wal().restore(request),
-    )
-    .await;
+    c.refuses_as_described(&service::wal::RESTORE, client.wal().restore(request))
+        .await;
 }
 
 async fn status(c: &mut Checker) {
@@ -78,12 +73,8 @@ async fn status(c: &mut Checker) {
     let request = client.request(WalStatusRequest {
         cluster_definition: GARBAGE.to_vec(),
     });
-    c.refuses(
-        "WAL/Status: garbage Cluster is refused",
-        tonic::Code::InvalidArgument,
-        client.wal().status(request),
-    )
-    .await;
+    c.refuses_as_described(&service::wal::STATUS, client.wal().status(request))
+        .await;
 }
 
 async fn set_first_required(c: &mut Checker) {
@@ -92,9 +83,8 @@ async fn set_first_required(c: &mut Checker) {
         cluster_definition: GARBAGE.to_vec(),
         first_required_wal: "000000010000000000000001".into(),
     });
-    c.refuses(
-        "WAL/SetFirstRequired: garbage Cluster is refused",
-        tonic::Code::InvalidArgument,
+    c.refuses_as_described(
+        &service::wal::SET_FIRST_REQUIRED,
         client.wal().set_first_required(request),
     )
     .await;

@@ -15,6 +15,7 @@ use base64::Engine as _;
 use cnpgi_core::{
     capabilities::{BackupRpc, RestoreJobKind, ServiceType},
     postgres::{empty_wal_archive_check_enabled, recovery_target_options},
+    service,
 };
 use cnpgi_proto::{
     backup::v1::{BackupRequest, BackupResult},
@@ -131,7 +132,7 @@ pub async fn backup(
         .backup()
         .backup(target.client.request(request))
         .await
-        .map_err(|s| InstanceError::call(plugin, "Backup/Backup", &s))?
+        .map_err(|s| InstanceError::call(plugin, service::backup::BACKUP.method, &s))?
         .into_inner())
 }
 
@@ -187,7 +188,7 @@ pub async fn restore(
         .restore_job()
         .restore(target.client.request(request))
         .await
-        .map_err(|s| InstanceError::call(plugin, "RestoreJobHooks/Restore", &s))?
+        .map_err(|s| InstanceError::call(plugin, service::restore_job::RESTORE.method, &s))?
         .into_inner())
 }
 

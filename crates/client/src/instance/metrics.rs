@@ -40,7 +40,7 @@ use cnpgi_proto::metrics::v1::{
 };
 use serde_json::Value;
 
-use super::{InstanceOptions, connect, sockets};
+use super::{InstanceOptions, InstancePlugin, connect, sockets};
 
 /// The content type of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -274,56 +274,27 @@ pub async fn collect(cluster: &Value, reserved: &[&str], options: &InstanceOptio
             return collection;
         }
     };
-    let mut taken: BTreeSet<String> = reserved.iter().map(|name| (*name).to_owned()).collect();
-    let mut families: BTreeMap<String, Family> = BTreeMap::new();
+    let mut families = Families {
+        taken: reserved.iter().map(|name| (*name).to_owned()).collect(),
+        by_name: BTreeMap::new(),
+    };
     for name in enabled_plugins(cluster)
         .into_iter()
         .map(|p| p.name)
         .filter(|name| present.contains(name))
     {
-        let plugin = match connect([name.as_str()], &[ServiceType::Metrics], options).await {
-            Ok((mut plugins, _)) => match plugins.pop() {
-                Some(plugin) => plugin,
-                None => continue,
-            },
-            Err(e) => {
-                collection.errors.push(error(&name, e.to_string()));
-                continue;
-            }
-        };
-        if !plugin.info.has_service(ServiceType::Metrics) || !plugin.info.metrics_rpcs.contains(&MetricsRpc::Metrics) {
-            continue;
-        }
-        let defined = plugin
-            .client
-            .metrics()
-            .define(plugin.client.request(DefineMetricsRequest {
-                cluster_definition: definition.clone(),
-            }))
-            .await
-            .map_err(|s| format!("Define failed: {:?}: {}", s.code(), bounded_string(s.message())))
-            .and_then(|answer| definitions(answer.get_ref(), &taken));
-        let defined = match defined {
-            Ok(defined) => defined,
+        let plugin = match metrics_plugin(&name, options).await {
+            Ok(Some(plugin)) => plugin,
+            Ok(None) => continue,
             Err(reason) => {
                 collection.errors.push(error(&name, reason));
                 continue;
             }
         };
-        let collected = match plugin
-            .client
-            .metrics()
-            .collect(plugin.client.request(CollectMetricsRequest {
-                cluster_definition: definition.clone(),
-            }))
-            .await
-        {
-            Ok(answer) => answer.into_inner(),
-            Err(s) => {
-                collection.errors.push(error(
-                    &name,
-                    format!("Collect failed: {:?}: {}", s.code(), bounded_string(s.message())),
-                ));
+        let (defined, collected) = match define_and_collect(&plugin, &definition, &families.taken).await {
+            Ok(answers) => answers,
+            Err(reason) => {
+                collection.errors.push(error(&name, reason));
                 continue;
             }
         };
@@ -334,9 +305,29 @@ pub async fn collect(cluster: &Value, reserved: &[&str], options: &InstanceOptio
                 format!("{reason}; this plugin's remaining values are dropped"),
             ));
         }
-        for (metric, definition) in &defined {
-            taken.insert(metric.clone());
-            families.insert(
+        families.add(&defined, values);
+    }
+    // A defined metric without values has no line to show.
+    collection.families = families
+        .by_name
+        .into_values()
+        .filter(|f| !f.samples.is_empty())
+        .collect();
+    collection
+}
+
+/// The families collected so far, and the names no later plugin may define.
+struct Families {
+    taken: BTreeSet<String>,
+    by_name: BTreeMap<String, Family>,
+}
+
+impl Families {
+    /// One plugin's definitions and the values kept of its answer.
+    fn add(&mut self, defined: &BTreeMap<String, Definition>, values: Vec<(String, Sample)>) {
+        for (metric, definition) in defined {
+            self.taken.insert(metric.clone());
+            self.by_name.insert(
                 metric.clone(),
                 Family {
                     name: metric.clone(),
@@ -347,14 +338,50 @@ pub async fn collect(cluster: &Value, reserved: &[&str], options: &InstanceOptio
             );
         }
         for (metric, sample) in values {
-            if let Some(family) = families.get_mut(&metric) {
+            if let Some(family) = self.by_name.get_mut(&metric) {
                 family.samples.push(sample);
             }
         }
     }
-    // A defined metric without values has no line to show.
-    collection.families = families.into_values().filter(|f| !f.samples.is_empty()).collect();
-    collection
+}
+
+/// Plugin `name`, connected and probed for Metrics; `None` when it does not
+/// advertise `TYPE_METRICS` (nothing to collect), `Err` when unreachable.
+async fn metrics_plugin(name: &str, options: &InstanceOptions) -> Result<Option<InstancePlugin>, String> {
+    let (mut plugins, _) = connect([name], &[ServiceType::Metrics], options)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(plugins.pop().filter(|plugin| {
+        plugin.info.has_service(ServiceType::Metrics) && plugin.info.metrics_rpcs.contains(&MetricsRpc::Metrics)
+    }))
+}
+
+/// `Define`, checked against the names already `taken`, then `Collect`.
+async fn define_and_collect(
+    plugin: &InstancePlugin,
+    definition: &[u8],
+    taken: &BTreeSet<String>,
+) -> Result<(BTreeMap<String, Definition>, CollectMetricsResult), String> {
+    let failed = |rpc: &str, s: tonic::Status| format!("{rpc} failed: {:?}: {}", s.code(), bounded_string(s.message()));
+    let defined = plugin
+        .client
+        .metrics()
+        .define(plugin.client.request(DefineMetricsRequest {
+            cluster_definition: definition.to_vec(),
+        }))
+        .await
+        .map_err(|s| failed("Define", s))
+        .and_then(|answer| definitions(answer.get_ref(), taken))?;
+    let collected = plugin
+        .client
+        .metrics()
+        .collect(plugin.client.request(CollectMetricsRequest {
+            cluster_definition: definition.to_vec(),
+        }))
+        .await
+        .map_err(|s| failed("Collect", s))?
+        .into_inner();
+    Ok((defined, collected))
 }
 
 fn escape(text: &str, quote: bool) -> String {

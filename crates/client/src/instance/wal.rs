@@ -26,6 +26,7 @@ use cnpgi_core::{
     cluster::enabled_plugins,
     echo::bounded_string,
     postgres::{empty_wal_archive_check_enabled, external_cluster_plugins, wal_archiver},
+    service,
     wal_segment::{HEADER_LEN, check_segment, cluster_segment_size, is_segment_name},
 };
 use cnpgi_proto::wal::v1::{WalArchiveRequest, WalRestoreRequest, wal_restore_request::Mode};
@@ -125,7 +126,7 @@ pub async fn archive_wal(
             .wal()
             .archive(plugin.client.request(request))
             .await
-            .map_err(|s| InstanceError::call(&plugin.name, "WAL/Archive", &s))?;
+            .map_err(|s| InstanceError::call(&plugin.name, service::wal::ARCHIVE.method, &s))?;
         archived.push(plugin.name.clone());
     }
     if archived.is_empty() {

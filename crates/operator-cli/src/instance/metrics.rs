@@ -18,7 +18,7 @@ use cnpgi_client::instance::{
 use cnpgi_operator::serving::{self, ServerLimits};
 
 use super::{InstanceFlags, Severity, deadline};
-use crate::logging;
+use cnpgi_process::logging;
 
 /// CloudNativePG's counter of failed collections, by collector.
 const ERRORS_TOTAL: &str = "cnpg_collector_collection_errors_total";
@@ -169,6 +169,8 @@ pub(crate) async fn run_metrics(args: MetricsArgs) -> ExitCode {
 
 async fn serve(args: MetricsArgs) -> anyhow::Result<()> {
     logging::init(args.instance.log_format, &args.log_level);
+    // Old environment variable names in use, through the subscriber just set up.
+    crate::env_names::log_deprecated();
     let scraper = Scraper {
         options: args.instance.options(deadline(args.plugin_timeout)),
         instance: args.instance,
@@ -186,7 +188,7 @@ async fn serve(args: MetricsArgs) -> anyhow::Result<()> {
         let handle = handle.clone();
         tokio::spawn(async move { serving::serve_plain(listener, app, handle, &ServerLimits::default()).await })
     };
-    crate::signals::shutdown_signal().await;
+    cnpgi_process::signals::shutdown_signal().await;
     handle.graceful_shutdown(Some(Duration::from_secs(5)));
     server.await.context("the server task failed")??;
     Ok(())

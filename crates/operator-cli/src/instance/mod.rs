@@ -21,7 +21,7 @@ use cnpgi_client::{
 };
 use serde_json::Value;
 
-use crate::logging::{self, LogFormat};
+use cnpgi_process::logging::{self, LogFormat};
 
 /// The fields every instance command needs in the Cluster file: the JSON
 /// pointer, its name as a user writes it, and why.

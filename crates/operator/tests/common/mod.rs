@@ -23,8 +23,8 @@ use cnpgi_pluginhelper::{
             operator_server::{Operator, OperatorServer},
         },
     },
-    server::PluginServer,
     testing::{TestCertificates, TestIdentity, TestPlugin},
+    transport::PluginServer,
 };
 use cnpgi_tls::{pem, server::ReloadingServerConfig, server::ServerTlsFiles, verify::PinnedServerVerifier};
 use http_body_util::{BodyExt, Full};

@@ -71,7 +71,8 @@ use crate::{
     cluster::Cluster,
     cmd::PluginCommand,
     parameters::Parameters,
-    server::PluginServer,
+    service::{self, ParametersFrom, Rpc},
+    transport::PluginServer,
     validation,
 };
 
@@ -146,6 +147,25 @@ struct Handlers<P> {
     postgres: Option<postgres::Handler<P>>,
 }
 
+impl<P: Parameters> Handlers<P> {
+    /// Whether a handler of the service advertised as `service` is registered.
+    fn registered(&self, service: ServiceType) -> bool {
+        match service {
+            ServiceType::LifecycleService => !self.lifecycle.is_empty(),
+            ServiceType::OperatorService => !operator::rpcs::<P>(&self.operator).is_empty(),
+            ServiceType::ReconcilerHooks => !self.reconciler.is_empty(),
+            ServiceType::WalService => !self.wal.is_empty(),
+            ServiceType::BackupService => self.backup.is_some(),
+            ServiceType::RestoreJob => self.restore_job.is_some(),
+            ServiceType::Metrics => self.metrics.is_some(),
+            ServiceType::Postgres => self.postgres.is_some(),
+            ServiceType::Unspecified
+            | ServiceType::InstanceSidecarInjection
+            | ServiceType::InstanceJobSidecarInjection => false,
+        }
+    }
+}
+
 impl<P> Default for Handlers<P> {
     fn default() -> Self {
         Self {
@@ -182,11 +202,15 @@ impl<P: Parameters> Shared<P> {
         self.decoded.get(definition, |cluster| self.parameters(cluster))
     }
 
-    /// As [`Shared::parameters`], for the calls made on behalf of a Cluster
-    /// that may only name this plugin as a recovery source: its
+    /// This plugin's parameters for a call of `rpc`, from where the service
+    /// table says ([`ParametersFrom`]): for the calls that may be made on
+    /// behalf of a Cluster naming this plugin only as a recovery source, its
     /// `spec.plugins` entry, else its `spec.externalClusters[].plugin` entry,
     /// else `fallback` (the map sent in the request).
-    fn source_parameters(&self, cluster: &Cluster, fallback: &BTreeMap<String, String>) -> Result<P, Status> {
+    fn parameters_for(&self, rpc: &Rpc, cluster: &Cluster, fallback: &BTreeMap<String, String>) -> Result<P, Status> {
+        if rpc.parameters == ParametersFrom::Entry {
+            return self.parameters(cluster);
+        }
         let parsed = if let Some(entry) = cluster.plugin(&self.name) {
             P::parse(entry.index, entry.parameters())
         } else if let Some(params) = external_cluster_parameters(cluster, &self.name) {
@@ -285,28 +309,16 @@ impl<P: Parameters> Plugin<P> {
     }
 
     /// The services advertised by `GetPluginCapabilities`: the ones with
-    /// handlers in a fixed order (OperatorLifecycle, Operator,
-    /// ReconcilerHooks, WAL, Backup, RestoreJobHooks, Metrics, Postgres),
-    /// then the ones added with [`Plugin::advertise`] or
-    /// [`Plugin::add_service`], in that order.
+    /// handlers, in the order of [`cnpgi_core::service::SERVICES`]
+    /// (OperatorLifecycle, Operator, ReconcilerHooks, WAL, Backup,
+    /// RestoreJobHooks, Metrics, Postgres), then the ones added with
+    /// [`Plugin::advertise`] or [`Plugin::add_service`], in that order.
     pub fn services(&self) -> Vec<ServiceType> {
-        let h = &self.handlers;
-        let mut services: Vec<ServiceType> = [
-            (ServiceType::LifecycleService, !h.lifecycle.is_empty()),
-            (
-                ServiceType::OperatorService,
-                !operator::rpcs::<P>(&h.operator).is_empty(),
-            ),
-            (ServiceType::ReconcilerHooks, !h.reconciler.is_empty()),
-            (ServiceType::WalService, !h.wal.is_empty()),
-            (ServiceType::BackupService, h.backup.is_some()),
-            (ServiceType::RestoreJob, h.restore_job.is_some()),
-            (ServiceType::Metrics, h.metrics.is_some()),
-            (ServiceType::Postgres, h.postgres.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(service, registered)| registered.then_some(service))
-        .collect();
+        let mut services: Vec<ServiceType> = service::SERVICES
+            .iter()
+            .map(|service| service.capability)
+            .filter(|service| self.handlers.registered(*service))
+            .collect();
         for service in &self.advertised {
             if !services.contains(service) {
                 services.push(*service);
@@ -356,47 +368,14 @@ impl<P: Parameters> Plugin<P> {
         let routes = std::mem::take(&mut self.routes);
         let shared = self.shared();
         let register = move |builder: &mut RoutesBuilder| {
-            use cnpgi_proto::{
-                backup::v1::backup_server::BackupServer,
-                identity::v1::postgres_server::PostgresServer,
-                metrics::v1::metrics_server::MetricsServer,
-                operator::v1::operator_server::OperatorServer,
-                operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycleServer,
-                reconciler::v1::reconciler_hooks_server::ReconcilerHooksServer,
-                wal::v1::{restore_job_hooks_server::RestoreJobHooksServer, wal_server::WalServer},
-            };
-            let h = &shared.handlers;
             // A service added by hand takes the place of the declarative one.
-            let declarative = |service: ServiceType, registered: bool| {
-                registered && !routes.iter().any(|(hand_written, _)| *hand_written == service)
+            let declarative = |service: ServiceType| {
+                shared.handlers.registered(service) && !routes.iter().any(|(hand_written, _)| *hand_written == service)
             };
-            let s = || shared.clone();
-            if declarative(ServiceType::LifecycleService, !h.lifecycle.is_empty()) {
-                builder.add_service(OperatorLifecycleServer::new(LifecycleService(s())));
-            }
-            if declarative(
-                ServiceType::OperatorService,
-                !operator::rpcs::<P>(&h.operator).is_empty(),
-            ) {
-                builder.add_service(OperatorServer::new(OperatorService(s())));
-            }
-            if declarative(ServiceType::ReconcilerHooks, !h.reconciler.is_empty()) {
-                builder.add_service(ReconcilerHooksServer::new(ReconcilerService(s())));
-            }
-            if declarative(ServiceType::WalService, !h.wal.is_empty()) {
-                builder.add_service(WalServer::new(WalService(s())));
-            }
-            if declarative(ServiceType::BackupService, h.backup.is_some()) {
-                builder.add_service(BackupServer::new(BackupService(s())));
-            }
-            if declarative(ServiceType::RestoreJob, h.restore_job.is_some()) {
-                builder.add_service(RestoreJobHooksServer::new(RestoreJobService(s())));
-            }
-            if declarative(ServiceType::Metrics, h.metrics.is_some()) {
-                builder.add_service(MetricsServer::new(MetricsService(s())));
-            }
-            if declarative(ServiceType::Postgres, h.postgres.is_some()) {
-                builder.add_service(PostgresServer::new(PostgresService(s())));
+            for service in service::SERVICES.iter().map(|service| service.capability) {
+                if declarative(service) {
+                    add_declarative_service(builder, service, &shared);
+                }
             }
             for (_, route) in routes {
                 route(builder);
@@ -404,6 +383,34 @@ impl<P: Parameters> Plugin<P> {
         };
         (identity, register)
     }
+}
+
+/// Adds the tonic server of `service`, dispatching to the handlers in `shared`.
+fn add_declarative_service<P: Parameters>(builder: &mut RoutesBuilder, service: ServiceType, shared: &Arc<Shared<P>>) {
+    use cnpgi_proto::{
+        backup::v1::backup_server::BackupServer,
+        identity::v1::postgres_server::PostgresServer,
+        metrics::v1::metrics_server::MetricsServer,
+        operator::v1::operator_server::OperatorServer,
+        operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycleServer,
+        reconciler::v1::reconciler_hooks_server::ReconcilerHooksServer,
+        wal::v1::{restore_job_hooks_server::RestoreJobHooksServer, wal_server::WalServer},
+    };
+    let s = shared.clone();
+    match service {
+        ServiceType::LifecycleService => builder.add_service(OperatorLifecycleServer::new(LifecycleService(s))),
+        ServiceType::OperatorService => builder.add_service(OperatorServer::new(OperatorService(s))),
+        ServiceType::ReconcilerHooks => builder.add_service(ReconcilerHooksServer::new(ReconcilerService(s))),
+        ServiceType::WalService => builder.add_service(WalServer::new(WalService(s))),
+        ServiceType::BackupService => builder.add_service(BackupServer::new(BackupService(s))),
+        ServiceType::RestoreJob => builder.add_service(RestoreJobHooksServer::new(RestoreJobService(s))),
+        ServiceType::Metrics => builder.add_service(MetricsServer::new(MetricsService(s))),
+        ServiceType::Postgres => builder.add_service(PostgresServer::new(PostgresService(s))),
+        // Advertised only: no RPC to serve.
+        ServiceType::Unspecified | ServiceType::InstanceSidecarInjection | ServiceType::InstanceJobSidecarInjection => {
+            builder
+        }
+    };
 }
 
 /// The Identity service of a declarative [`Plugin`]: its metadata, the

@@ -14,6 +14,7 @@ use crate::{
     capabilities::restore_job_hook,
     cluster::{Cluster, decode_cluster},
     parameters::Parameters,
+    service,
 };
 
 /// What the restore hook receives.
@@ -68,7 +69,9 @@ impl<P: Parameters> restore_job_hooks_server::RestoreJobHooks for RestoreJobServ
             .ok_or_else(|| Status::unimplemented("RestoreJobHooks.Restore is not implemented by this plugin"))?;
         let request = request.into_inner();
         let cluster = decode_cluster(&request.cluster_definition)?;
-        let parameters = self.0.source_parameters(&cluster, &Default::default())?;
+        let parameters = self
+            .0
+            .parameters_for(&service::restore_job::RESTORE, &cluster, &Default::default())?;
         let answer = handler(RestoreJobCall {
             cluster,
             parameters,

@@ -14,6 +14,7 @@ use super::{AsyncHandler, Plugin, Shared, boxed};
 use crate::{
     cluster::{Cluster, decode_cluster},
     parameters::Parameters,
+    service,
     wal::{self, WalFileName},
 };
 
@@ -180,9 +181,11 @@ impl<P: Parameters> wal_server::Wal for WalService<P> {
         let request = request.into_inner();
         let cluster = decode_cluster(&request.cluster_definition)?;
         let file = WalFileName::from_path(&request.source_file_name)?;
-        let parameters = self
-            .0
-            .source_parameters(&cluster, &request.parameters.into_iter().collect())?;
+        let parameters = self.0.parameters_for(
+            &service::wal::ARCHIVE,
+            &cluster,
+            &request.parameters.into_iter().collect(),
+        )?;
         handler(WalArchiveCall {
             cluster,
             parameters,
@@ -203,9 +206,11 @@ impl<P: Parameters> wal_server::Wal for WalService<P> {
         if request.destination_file_name.is_empty() {
             return Err(Status::invalid_argument("destination_file_name is required"));
         }
-        let parameters = self
-            .0
-            .source_parameters(&cluster, &request.parameters.into_iter().collect())?;
+        let parameters = self.0.parameters_for(
+            &service::wal::RESTORE,
+            &cluster,
+            &request.parameters.into_iter().collect(),
+        )?;
         handler(WalRestoreCall {
             cluster,
             parameters,

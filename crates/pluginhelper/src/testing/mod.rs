@@ -13,7 +13,7 @@
 //!
 //! ```no_run
 //! # async fn example<I: cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity>(identity: I) {
-//! use cnpgi_pluginhelper::{proto::identity::v1::GetPluginMetadataRequest, server::PluginServer, testing::TestPlugin};
+//! use cnpgi_pluginhelper::{proto::identity::v1::GetPluginMetadataRequest, testing::TestPlugin, transport::PluginServer};
 //!
 //! let plugin = TestPlugin::start_tls(PluginServer::new(identity)).await.unwrap();
 //! let metadata = plugin.identity().get_plugin_metadata(GetPluginMetadataRequest {}).await.unwrap();
@@ -49,7 +49,7 @@ use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, KeyPair};
 use tokio::{sync::oneshot, task::JoinHandle};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::server::{PluginListener, PluginServer, ServeError};
+use crate::transport::{PluginListener, PluginServer, ServeError};
 
 mod captured_log;
 mod eventually;

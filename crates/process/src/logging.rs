@@ -1,17 +1,12 @@
-//! Log set-up of `cnpgi-operator run`, `metrics` and the other instance
-//! commands' messages: text or JSON lines on stderr.
-//!
-//! The same choices as a plugin's (`--log-format`, `--log-level`, `RUST_LOG`
-//! wins), written here so that the operator binary does not depend on the
-//! plugin SDK.
+//! Log lines on stderr, text or JSON, filtered by level.
 
 use std::io::IsTerminal;
 
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
-/// How log lines are written.
+/// How log lines are written (`--log-format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub(crate) enum LogFormat {
+pub enum LogFormat {
     /// Human-readable lines.
     #[default]
     Text,
@@ -19,20 +14,34 @@ pub(crate) enum LogFormat {
     Json,
 }
 
-/// Installs the global tracing subscriber writing to stderr. `level` is an
-/// `EnvFilter` directive such as `info` or `info,cnpgi_operator=debug`;
-/// `RUST_LOG`, when set, wins. A subscriber already installed is kept.
-pub(crate) fn init(format: LogFormat, level: &str) {
+/// Installs the global tracing subscriber writing to stderr.
+///
+/// `level` is an `EnvFilter` directive such as `info` or
+/// `info,cnpgi_pluginhelper=debug`; `RUST_LOG`, when set, wins; an invalid
+/// directive falls back to `info`. Does nothing if a subscriber is already
+/// installed (e.g. by a plugin's own `main`).
+///
+/// ```
+/// use cnpgi_process::logging::{self, LogFormat};
+///
+/// logging::init(LogFormat::Text, "info,my_plugin=debug");
+/// tracing::info!("written to stderr");
+/// ```
+pub fn init(format: LogFormat, level: &str) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     install(format, filter);
 }
 
-/// Installs the subscriber of a command whose messages are its output (the
-/// instance commands'): every message at `info` and above, whatever
-/// `RUST_LOG` says, as their text lines are always written.
-pub(crate) fn init_messages(format: LogFormat) {
+/// Installs the subscriber of a command whose log messages are its output
+/// (e.g. `cnpgi-operator`'s instance commands, which PostgreSQL runs): every
+/// message at `info` and above, whatever `RUST_LOG` says.
+///
+/// ```
+/// cnpgi_process::logging::init_messages(cnpgi_process::logging::LogFormat::Json);
+/// ```
+pub fn init_messages(format: LogFormat) {
     install(format, EnvFilter::new("info"));
 }
 
@@ -52,5 +61,4 @@ fn install(format: LogFormat, filter: EnvFilter) {
     };
     // An already installed subscriber is the caller's choice, not an error.
     drop(result);
-    crate::env_names::log_deprecated();
 }

@@ -15,8 +15,8 @@ use std::{
 };
 
 use cnpgi_core::{
-    names::services,
     ratelimit::{RateLimited, RateLimitedByKind},
+    service::IDENTITY_NAME,
 };
 use cnpgi_proto::{
     FILE_DESCRIPTOR_SET,
@@ -39,7 +39,8 @@ use tonic::{
 };
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-use crate::{authority::AuthorityRewrite, batched_writes::BatchedWrites, middleware::CallLayer};
+use super::{authority::AuthorityRewrite, batched_writes::BatchedWrites};
+use crate::middleware::CallLayer;
 
 /// Why a plugin could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -117,8 +118,8 @@ impl Default for ServeOptions {
 /// CNPG-I packages.
 ///
 /// ```no_run
-/// # use cnpgi_pluginhelper::server::{PluginListener, PluginServer};
-/// # async fn example<I: cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity>(identity: I) -> Result<(), cnpgi_pluginhelper::server::ServeError> {
+/// # use cnpgi_pluginhelper::transport::{PluginListener, PluginServer};
+/// # async fn example<I: cnpgi_pluginhelper::proto::identity::v1::identity_server::Identity>(identity: I) -> Result<(), cnpgi_pluginhelper::transport::ServeError> {
 /// let server = PluginServer::new(identity);
 /// let name = server.metadata().await?.name;
 /// let listener = PluginListener::bind_unix("/plugins".as_ref(), &name)?;
@@ -198,21 +199,11 @@ impl<I: identity_server::Identity> PluginServer<I> {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
-        let reflection_v1 = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .map_err(|e| ServeError::Reflection(e.to_string()))?;
-        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-            .build_v1alpha()
-            .map_err(|e| ServeError::Reflection(e.to_string()))?;
-
         let mut routes = self.routes;
         routes
             .add_service(identity_server::IdentityServer::from_arc(self.identity.clone()))
-            .add_service(health_service)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha);
+            .add_service(health_service);
+        add_reflection(&mut routes)?;
         let routes: Routes = routes.routes();
 
         let readiness = tokio::spawn(report_readiness(
@@ -220,21 +211,8 @@ impl<I: identity_server::Identity> PluginServer<I> {
             health_reporter,
             self.options.probe_interval,
         ));
-
-        let (fired_tx, mut fired_rx) = watch::channel(false);
-        let signal = async move {
-            shutdown.await;
-            tracing::info!("shutting down: refusing new connections, finishing in-flight calls");
-            let _ = fired_tx.send(true);
-        };
         let grace = self.options.shutdown_grace;
-        let grace_elapsed = async move {
-            if fired_rx.wait_for(|fired| *fired).await.is_ok() {
-                tokio::time::sleep(grace).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        };
+        let (signal, grace_elapsed) = graceful_shutdown(shutdown, grace);
 
         let mut server = Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
@@ -277,6 +255,43 @@ impl<I: identity_server::Identity> PluginServer<I> {
         tracing::info!("plugin stopped");
         Ok(())
     }
+}
+
+/// Adds gRPC reflection (v1 and v1alpha) over the CNPG-I descriptors, for
+/// `grpcurl` and the like.
+fn add_reflection(routes: &mut RoutesBuilder) -> Result<(), ServeError> {
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| ServeError::Reflection(e.to_string()))?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(|e| ServeError::Reflection(e.to_string()))?;
+    routes.add_service(reflection_v1).add_service(reflection_v1alpha);
+    Ok(())
+}
+
+/// The server's shutdown signal (`shutdown`, logged), and what completes
+/// `grace` after it: in-flight calls are waited for that long, no longer.
+fn graceful_shutdown(
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> (impl Future<Output = ()> + Send + 'static, impl Future<Output = ()>) {
+    let (fired_tx, mut fired_rx) = watch::channel(false);
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: refusing new connections, finishing in-flight calls");
+        let _ = fired_tx.send(true);
+    };
+    let grace_elapsed = async move {
+        if fired_rx.wait_for(|fired| *fired).await.is_ok() {
+            tokio::time::sleep(grace).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    (signal, grace_elapsed)
 }
 
 /// Where a plugin listens.
@@ -689,7 +704,7 @@ async fn report_readiness<I: identity_server::Identity>(
             } else {
                 ServingStatus::NotServing
             };
-            for service in ["", services::IDENTITY] {
+            for service in ["", IDENTITY_NAME] {
                 reporter.set_service_status(service, status).await;
             }
             last = Some(ready);
