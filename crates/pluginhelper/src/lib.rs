@@ -57,13 +57,6 @@ pub mod plugin;
 pub mod postgres;
 pub mod prelude;
 pub mod reconciler;
-/// The former name of [`transport`], kept while code outside this
-/// workspace's updated users (examples/wal-archive, being rewritten) still
-/// names it; to be removed.
-#[doc(hidden)]
-pub mod server {
-    pub use crate::transport::*;
-}
 pub mod sidecar;
 #[cfg(feature = "testing")]
 pub mod testing;

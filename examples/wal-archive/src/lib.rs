@@ -56,7 +56,7 @@ use cnpgi_pluginhelper::{
         backup::v1::BackupResult,
         wal::v1::{RestoreResponse, WalStatusResult},
     },
-    server::PluginServer,
+    transport::PluginServer,
     wal::ArchiveDecision,
 };
 use serde_json::Value;

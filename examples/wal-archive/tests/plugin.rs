@@ -582,7 +582,7 @@ fn write_backup(store: &std::path::Path, id: &str) -> (std::path::PathBuf, Vec<u
 /// The plugin, restoring backups into `pgdata`.
 fn restoring_into(
     pgdata: &std::path::Path,
-) -> cnpgi_pluginhelper::server::PluginServer<cnpgi_pluginhelper::plugin::PluginIdentity> {
+) -> cnpgi_pluginhelper::transport::PluginServer<cnpgi_pluginhelper::plugin::PluginIdentity> {
     cnpgi_wal_archive::plugin_with(cnpgi_wal_archive::Settings {
         pgdata: pgdata.to_owned(),
         restore_command: "cli wal-restore %f %p".into(),
