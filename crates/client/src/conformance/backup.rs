@@ -9,7 +9,7 @@ use cnpgi_core::{
 };
 use cnpgi_proto::backup::v1::{BackupCapabilitiesRequest, BackupRequest};
 
-use super::checker::{Checker, GARBAGE, Running, consistent, names};
+use super::checker::{Checker, GARBAGE, Running};
 
 /// The checks of the Backup service.
 pub(super) fn checks(c: &mut Checker) -> Running<'_> {
@@ -17,16 +17,18 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
         let client = c.client.clone();
         let mut stub = client.backup();
         let ask = stub.get_capabilities(client.request(BackupCapabilitiesRequest {}));
-        let Some(answer) = c.service(&service::BACKUP, ask).await else {
+        let Some(rpcs) = c
+            .advertised(
+                &service::BACKUP,
+                ask,
+                |a| &a.capabilities,
+                capabilities::backup_rpc_type,
+                BackupRpc::as_str_name,
+            )
+            .await
+        else {
             return;
         };
-        let rpcs = c.capabilities(
-            &service::BACKUP,
-            consistent(&answer.capabilities, capabilities::backup_rpc_type, |r: BackupRpc| {
-                r.as_str_name()
-            }),
-            |r| names(r, BackupRpc::as_str_name),
-        );
         if rpcs.contains(&BackupRpc::Backup) {
             let request = client.request(BackupRequest {
                 cluster_definition: GARBAGE.to_vec(),

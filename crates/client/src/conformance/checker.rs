@@ -294,6 +294,22 @@ impl Checker {
     }
 
     /// Records the capabilities check of `service`; the values when consistent.
+    /// A service's GetCapabilities asked and checked ([`Self::service`]),
+    /// then its `entries` read and checked ([`Self::capabilities`]): the
+    /// values the plugin advertises, `None` when there is no answer to check.
+    pub(super) async fn advertised<A, C, T: Copy + PartialEq + Debug>(
+        &mut self,
+        service: &Service,
+        ask: impl Future<Output = Result<tonic::Response<A>, tonic::Status>>,
+        entries: fn(&A) -> &[C],
+        read: fn(&C) -> Result<T, CapabilityError>,
+        name: fn(&T) -> &'static str,
+    ) -> Option<Vec<T>> {
+        let answer = self.service(service, ask).await?;
+        let values = consistent(entries(&answer), read, |value| name(&value));
+        Some(self.capabilities(service, values, |values| names(values, name)))
+    }
+
     pub(super) fn capabilities<T>(
         &mut self,
         service: &Service,

@@ -10,7 +10,7 @@ use cnpgi_core::{
 };
 use cnpgi_proto::metrics::v1::{CollectMetricsRequest, DefineMetricsRequest, MetricsCapabilitiesRequest};
 
-use super::checker::{Checker, Running, consistent, names};
+use super::checker::{Checker, Running};
 use crate::instance::metrics;
 
 /// The checks of the Metrics service.
@@ -19,16 +19,18 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
         let client = c.client.clone();
         let mut stub = client.metrics();
         let ask = stub.get_capabilities(client.request(MetricsCapabilitiesRequest {}));
-        let Some(answer) = c.service(&service::METRICS, ask).await else {
+        let Some(rpcs) = c
+            .advertised(
+                &service::METRICS,
+                ask,
+                |a| &a.capabilities,
+                capabilities::metrics_rpc_type,
+                MetricsRpc::as_str_name,
+            )
+            .await
+        else {
             return;
         };
-        let rpcs = c.capabilities(
-            &service::METRICS,
-            consistent(&answer.capabilities, capabilities::metrics_rpc_type, |r: MetricsRpc| {
-                r.as_str_name()
-            }),
-            |r| names(r, MetricsRpc::as_str_name),
-        );
         if !rpcs.contains(&MetricsRpc::Metrics) {
             return;
         }

@@ -12,7 +12,7 @@ use cnpgi_proto::identity::v1::{
     EnrichConfigurationRequest, OperationType, PostgresCapabilitiesRequest, operation_type,
 };
 
-use super::checker::{Checker, GARBAGE, Running, consistent, names};
+use super::checker::{Checker, GARBAGE, Running};
 
 /// The checks of the Postgres service.
 pub(super) fn checks(c: &mut Checker) -> Running<'_> {
@@ -20,18 +20,18 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
         let client = c.client.clone();
         let mut stub = client.postgres();
         let ask = stub.get_capabilities(client.request(PostgresCapabilitiesRequest {}));
-        let Some(answer) = c.service(&service::POSTGRES, ask).await else {
+        let Some(rpcs) = c
+            .advertised(
+                &service::POSTGRES,
+                ask,
+                |a| &a.capabilities,
+                capabilities::postgres_rpc_type,
+                PostgresRpc::as_str_name,
+            )
+            .await
+        else {
             return;
         };
-        let rpcs = c.capabilities(
-            &service::POSTGRES,
-            consistent(
-                &answer.capabilities,
-                capabilities::postgres_rpc_type,
-                |r: PostgresRpc| r.as_str_name(),
-            ),
-            |r| names(r, PostgresRpc::as_str_name),
-        );
         if !rpcs.contains(&PostgresRpc::EnrichConfiguration) {
             return;
         }

@@ -8,7 +8,7 @@ use cnpgi_core::{
 };
 use cnpgi_proto::reconciler::v1::{ReconcilerHooksCapabilitiesRequest, ReconcilerHooksRequest};
 
-use super::checker::{Checker, GARBAGE, Running, consistent, names};
+use super::checker::{Checker, GARBAGE, Running};
 
 /// The checks of the ReconcilerHooks service.
 pub(super) fn checks(c: &mut Checker) -> Running<'_> {
@@ -16,18 +16,18 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
         let client = c.client.clone();
         let mut stub = client.reconciler();
         let ask = stub.get_capabilities(client.request(ReconcilerHooksCapabilitiesRequest {}));
-        let Some(answer) = c.service(&service::RECONCILER_HOOKS, ask).await else {
+        let Some(kinds) = c
+            .advertised(
+                &service::RECONCILER_HOOKS,
+                ask,
+                |a| &a.reconciler_capabilities,
+                capabilities::reconciler_kind,
+                ReconcilerKind::as_str_name,
+            )
+            .await
+        else {
             return;
         };
-        let kinds = c.capabilities(
-            &service::RECONCILER_HOOKS,
-            consistent(
-                &answer.reconciler_capabilities,
-                capabilities::reconciler_kind,
-                |k: ReconcilerKind| k.as_str_name(),
-            ),
-            |k| names(k, ReconcilerKind::as_str_name),
-        );
         if kinds.is_empty() {
             return;
         }

@@ -8,7 +8,7 @@ use cnpgi_core::{
 };
 use cnpgi_proto::wal::v1::{RestoreJobHooksCapabilitiesRequest, RestoreRequest};
 
-use super::checker::{Checker, GARBAGE, Running, consistent, names};
+use super::checker::{Checker, GARBAGE, Running};
 
 /// The checks of the RestoreJobHooks service.
 pub(super) fn checks(c: &mut Checker) -> Running<'_> {
@@ -16,18 +16,18 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
         let client = c.client.clone();
         let mut stub = client.restore_job();
         let ask = stub.get_capabilities(client.request(RestoreJobHooksCapabilitiesRequest {}));
-        let Some(answer) = c.service(&service::RESTORE_JOB_HOOKS, ask).await else {
+        let Some(kinds) = c
+            .advertised(
+                &service::RESTORE_JOB_HOOKS,
+                ask,
+                |a| &a.capabilities,
+                capabilities::restore_job_kind,
+                RestoreJobKind::as_str_name,
+            )
+            .await
+        else {
             return;
         };
-        let kinds = c.capabilities(
-            &service::RESTORE_JOB_HOOKS,
-            consistent(
-                &answer.capabilities,
-                capabilities::restore_job_kind,
-                |k: RestoreJobKind| k.as_str_name(),
-            ),
-            |k| names(k, RestoreJobKind::as_str_name),
-        );
         if kinds.contains(&RestoreJobKind::Restore) {
             let request = client.request(RestoreRequest {
                 cluster_definition: GARBAGE.to_vec(),

@@ -10,7 +10,7 @@ use cnpgi_proto::wal::v1::{
     SetFirstRequiredRequest, WalArchiveRequest, WalCapabilitiesRequest, WalRestoreRequest, WalStatusRequest,
 };
 
-use super::checker::{Checker, GARBAGE, Running, consistent, names};
+use super::checker::{Checker, GARBAGE, Running};
 
 /// The checks of the WAL service.
 pub(super) fn checks(c: &mut Checker) -> Running<'_> {
@@ -18,16 +18,18 @@ pub(super) fn checks(c: &mut Checker) -> Running<'_> {
         let client = c.client.clone();
         let mut stub = client.wal();
         let ask = stub.get_capabilities(client.request(WalCapabilitiesRequest {}));
-        let Some(answer) = c.service(&service::WAL, ask).await else {
+        let Some(rpcs) = c
+            .advertised(
+                &service::WAL,
+                ask,
+                |a| &a.capabilities,
+                capabilities::wal_rpc_type,
+                WalRpc::as_str_name,
+            )
+            .await
+        else {
             return;
         };
-        let rpcs = c.capabilities(
-            &service::WAL,
-            consistent(&answer.capabilities, capabilities::wal_rpc_type, |r: WalRpc| {
-                r.as_str_name()
-            }),
-            |r| names(r, WalRpc::as_str_name),
-        );
         if rpcs.contains(&WalRpc::ArchiveWal) {
             archive(c).await;
         }
