@@ -136,8 +136,10 @@ PY
   chmod -R a+rX "$d/usr/local/lib/$py"
   echo "moto:x:65532:65532:moto:/tmp:/usr/sbin/nologin" >>"$d/etc/passwd"
   echo "moto:x:65532:" >>"$d/etc/group"
+  printf '#!/bin/sh\nexec python3 -m moto.server -H 0.0.0.0 -p 5000 "$@"\n' >"$d/usr/local/bin/moto-server"
+  chmod 0755 "$d/usr/local/bin/moto-server"
   python3 "$RK_DIR/mkimage.py" "$d" "$RK_MOTO_IMAGE" "$moto_tar" --user 65532:65532 --workdir /tmp \
-    --entrypoint python3 -m moto.server -H 0.0.0.0 -p 5000 >/dev/null || rk_die "cannot write the image $RK_MOTO_IMAGE"
+    --entrypoint /usr/local/bin/moto-server >/dev/null || rk_die "cannot write the image $RK_MOTO_IMAGE"
   rm -rf "$d" "$work/wheels"
 fi
 

@@ -17,6 +17,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 from kube import ApiError, Kube  # noqa: E402,F401 - re-exported for the scenarios
 from suite import Failure, wait_for  # noqa: E402,F401
+import kube  # noqa: E402
+
+# CloudNativePG's kinds, for Kube.create (the e2e suite's table has cnpgi.io's).
+for _kind, _plural in (("Cluster", "clusters"), ("Backup", "backups")):
+    kube.RESOURCES[("postgresql.cnpg.io/v1", _kind)] = ("/apis/postgresql.cnpg.io/v1", _plural, True)
 
 
 class Scenario:

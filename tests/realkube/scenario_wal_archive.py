@@ -258,6 +258,9 @@ class Scenario(realkube.Scenario):
                         "metadata": {"labels": labels},
                         "spec": {
                             "automountServiceAccountToken": False,
+                            # moto reads MOTO_PORT, which a Service named moto
+                            # would set to tcp://… through the service links.
+                            "enableServiceLinks": False,
                             "containers": [
                                 {
                                     "name": "moto",
