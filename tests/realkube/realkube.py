@@ -62,10 +62,14 @@ class Scenario:
                 print(f"FAIL the remaining checks cannot run after '{name}'", flush=True)
                 self.failed += 1
                 break
+        self.notes()
         if self.failed:
             self.explain()
         print(f"scenario {self.title}: {self.passed} passed, {self.failed} failed", flush=True)
         return 1 if self.failed else 0
+
+    def notes(self):
+        """Prints what the scenario measured beyond its checks (nothing here)."""
 
     def explain_commands(self):
         """kubectl argument lists whose output explains a failure."""

@@ -14,12 +14,17 @@ One named check each, `ok <name>` or `FAIL <name>: <why>`, and `N passed,
 M failed` at the end (exit 1 on any failure): CloudNativePG's operator Ready
 with its self-signed webhooks; the plugin Ready and registered by
 CloudNativePG through its Service (mutual TLS to
-`<service>.<namespace>.svc`); CloudNativePG's validating webhook refusing
-parameters the plugin refuses; a Cluster of 2 instances reaching "Cluster in
+`<service>.<namespace>.svc`); a Cluster of 2 instances reaching "Cluster in
 healthy state" with every instance Pod carrying the plugin's labels,
-annotations and running `pauser` sidecar; PostgreSQL 15 answering `psql` in
+annotations and running `pauser` sidecar (OperatorLifecycle), and the
+plugin's status in `status.pluginStatus` (SetStatusInCluster); PostgreSQL 15 answering `psql` in
 each Pod, the standby streaming from the primary; a deleted standby Pod
 stopping on SIGTERM and coming back patched and streaming.
+
+Not checked, because CloudNativePG v1.30.0 never calls them: the plugin's
+ValidateClusterCreate/Change and MutateCluster (its webhooks do not ask the
+plugins; the client code has no caller), so a Cluster with parameters the
+plugin refuses is admitted.
 """
 
 import argparse
@@ -141,18 +146,6 @@ class Scenario(realkube.Scenario):
                 print(f"  ({what}: {text[:160]}...; again in 2 s)", flush=True)
                 time.sleep(2)
 
-    def webhook_denies_mistake(self):
-        obj = self.cluster_object('{"first-annotation": "x", this is a mistake}')
-        obj["metadata"]["name"] = "with-mistake"
-        try:
-            self.admitted("invalid Cluster", lambda: self.api.create(obj))
-        except ApiError as e:
-            if "annotations" in str(e) and "vcluster.cnpg.io" in str(e):
-                return
-            raise Failure(f"refused, but not by CloudNativePG's webhook on the plugin's annotations: {e}") from e
-        self.api.delete(self.cluster_path("with-mistake"))
-        raise Failure("a Cluster with invalid annotations JSON was accepted: CloudNativePG did not ask the plugin")
-
     def cluster_created(self):
         self.admitted("Cluster", lambda: self.api.create(self.cluster_object(json.dumps(ANNOTATIONS))))
 
@@ -181,6 +174,9 @@ class Scenario(realkube.Scenario):
                 raise Failure(f"phase {status.get('phase')!r}, readyInstances {status.get('readyInstances')}")
             if not entries or not entries[0].get("capabilities"):
                 raise Failure(f"pluginStatus {status.get('pluginStatus')}")
+            # SetStatusInCluster: the plugin's answer, stored as it is.
+            if json.loads(entries[0].get("status") or "null") != {"enabled": True}:
+                raise Failure(f"the plugin's status in pluginStatus: {entries[0].get('status')!r}, not {{\"enabled\": true}}")
             return cluster
 
         wait_for("the Cluster in healthy state, with the plugin's status", probe, timeout=180, interval=2)
@@ -228,6 +224,23 @@ class Scenario(realkube.Scenario):
         self.wait_instances(f"{standby} recreated, patched and Running", timeout=240, exclude_uids={old})
         self.standby_streams()
 
+    def notes(self):
+        """Not a check: how often CloudNativePG's cluster controller patched
+        the plugins' status of this Cluster in the last 30 s (CloudNativePG
+        v1.30.0 rebuilds status.pluginStatus without the plugins' `status`
+        and then sets it again, two writes per reconcile that each start the
+        next one, while a plugin answers SetStatusInCluster)."""
+        try:
+            logs = self.kubectl("-n", CNPG_NS, "logs", "deployment/cnpg-controller-manager", "--since=30s")
+        except Failure as e:
+            print(f"  (CloudNativePG's log unreadable: {e})", flush=True)
+            return
+        patches = [
+            line for line in logs.splitlines()
+            if "patching cluster status with the updated plugin statuses" in line and f'"namespace":"{NS}"' in line
+        ]
+        print(f"  (note: CloudNativePG patched the plugin status of {NS}/{CLUSTER} {len(patches)} times in the last 30 s)", flush=True)
+
     def explain_commands(self):
         return [
             ("get", "pods", "-A", "-o", "wide"),
@@ -245,10 +258,9 @@ class Scenario(realkube.Scenario):
             ("the hello-world plugin is Ready with its cert-manager Certificates", self.plugin_ready),
             ("CloudNativePG registered the plugin through its Service (<service>.cnpg-system.svc:9090)", self.plugin_registered),
             ("namespace with restricted Pod Security", self.test_namespace),
-            ("CloudNativePG's validating webhook asks the plugin: invalid annotations refused", self.webhook_denies_mistake),
             ("a Cluster of 2 instances with the plugin is created", self.cluster_created),
             ("instance Pods Running and Ready with the plugin's labels, annotations and running pauser sidecar", self.instances_running),
-            ("the Cluster is in healthy state with 2 ready instances and the plugin's status", self.cluster_healthy),
+            ("the Cluster is in healthy state with 2 ready instances and the plugin's status (SetStatusInCluster)", self.cluster_healthy),
             ("PostgreSQL 15 answers psql in each instance Pod", self.postgres_answers),
             ("the standby streams from the primary: a row written on the primary is read on it", self.standby_streams),
             ("a deleted standby stops on SIGTERM and comes back patched and streaming", self.standby_deleted),

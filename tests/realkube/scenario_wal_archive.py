@@ -26,7 +26,9 @@ failure):
 * Cluster `restored` bootstrapped with `recovery` from `origin` through the
   plugin to that point in time: its `full-recovery` Job given the sidecar,
   every row written before the backup and after it up to the target present
-  and none after it (`psql` in its Pod), archiving to its own folder.
+  and none after it (`psql` in its Pod), archiving to its own folder;
+* a deleted instance Pod of `origin` stopping on SIGTERM, the sidecar too,
+  and coming back with it.
 """
 
 import argparse
@@ -36,7 +38,7 @@ import sys
 import time
 
 import realkube
-from realkube import Failure, wait_for
+from realkube import Failure, delete_and_time, wait_for
 
 PLUGIN = "wal-archive.cnpgi.io"
 SIDECAR = "plugin-wal-archive"
@@ -267,7 +269,9 @@ class Scenario(realkube.Scenario):
                                     "image": self.args.moto_image,
                                     "imagePullPolicy": "IfNotPresent",
                                     "command": ["python3", "-m", "moto.server", "-H", "0.0.0.0", "-p", "5000"],
-                                    "env": [{"name": "HOME", "value": "/tmp"}],
+                                    # Path-style buckets whatever the Host: moto would
+                                    # take `moto` of moto.<namespace>.svc for a bucket.
+                                    "env": [{"name": "HOME", "value": "/tmp"}, {"name": "S3_IGNORE_SUBDOMAIN_BUCKETNAME", "value": "true"}],
                                     "ports": [{"name": "s3", "containerPort": 5000}],
                                     "readinessProbe": {"tcpSocket": {"port": "s3"}, "periodSeconds": 2},
                                     "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}},
@@ -427,6 +431,29 @@ class Scenario(realkube.Scenario):
         if not keys:
             raise Failure(f"nothing in s3://{BUCKET}/restored/wals/")
 
+    def origin_pod_deleted(self):
+        primary = self.primary("origin")
+        (standby,) = [p["metadata"]["name"] for p in self.live_pods(NS, selector("origin")) if p["metadata"]["name"] != primary]
+        # PostgreSQL (the instance manager) and the plugin's sidecar both stop
+        # on the kubelet's SIGTERM, not at the end of CloudNativePG's 1800 s
+        # grace period.
+        old, took = delete_and_time(self.api, NS, standby, timeout=120)
+        if took > 60:
+            raise Failure(f"{standby} took {took:.0f} s to stop")
+        print(f"  ({standby} stopped {took:.1f} s after its deletion)", flush=True)
+
+        def back():
+            pods = self.live_pods(NS, selector("origin"))
+            if len(pods) != 2 or any(p["metadata"]["uid"] == old for p in pods):
+                raise Failure(f"instance Pods {[p['metadata']['name'] for p in pods]}")
+            problems = [p for pod in pods for p in self.sidecar_problems(pod)]
+            if problems:
+                raise Failure("; ".join(problems))
+            return True
+
+        wait_for(f"{standby} recreated with the plugin's sidecar", back, timeout=240, interval=2)
+        self.wait_healthy("origin", 2)
+
     def explain_commands(self):
         return [
             ("get", "pods", "-A", "-o", "wide"),
@@ -456,6 +483,7 @@ class Scenario(realkube.Scenario):
             ("Cluster restored healthy, with the plugin's sidecar", self.restored_running),
             ("restored has every row written before the backup and after it up to the target, none after", self.restored_rows),
             ("restored archives its own WAL: ContinuousArchiving=True, objects in its own folder", self.restored_archiving),
+            ("a deleted instance Pod of origin stops on SIGTERM, sidecar included, and comes back with it", self.origin_pod_deleted),
         ]
         return self.run_steps(steps, fatal=(self.apply_cnpg, self.plugin_ready))
 
