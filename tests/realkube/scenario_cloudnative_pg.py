@@ -229,7 +229,8 @@ class Scenario(realkube.Scenario):
         the plugins' status of this Cluster in the last 30 s (CloudNativePG
         v1.30.0 rebuilds status.pluginStatus without the plugins' `status`
         and then sets it again, two writes per reconcile that each start the
-        next one, while a plugin answers SetStatusInCluster)."""
+        next one, while a plugin answers SetStatusInCluster: upstream's
+        cloudnative-pg#11385, fixed after v1.30.0)."""
         try:
             logs = self.kubectl("-n", CNPG_NS, "logs", "deployment/cnpg-controller-manager", "--since=30s")
         except Failure as e:
