@@ -20,7 +20,8 @@ failure):
   lifecycle hook and running beside PostgreSQL, `ContinuousArchiving=True`,
   the WAL objects in the store, a `Backup` with `method: plugin` completed;
 * Cluster `origin` (2 instances, S3 on a moto Pod): the same, every instance
-  Pod with the sidecar; rows written before a Backup, the Backup completed,
+  Pod with the sidecar, the plugin's metrics in each instance's /metrics;
+  rows written before a Backup, the Backup completed,
   rows written after it, a point in time, rows written after that, the WAL
   archived;
 * Cluster `restored` bootstrapped with `recovery` from `origin` through the
@@ -355,6 +356,27 @@ class Scenario(realkube.Scenario):
         if not any(k.endswith(f"/{segment}.zst") for k in keys):
             raise Failure(f"{segment}.zst is not in s3://{BUCKET}/origin/wals/: {keys[:10]}")
 
+    def origin_metrics(self):
+        """The instance manager's /metrics (port 9187, through the API
+        server's Pod proxy) on each instance carries the plugin's metrics: it
+        reached the sidecar's socket, which it looks for once, when it starts."""
+
+        def probe():
+            missing = {}
+            for pod in self.live_pods(NS, selector("origin")):
+                name = pod["metadata"]["name"]
+                text = self.api.request("GET", f"/api/v1/namespaces/{NS}/pods/{name}:9187/proxy/metrics")
+                # Not JSON: Kube.request hands the text back as {"message": text}.
+                text = text.get("message", "") if isinstance(text, dict) else str(text)
+                lines = [line for line in text.splitlines() if line.startswith("cnpgi_wal_archive_")]
+                if not any(line.startswith("cnpgi_wal_archive_archived_total") for line in lines):
+                    missing[name] = [line for line in text.splitlines() if "collection_error" in line and not line.startswith("#")]
+            if missing:
+                raise Failure(f"no cnpgi_wal_archive_archived_total in /metrics of {missing}")
+            return True
+
+        wait_for("the plugin's metrics in each instance's /metrics", probe, timeout=60, interval=3)
+
     def origin_backup(self):
         status = self.backup("origin", "origin-1")
         keys = self.s3_keys(f"origin/backups/{status['backupId']}/")
@@ -477,6 +499,7 @@ class Scenario(realkube.Scenario):
             ("Cluster origin (2 instances, S3 on moto) is created", self.origin_created),
             ("Cluster origin healthy, the sidecar injected and running in both instance Pods", self.origin_running),
             ("Cluster origin archives WAL to S3: ContinuousArchiving=True, the segments in the bucket", self.origin_archiving),
+            ("each origin instance's /metrics has the plugin's metrics (Metrics service over the sidecar's socket)", self.origin_metrics),
             ("a Backup of origin with method: plugin completes, its objects in the bucket", self.origin_backup),
             ("rows written after the backup, a point in time, rows after it, the WAL archived", self.origin_after_backup),
             ("Cluster restored is bootstrapped with recovery from origin through the plugin", self.restored_created),
