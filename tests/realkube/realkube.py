@@ -15,9 +15,11 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
-from kube import ApiError, Kube  # noqa: E402,F401 - re-exported for the scenarios
-from suite import Failure, wait_for  # noqa: E402,F401
 import kube  # noqa: E402
+from kube import ApiError, Kube  # noqa: E402 - ApiError is re-exported for the scenarios
+from suite import Failure, wait_for  # noqa: E402
+
+__all__ = ["ApiError", "Failure", "Kube", "Scenario", "delete_and_time", "wait_for"]
 
 # CloudNativePG's kinds, for Kube.create (the e2e suite's table has cnpgi.io's).
 for _kind, _plural in (("Cluster", "clusters"), ("Backup", "backups")):
@@ -86,7 +88,7 @@ class Scenario:
 
     def kubectl(self, *args, stdin=None, timeout=180):
         cmd = [self.kubectl_bin, "--kubeconfig", self.kubeconfig, *args]
-        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
         if proc.returncode != 0:
             raise Failure(f"`kubectl {' '.join(args)}` exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-800:]}")
         return proc.stdout

@@ -198,7 +198,7 @@ class Scenario(realkube.Scenario):
         return status
 
     def moto_python(self, code):
-        pod = [p["metadata"]["name"] for p in self.live_pods(NS, "app.kubernetes.io/name=moto") if self.ready(p)][0]
+        pod = next(p["metadata"]["name"] for p in self.live_pods(NS, "app.kubernetes.io/name=moto") if self.ready(p))
         prelude = (
             "import boto3; s3 = boto3.client('s3', endpoint_url='http://127.0.0.1:5000', aws_access_key_id='realkube',"
             " aws_secret_access_key='realkube', region_name='us-east-1'); "
