@@ -3,7 +3,9 @@
 # them as archives that tests/realkube/lib.sh's rk_import loads into the node:
 #   $RK_CACHE/images/cnpgi-operator_realkube.tar       docker build of ./Dockerfile, BIN=cnpgi-operator
 #   $RK_CACHE/images/cnpg-i-hello-world_realkube.tar   docker build of ./Dockerfile, BIN=cnpg-i-hello-world
+#   $RK_CACHE/images/cnpgi-wal-archive_realkube.tar    docker build of ./Dockerfile, BIN=cnpgi-wal-archive
 #   $RK_CACHE/images/localhost_postgresql_15.tar       Debian's postgresql-15, user postgres = 26:26
+#   $RK_CACHE/images/localhost_moto_<version>.tar      moto's S3 server on Debian's python3
 #
 # The project's images come from its own Dockerfile, built by a dockerd from
 # Debian that this script starts (own data root under $RK_CACHE/docker, so
@@ -108,6 +110,39 @@ if [ ! -s "$pg_tar" ]; then
   rm -rf "$d"
 fi
 
+# --- moto's S3 server (the wal-archive scenario's bucket), from PyPI's wheels
+# for Debian's python3, unpacked into its dist-packages (no pip in the image)
+moto_tar="$RK_CACHE/images/$(tr '/:' '__' <<<"$RK_MOTO_IMAGE").tar"
+if [ ! -s "$moto_tar" ]; then
+  d="$work/moto"
+  unpack "$(root python "ca-certificates,python3")" "$d"
+  py=
+  for dir in "$d"/usr/lib/python3.*; do
+    [[ $(basename "$dir") =~ ^python3\.[0-9]+$ ]] && py=$(basename "$dir")
+  done
+  [ -n "$py" ] || rk_die "the python root has no /usr/lib/python3.N"
+  pyv=${py#python}
+  python3 -m pip download -q --disable-pip-version-check --only-binary=:all: --python-version "$pyv" \
+    --implementation cp --abi "cp${pyv/./}" --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux_2_28_x86_64 --platform any -d "$work/wheels" "moto[server]==$MOTO_VERSION" >&2 ||
+    rk_die "pip download of moto[server]==$MOTO_VERSION failed"
+  python3 - "$work/wheels" "$d/usr/local/lib/$py/dist-packages" <<'PY' || rk_die "cannot unpack moto's wheels"
+import pathlib, sys, zipfile
+wheels, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+dest.mkdir(parents=True, exist_ok=True)
+for wheel in sorted(wheels.glob("*.whl")):
+    zipfile.ZipFile(wheel).extractall(dest)
+PY
+  chmod -R a+rX "$d/usr/local/lib/$py"
+  echo "moto:x:65532:65532:moto:/tmp:/usr/sbin/nologin" >>"$d/etc/passwd"
+  echo "moto:x:65532:" >>"$d/etc/group"
+  printf '#!/bin/sh\nexec python3 -m moto.server -H 0.0.0.0 -p 5000 "$@"\n' >"$d/usr/local/bin/moto-server"
+  chmod 0755 "$d/usr/local/bin/moto-server"
+  python3 "$RK_DIR/mkimage.py" "$d" "$RK_MOTO_IMAGE" "$moto_tar" --user 65532:65532 --workdir /tmp \
+    --entrypoint /usr/local/bin/moto-server >/dev/null || rk_die "cannot write the image $RK_MOTO_IMAGE"
+  rm -rf "$d" "$work/wheels"
+fi
+
 # --- dockerd, for the Dockerfile
 mkdir -p "$RK_CACHE/docker" "$docker_exec_root"
 dockerd --data-root "$RK_CACHE/docker" --exec-root "$docker_exec_root" \
@@ -171,7 +206,7 @@ TOML
 fi
 
 # --- the project's images, from its Dockerfile as users build them
-for bin in cnpgi-operator cnpg-i-hello-world; do
+for bin in cnpgi-operator cnpg-i-hello-world cnpgi-wal-archive; do
   started=$(date +%s)
   rk_log "docker build --build-arg BIN=$bin --build-arg RUST_VERSION=$rust_minor -t $bin:$TAG ."
   docker build --network none --build-arg "BIN=$bin" --build-arg "RUST_VERSION=$rust_minor" -t "$bin:$TAG" "$RK_REPO" \
@@ -183,4 +218,6 @@ done
 docker image prune -f >/dev/null 2>&1 || true
 echo "$RK_CACHE/images/cnpgi-operator_$TAG.tar"
 echo "$RK_CACHE/images/cnpg-i-hello-world_$TAG.tar"
+echo "$RK_CACHE/images/cnpgi-wal-archive_$TAG.tar"
 echo "$pg_tar"
+echo "$moto_tar"

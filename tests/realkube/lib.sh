@@ -38,6 +38,12 @@ RK_COREDNS_IMAGE=localhost/coredns:$COREDNS_VERSION
 RK_CM_CONTROLLER_IMAGE=localhost/cert-manager-controller:$CERT_MANAGER_VERSION
 RK_CM_CAINJECTOR_IMAGE=localhost/cert-manager-cainjector:$CERT_MANAGER_VERSION
 RK_POSTGRES_IMAGE=${RK_POSTGRES_IMAGE:-localhost/postgresql:15}
+# The real CloudNativePG (tests/realkube/cnpg.sh), its operator image built here.
+CNPG_VERSION=${CNPG_VERSION:-v1.30.0}
+RK_CNPG_IMAGE=${RK_CNPG_IMAGE:-localhost/cloudnative-pg:$CNPG_VERSION}
+# The S3 store of the wal-archive scenario: moto's server (tests/realkube/moto.sh).
+MOTO_VERSION=${MOTO_VERSION:-5.2.1}
+RK_MOTO_IMAGE=${RK_MOTO_IMAGE:-localhost/moto:$MOTO_VERSION}
 
 rk_log() { echo "realkube: $*" >&2; }
 rk_die() { rk_log "$*"; exit 1; }

@@ -1,25 +1,36 @@
 #!/usr/bin/env bash
 # The real-node tests of issue 25, on this machine:
-#   1. images.sh   the project's images from its Dockerfile (docker build), and
-#                  a PostgreSQL 15 image from Debian's packages;
+#   1. images.sh   the project's images from its Dockerfile (docker build:
+#                  cnpgi-operator, cnpg-i-hello-world, cnpgi-wal-archive), a
+#                  PostgreSQL 15 image from Debian's packages and moto's S3
+#                  server; cnpg.sh the real CloudNativePG's operator image;
 #   2. up.sh       a one-node Kubernetes v1.34 (containerd, kubelet, CoreDNS,
-#                  cert-manager), then the images loaded into its containerd;
-#   3. `task manifest` with those images, and scenario_operator.py against the
-#      cluster's kubeconfig (scenario 1: cnpgi-operator as users install it);
+#                  cert-manager, a default StorageClass with hostPath
+#                  PersistentVolumes), then the images loaded into its containerd;
+#   3. the manifests as users build them (`task manifest`, CloudNativePG's
+#      config/default, the plugins' kustomizations), and the scenarios against
+#      the cluster's kubeconfig:
+#        scenario_operator.py       1. cnpgi-operator as users install it
+#        scenario_cloudnative_pg.py 2. the real CloudNativePG with the hello-world plugin
+#        scenario_wal_archive.py    3. WAL archiving, a backup and a recovery through
+#                                      the wal-archive plugin, on CloudNativePG
 #   4. down.sh     on any exit: nothing left running or configured.
-# Prints one line per check and `N passed, M failed`; exits non-zero on any
-# failure, including a down.sh that could not undo everything. Keeps the
-# cluster's logs of a failed run (the path is printed).
+# Each scenario prints one line per check and `N passed, M failed`; the run
+# exits non-zero on any failure, including a down.sh that could not undo
+# everything. Keeps the cluster's logs of a failed run (the path is printed).
 #
-# REALKUBE_KUBECONFIG=FILE runs the scenario against that cluster instead
-# (kind, for instance): no image is built and no node is started; the cluster
-# needs cert-manager and cluster DNS, and its nodes the images named by
-# RK_IMAGE_TAG (default realkube) and RK_POSTGRES_IMAGE (`kind load docker-image`).
+# REALKUBE_KUBECONFIG=FILE runs the scenarios against that cluster instead
+# (kind: .github/workflows/ci.yml): no image is built and no node is started;
+# the cluster needs cert-manager, cluster DNS and a default StorageClass, and
+# its nodes the images (`kind load docker-image`): cnpgi-operator,
+# cnpg-i-hello-world and cnpgi-wal-archive tagged RK_IMAGE_TAG (default
+# realkube), RK_POSTGRES_IMAGE, RK_CNPG_IMAGE and RK_MOTO_IMAGE (see lib.sh).
+# RK_SCENARIOS="operator cloudnative-pg wal-archive" picks scenarios.
 #
 #   sudo bash tests/realkube/run.sh
 # Needs root, Debian packages (containerd runc docker.io iptables conntrack
 # containernetworking-plugins debootstrap), Go >= 1.25, cargo, python3 with
-# PyYAML, task (go-task) and kustomize.
+# PyYAML and pip, task (go-task) and kustomize.
 set -euo pipefail
 # shellcheck source=tests/realkube/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -34,23 +45,68 @@ fi
 TAG=${RK_IMAGE_TAG:-realkube}
 export RK_IMAGE_TAG=$TAG
 started=$(date +%s)
-
 work=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-realkube-run.XXXXXX")
-if [ -n "${REALKUBE_KUBECONFIG:-}" ]; then
-  [ -r "$REALKUBE_KUBECONFIG" ] || rk_die "REALKUBE_KUBECONFIG=$REALKUBE_KUBECONFIG is not readable"
+
+# manifests: what the scenarios apply, as users build it, into $work:
+#   manifest.yaml     `task manifest` (cnpgi-operator and hello-world, cnpgi-system)
+#   cnpg.yaml         CloudNativePG's config/default with its image (cnpg.sh manifest)
+#   hello-world.yaml  manifests/hello-world in cnpg-system, for CloudNativePG
+#   wal-archive.yaml  examples/wal-archive/manifests with the image set
+manifests() {
   task manifest OPERATOR_IMAGE="cnpgi-operator:$TAG" PLUGIN_IMAGE="cnpg-i-hello-world:$TAG" >/dev/null ||
     rk_die "task manifest failed"
   mv manifest.yaml "$work/manifest.yaml"
+  bash "$RK_DIR/cnpg.sh" manifest "$RK_CNPG_IMAGE" >"$work/cnpg.yaml" 2>"$work/cnpg-kustomize.log" ||
+    { cat "$work/cnpg-kustomize.log" >&2; rk_die "cannot build CloudNativePG's manifest"; }
+  cp -r "$RK_REPO/manifests/hello-world" "$work/hello-world"
+  (cd "$work/hello-world" && kustomize edit set namespace cnpg-system &&
+    kustomize edit set image "cnpg-i-hello-world=cnpg-i-hello-world:$TAG" && kustomize build . >"$work/hello-world.yaml") ||
+    rk_die "cannot build manifests/hello-world for cnpg-system"
+  cp -r "$RK_REPO/examples/wal-archive/manifests" "$work/wal-archive"
+  (cd "$work/wal-archive" && kustomize edit set image "cnpgi-wal-archive=cnpgi-wal-archive:$TAG" &&
+    kustomize build . >"$work/wal-archive.yaml") || rk_die "cannot build examples/wal-archive/manifests"
+}
+
+# scenarios KUBECONFIG: the three scenarios in order (the wal-archive one uses
+# the CloudNativePG the second installs), each run whatever the previous gave.
+# RK_SCENARIOS (default "operator cloudnative-pg wal-archive") picks some.
+scenarios() {
+  local kubeconfig=$1 rc=0 s t
+  for s in ${RK_SCENARIOS:-operator cloudnative-pg wal-archive}; do
+    t=$(date +%s)
+    case "$s" in
+    operator)
+      python3 "$RK_DIR/scenario_operator.py" --kubeconfig "$kubeconfig" \
+        --manifest "$work/manifest.yaml" --postgres-image "$RK_POSTGRES_IMAGE" || rc=1 ;;
+    cloudnative-pg)
+      python3 "$RK_DIR/scenario_cloudnative_pg.py" --kubeconfig "$kubeconfig" --cnpg-manifest "$work/cnpg.yaml" \
+        --plugin-manifest "$work/hello-world.yaml" --postgres-image "$RK_POSTGRES_IMAGE" || rc=1 ;;
+    wal-archive)
+      python3 "$RK_DIR/scenario_wal_archive.py" --kubeconfig "$kubeconfig" --cnpg-manifest "$work/cnpg.yaml" \
+        --plugin-manifest "$work/wal-archive.yaml" --postgres-image "$RK_POSTGRES_IMAGE" \
+        --moto-image "$RK_MOTO_IMAGE" || rc=1 ;;
+    *) rk_log "unknown scenario $s"; rc=1 ;;
+    esac
+    rk_log "scenario $s took $(( $(date +%s) - t )) s"
+  done
+  return "$rc"
+}
+
+if [ -n "${REALKUBE_KUBECONFIG:-}" ]; then
+  [ -r "$REALKUBE_KUBECONFIG" ] || rk_die "REALKUBE_KUBECONFIG=$REALKUBE_KUBECONFIG is not readable"
+  trap 'rm -rf "$work"' EXIT
+  manifests
   rc=0
-  KUBECTL="${KUBECTL:-kubectl}" python3 "$RK_DIR/scenario_operator.py" --kubeconfig "$REALKUBE_KUBECONFIG" \
-    --manifest "$work/manifest.yaml" --postgres-image "$RK_POSTGRES_IMAGE" || rc=$?
-  rm -rf "$work"
+  KUBECTL="${KUBECTL:-kubectl}" scenarios "$REALKUBE_KUBECONFIG" || rc=$?
+  rk_log "$([ "$rc" = 0 ] && echo passed || echo failed) in $(( $(date +%s) - started )) s"
   exit "$rc"
 fi
 
 images_started=$(date +%s)
 mapfile -t tars < <(bash "$RK_DIR/images.sh") || rk_die "building the images failed"
-[ "${#tars[@]}" = 3 ] || rk_die "images.sh printed ${#tars[@]} archives, not 3"
+[ "${#tars[@]}" = 5 ] || rk_die "images.sh printed ${#tars[@]} archives, not 5"
+cnpg_tar=$(bash "$RK_DIR/cnpg.sh" image) || rk_die "building CloudNativePG's image failed"
+tars+=("$cnpg_tar")
 rk_log "images ready in $(( $(date +%s) - images_started )) s"
 
 cluster_up=0
@@ -85,10 +141,5 @@ cluster_up=1
 bash "$RK_DIR/up.sh" >/dev/null || rk_die "the cluster did not start"
 rk_import "${tars[@]}"
 rk_log "images loaded into the node"
-
-task manifest OPERATOR_IMAGE="cnpgi-operator:$TAG" PLUGIN_IMAGE="cnpg-i-hello-world:$TAG" >/dev/null ||
-  rk_die "task manifest failed"
-mv manifest.yaml "$work/manifest.yaml"
-
-KUBECTL="$(rk_kubectl_bin)" python3 "$RK_DIR/scenario_operator.py" --kubeconfig "$RK_KUBECONFIG" \
-  --manifest "$work/manifest.yaml" --postgres-image "$RK_POSTGRES_IMAGE"
+manifests
+KUBECTL="$(rk_kubectl_bin)" scenarios "$RK_KUBECONFIG"

@@ -23,15 +23,11 @@ replaced by the other replica. KUBECTL names the kubectl binary.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
-import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
-from kube import ApiError, Kube  # noqa: E402
-from suite import Failure, wait_for  # noqa: E402
+import realkube
+from realkube import ApiError, Failure, wait_for
 
 PLUGIN = "cnpg-i-hello-world.cloudnative-pg.io"
 OPERATOR_NS = "cnpgi-system"
@@ -41,42 +37,8 @@ CLUSTER = "pg"
 CLUSTER_LABEL = "cnpgi.io/cluster"
 
 
-class Scenario:
-    def __init__(self, args):
-        self.args = args
-        self.kubeconfig = args.kubeconfig
-        self.api = Kube.from_kubeconfig(self.kubeconfig)
-        self.kubectl_bin = os.environ.get("KUBECTL", "kubectl")
-        self.passed = 0
-        self.failed = 0
-
-    # -- reporting
-
-    def check(self, name, fn):
-        try:
-            fn()
-        except Exception as e:
-            why = str(e).replace("\n", " | ")
-            if not isinstance(e, (Failure, ApiError)):
-                why = f"{type(e).__name__}: {why} at {traceback.format_exc().splitlines()[-3].strip()}"
-            print(f"FAIL {name}: {why}", flush=True)
-            self.failed += 1
-            return False
-        print(f"ok {name}", flush=True)
-        self.passed += 1
-        return True
-
-    # -- helpers
-
-    def kubectl(self, *args, stdin=None, timeout=180):
-        cmd = [self.kubectl_bin, "--kubeconfig", self.kubeconfig, *args]
-        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
-        if proc.returncode != 0:
-            raise Failure(f"`kubectl {' '.join(args)}` exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-800:]}")
-        return proc.stdout
-
-    def pods(self, ns, selector):
-        return self.api.get(f"/api/v1/namespaces/{ns}/pods", labelSelector=selector)["items"]
+class Scenario(realkube.Scenario):
+    title = "operator"
 
     def cluster(self):
         return self.api.get(f"/apis/cnpgi.io/v1/namespaces/{NS}/clusters/{CLUSTER}")
@@ -94,45 +56,15 @@ class Scenario:
             if not p["metadata"].get("deletionTimestamp")
         ]
 
-    @staticmethod
-    def ready(pod):
-        return pod["status"].get("phase") == "Running" and any(
-            c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])
-        )
-
     def instance_pods(self):
         return [p for p in self.pods(NS, f"{CLUSTER_LABEL}={CLUSTER}") if not p["metadata"].get("deletionTimestamp")]
-
-    def patched_problems(self, pod, annotations):
-        """What the plugin should have done to `pod` and did not (empty: all done)."""
-        problems = []
-        name = pod["metadata"]["name"]
-        labels = pod["metadata"].get("labels", {})
-        for k, v in {"first-label": "first-label-value", "second-label": "second-label-value"}.items():
-            if labels.get(k) != v:
-                problems.append(f"{name}: label {k}={labels.get(k)!r}")
-        have = pod["metadata"].get("annotations", {})
-        for k, v in annotations.items():
-            if have.get(k) != v:
-                problems.append(f"{name}: annotation {k}={have.get(k)!r}")
-        sidecars = [c for c in pod["spec"].get("initContainers", []) if c["name"] == "pauser"]
-        if not sidecars or sidecars[0].get("restartPolicy") != "Always":
-            problems.append(f"{name}: no pauser sidecar (restartPolicy Always) in {pod['spec'].get('initContainers')}")
-        if pod["status"].get("phase") != "Running":
-            problems.append(f"{name}: phase {pod['status'].get('phase')}")
-        for status in pod["status"].get("initContainerStatuses", []) + pod["status"].get("containerStatuses", []):
-            if "running" not in status.get("state", {}):
-                problems.append(f"{name}: container {status['name']} is {status.get('state')}")
-        if not self.ready(pod):
-            problems.append(f"{name}: not Ready")
-        return problems
 
     def wait_instances(self, annotations, what, timeout=180, exclude_uids=()):
         def probe():
             pods = self.instance_pods()
             if len(pods) != 2:
                 raise Failure(f"{len(pods)} instance Pods: {[p['metadata']['name'] for p in pods]}")
-            problems = [p for pod in pods for p in self.patched_problems(pod, annotations)]
+            problems = [p for pod in pods for p in self.hello_world_problems(pod, annotations)]
             problems += [f"{p['metadata']['name']} is still the old Pod" for p in pods if p["metadata"]["uid"] in exclude_uids]
             if problems:
                 raise Failure("; ".join(problems))
@@ -145,23 +77,12 @@ class Scenario:
     def apply_manifest(self):
         self.kubectl("apply", "--server-side", "-f", self.args.manifest)
 
-    def certificates_ready(self):
-        def probe():
-            certs = self.api.get(f"/apis/cert-manager.io/v1/namespaces/{OPERATOR_NS}/certificates")["items"]
-            names = {
-                c["metadata"]["name"]: any(x["type"] == "Ready" and x["status"] == "True" for x in c.get("status", {}).get("conditions", []))
-                for c in certs
-            }
-            want = {"cnpgi-webhook", "cnpg-i-hello-world-server", "cnpg-i-hello-world-client"}
-            if not want <= {n for n, ok in names.items() if ok}:
-                raise Failure(f"Certificates and readiness: {names}")
-            for secret in ("cnpgi-webhook-tls", "cnpg-i-hello-world-server-tls", "cnpg-i-hello-world-client-tls"):
-                data = self.api.get(f"/api/v1/namespaces/{OPERATOR_NS}/secrets/{secret}")["data"]
-                if not data.get("tls.crt") or not data.get("tls.key"):
-                    raise Failure(f"Secret {secret} has no tls.crt/tls.key")
-            return True
-
-        wait_for("cert-manager issues the manifests' Certificates", probe, timeout=90, interval=1)
+    def certificates(self):
+        self.certificates_ready(
+            OPERATOR_NS,
+            ["cnpgi-webhook", "cnpg-i-hello-world-server", "cnpg-i-hello-world-client"],
+            ["cnpgi-webhook-tls", "cnpg-i-hello-world-server-tls", "cnpg-i-hello-world-client-tls"],
+        )
 
     def ca_injected(self):
         def probe():
@@ -180,7 +101,7 @@ class Scenario:
         ready = [p["metadata"]["name"] for p in pods if self.ready(p)]
         if len(ready) != 2:
             raise Failure(f"{len(ready)} Ready operator Pods: {ready}")
-        self.wait_endpoints("cnpgi-webhook", "app.kubernetes.io/name=cnpgi-operator")
+        self.wait_endpoints(OPERATOR_NS, "cnpgi-webhook", "app.kubernetes.io/name=cnpgi-operator")
 
     def one_leader(self):
         names = {p["metadata"]["name"] for p in self.operator_pods()}
@@ -192,35 +113,8 @@ class Scenario:
         self.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/cnpg-i-hello-world", "--timeout=180s")
         self.wait_plugin_endpoints()
 
-    def wait_endpoints(self, service, selector):
-        """The Service's EndpointSlices list exactly its Ready Pods (what the
-        API server and the operator reach through it)."""
-
-        def probe():
-            pods = {
-                p["status"]["podIP"]
-                for p in self.pods(OPERATOR_NS, selector)
-                if self.ready(p) and not p["metadata"].get("deletionTimestamp")
-            }
-            slices = self.api.get(
-                f"/apis/discovery.k8s.io/v1/namespaces/{OPERATOR_NS}/endpointslices",
-                labelSelector=f"kubernetes.io/service-name={service}",
-            )["items"]
-            ready = {
-                a
-                for s in slices
-                for e in s.get("endpoints") or []
-                if e.get("conditions", {}).get("ready")
-                for a in e["addresses"]
-            }
-            if not pods or ready != pods:
-                raise Failure(f"Ready Pods {sorted(pods)}, ready endpoints {sorted(ready)}")
-            return True
-
-        wait_for(f"the endpoints of Service {service}", probe, timeout=60, interval=1)
-
     def wait_plugin_endpoints(self):
-        self.wait_endpoints("cnpg-i-hello-world", "app.kubernetes.io/name=cnpg-i-hello-world")
+        self.wait_endpoints(OPERATOR_NS, "cnpg-i-hello-world", "app.kubernetes.io/name=cnpg-i-hello-world")
 
     def admitted(self, what, call):
         """Runs an API call that goes through the operator's webhooks, again
@@ -242,19 +136,8 @@ class Scenario:
                 print(f"  ({what}: {str(e)[:160]}...; again in 2 s)", flush=True)
                 time.sleep(2)
 
-    def namespace(self):
-        self.kubectl(
-            "apply",
-            "-f",
-            "-",
-            stdin=json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Namespace",
-                    "metadata": {"name": NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}},
-                }
-            ),
-        )
+    def test_namespace(self):
+        self.namespace(NS)
 
     def cluster_object(self, annotations):
         return {
@@ -396,27 +279,22 @@ class Scenario:
         self.wait_instances({"first-annotation": "after-the-plugin-rolled"}, f"the new leader recreates {victim}", exclude_uids={old})
         self.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/cnpgi-operator", "--timeout=180s")
 
-    def explain(self):
-        """On failure: what the operator and the instance Pods say."""
-        for args in (
+    def explain_commands(self):
+        return [
             ("get", "pods", "-A", "-o", "wide"),
             ("-n", NS, "get", "events", "--sort-by=.lastTimestamp"),
             ("-n", OPERATOR_NS, "logs", "deployment/cnpgi-operator", "--tail=30"),
-        ):
-            try:
-                print(f"--- kubectl {' '.join(args)}\n{self.kubectl(*args)}", file=sys.stderr)
-            except Failure as e:
-                print(f"--- {e}", file=sys.stderr)
+        ]
 
     def run(self):
         steps = [
             ("manifest.yaml (task manifest) applied as is with kubectl apply --server-side", self.apply_manifest),
-            ("cert-manager issued the webhook's and the plugin's Certificates (kubernetes.io/tls Secrets)", self.certificates_ready),
+            ("cert-manager issued the webhook's and the plugin's Certificates (kubernetes.io/tls Secrets)", self.certificates),
             ("cert-manager's cainjector filled the webhooks' caBundle", self.ca_injected),
             ("the operator Deployment has 2 Ready replicas", self.operator_ready),
             ("exactly one replica holds the leader Lease", self.one_leader),
             ("the hello-world plugin Deployment is Ready", self.plugin_ready),
-            ("namespace with restricted Pod Security", self.namespace),
+            ("namespace with restricted Pod Security", self.test_namespace),
             ("the API server calls the validating webhook through its Service: invalid parameters refused", self.webhook_denies_mistake),
             ("the API server calls the mutating webhook through its Service: parameters defaulted", self.webhook_defaults),
             ("a Cluster of 2 instances is created", self.cluster_created),
@@ -428,15 +306,7 @@ class Scenario:
             ("the plugin Deployment rolled: the operator reaches the new plugin Pod, a parameter change rolls the Pods", self.plugin_rolled),
             ("the leader Pod deleted: another replica takes the Lease and reconciles", self.leader_failover),
         ]
-        for name, fn in steps:
-            if not self.check(name, fn) and fn in (self.apply_manifest, self.operator_ready, self.cluster_created):
-                print(f"FAIL the remaining checks cannot run after '{name}'", flush=True)
-                self.failed += 1
-                break
-        if self.failed:
-            self.explain()
-        print(f"scenario operator: {self.passed} passed, {self.failed} failed", flush=True)
-        return 1 if self.failed else 0
+        return self.run_steps(steps, fatal=(self.apply_manifest, self.operator_ready, self.cluster_created))
 
 
 def main():

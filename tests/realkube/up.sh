@@ -6,7 +6,8 @@
 #   `kubernetes` Service), kube-controller-manager, kube-scheduler, kubelet
 #   (cgroupfs; cgroup v1 accepted) and kube-proxy (iptables), all built from the
 #   Go module proxy by tests/e2e/build-kube.sh --node; then the cluster add-ons:
-#   CoreDNS behind the kube-dns Service, a StorageClass `local` and
+#   CoreDNS behind the kube-dns Service, a default StorageClass `local` with
+#   hostPath PersistentVolumes, and
 #   cert-manager (controller and cainjector), both built from the Go module proxy.
 #
 #   tests/realkube/up.sh          # prints KUBECONFIG=... on stdout
@@ -301,6 +302,37 @@ rk_log "node $RK_NODE_NAME Ready after $(( $(date +%s) - started )) s"
 sed -e "s|@COREDNS_IMAGE@|$RK_COREDNS_IMAGE|g" -e "s|@DNS_IP@|$RK_DNS_IP|g" "$RK_DIR/addons/coredns.yaml" |
   rk_kubectl apply -f - >/dev/null || rk_die "cannot apply tests/realkube/addons/coredns.yaml"
 bash "$RK_DIR/cert-manager.sh" install || rk_die "cannot install cert-manager"
+# Storage for CloudNativePG's PVCs: the default StorageClass `local` (no
+# provisioner, as kind's `standard` is the default there) and RK_PVS hostPath
+# PersistentVolumes, directories under $RK_LIB/pv (removed by down.sh). Mode
+# 0777: a hostPath volume gets no fsGroup, and the instances run as uid 26.
+{
+  cat <<YAML
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: local
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: Immediate
+reclaimPolicy: Retain
+YAML
+  for i in $(seq "${RK_PVS:-16}"); do
+    mkdir -p "$RK_LIB/pv/pv$i" && chmod 0777 "$RK_LIB/pv/pv$i"
+    cat <<YAML
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: realkube-pv$i}
+spec:
+  storageClassName: local
+  capacity: {storage: 4Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {path: $RK_LIB/pv/pv$i, type: Directory}
+YAML
+  done
+} | rk_kubectl apply -f - >/dev/null || rk_die "cannot create the StorageClass and PersistentVolumes"
 rk_kubectl -n kube-system rollout status deployment/coredns --timeout=120s >&2 ||
   rk_die "CoreDNS did not become available (kubectl -n kube-system describe pods -l k8s-app=kube-dns)"
 rk_log "cluster up: KUBECONFIG=$RK_KUBECONFIG"
