@@ -117,6 +117,8 @@ class Scenario(realkube.Scenario):
             problems.append(f"{name}: {SIDECAR} is not a native sidecar (restartPolicy {sidecar.get('restartPolicy')})")
         if not any(m["mountPath"] == "/plugins" for m in sidecar.get("volumeMounts", [])):
             problems.append(f"{name}: {SIDECAR} does not mount /plugins")
+        if not {"cpu", "memory"} <= set(sidecar.get("resources", {}).get("requests", {})):
+            problems.append(f"{name}: {SIDECAR} requests no cpu and memory (a quota requiring requests would refuse the Pod)")
         statuses = {s["name"]: s for s in pod["status"].get("initContainerStatuses", []) + pod["status"].get("containerStatuses", [])}
         side, postgres = statuses.get(SIDECAR, {}), statuses.get("postgres", {})
         if "running" not in side.get("state", {}) or not side.get("started"):

@@ -16,6 +16,11 @@
 //! `ACCESS_KEY_ID` and `ACCESS_SECRET_KEY`: the sidecar never reads Secrets
 //! itself and needs no Kubernetes permissions.
 //!
+//! It requests what it uses at rest (10m CPU, 64Mi: one 16 MiB segment in
+//! flight with its compression buffers), so a namespace whose ResourceQuota
+//! requires requests admits the Pods, and sets no limit: archiving must not
+//! be throttled or OOM-killed behind PostgreSQL's back.
+//!
 //! The image is `$SIDECAR_IMAGE` of the operator-side plugin process, by
 //! default [`default_sidecar_image`] ([`crate::Settings`]).
 
@@ -23,7 +28,12 @@ use cnpgi_pluginhelper::{
     cluster::Cluster,
     sidecar::{POSTGRES_CONTAINER_NAME, SidecarOptions, inject_sidecar},
 };
-use k8s_openapi::api::core::v1::{Container, EnvVar, EnvVarSource, SecretKeySelector};
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::core::v1::{Container, EnvVar, EnvVarSource, ResourceRequirements, SecretKeySelector},
+    apimachinery::pkg::api::resource::Quantity,
+};
 use serde_json::Value;
 use tonic::Status;
 
@@ -91,6 +101,13 @@ fn sidecar(image: &str, main: &Value, config: &Config) -> Container {
             "--log-format=json".into(),
         ]),
         env: (!env.is_empty()).then_some(env),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_owned(), Quantity("10m".to_owned())),
+                ("memory".to_owned(), Quantity("64Mi".to_owned())),
+            ])),
+            ..ResourceRequirements::default()
+        }),
         ..Container::default()
     }
 }
@@ -225,6 +242,11 @@ mod tests {
         assert_eq!(sidecar["name"], SIDECAR_NAME);
         assert_eq!(sidecar["image"], "example/wal:1");
         assert_eq!(sidecar["restartPolicy"], "Always");
+        assert_eq!(
+            sidecar["resources"],
+            json!({"requests": {"cpu": "10m", "memory": "64Mi"}}),
+            "requests, no limits"
+        );
         assert_eq!(sidecar["securityContext"]["runAsNonRoot"], true);
         let mounts: Vec<&str> = sidecar["volumeMounts"]
             .as_array()
