@@ -202,7 +202,7 @@ async fn an_enabled_plugin_that_is_not_registered_fails_closed_and_a_disabled_on
     let router = Router::new(setup.registry.clone(), RoutingPolicy::default());
     let missing = cluster(json!([{"name": HELLO}, {"name": "missing.example.com"}]));
     let err = router
-        .mutate_cluster(RoutedCluster::new(missing.clone()))
+        .mutate(RoutedCluster::new(missing.clone()))
         .await
         .unwrap_err();
     assert!(
@@ -212,7 +212,7 @@ async fn an_enabled_plugin_that_is_not_registered_fails_closed_and_a_disabled_on
     let disabled = cluster(json!([{"name": HELLO}, {"name": "missing.example.com", "enabled": false}]));
     assert!(
         router
-            .mutate_cluster(RoutedCluster::new(disabled.clone()))
+            .mutate(RoutedCluster::new(disabled.clone()))
             .await
             .is_ok()
     );
@@ -224,7 +224,7 @@ async fn mutation_validation_and_status_through_hello_world() {
     let router = Router::new(setup.registry.clone(), RoutingPolicy::default());
 
     let plain = cluster(json!([{"name": HELLO}]));
-    let mutated = router.mutate_cluster(RoutedCluster::new(plain.clone())).await.unwrap();
+    let mutated = router.mutate(RoutedCluster::new(plain.clone())).await.unwrap();
     assert_eq!(mutated.patches.len(), 1);
     assert_eq!(
         mutated.object["spec"]["plugins"][0]["parameters"]["labels"],
