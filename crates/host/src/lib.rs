@@ -123,20 +123,23 @@ pub use cnpgi_client::{
     client::{ClientOptions, PluginClient, Transport},
     probe::PluginInfo,
 };
+/// The Operator service's RPCs a plugin may advertise.
+pub use cnpgi_proto::operator::v1::operator_capability::rpc::Type as OperatorRpc;
 /// The kind of operation a lifecycle hook is called for (create, patch,
 /// update, delete, evaluate), re-exported from the protocol.
 pub use cnpgi_proto::operator_lifecycle::v1::operator_operation_type::Type as Operation;
 /// The kinds a reconciler hook may be registered for: `Cluster` is the
 /// resource that enables the plugins (whatever its kind), `Backup` CloudNativePG's Backups.
 pub use cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind as HookKind;
-/// The Operator service's RPCs a plugin may advertise.
-pub use cnpgi_proto::operator::v1::operator_capability::rpc::Type as OperatorRpc;
 
 use crate::{
     discovery::DiscoverySource,
     metrics::Metrics,
     registry::{Registry, RegistryOptions},
-    routing::{CnpgLayout, FieldError, HookOutcome, HookPhase, Patched, PluginLayout, RouteError, RoutedResource, Router, RoutingPolicy},
+    routing::{
+        CnpgLayout, FieldError, HookOutcome, HookPhase, Patched, PluginLayout, RouteError, RoutedResource, Router,
+        RoutingPolicy,
+    },
     webhook::AdmissionPaths,
 };
 
@@ -321,7 +324,11 @@ impl<K: PluginResource> Host<K> {
 
     /// `ReconcilerHooks` `Pre` or `Post` on the resource itself, through
     /// the plugins hooking [`HookKind::Cluster`].
-    pub async fn reconciler_hooks(&self, phase: HookPhase, resource: &RoutedResource) -> Result<HookOutcome, HostError> {
+    pub async fn reconciler_hooks(
+        &self,
+        phase: HookPhase,
+        resource: &RoutedResource,
+    ) -> Result<HookOutcome, HostError> {
         Ok(self
             .router
             .reconciler_hooks(phase, HookKind::Cluster, resource, resource.definition())
@@ -333,7 +340,8 @@ impl<K: PluginResource> Host<K> {
     /// its layout: the value of `status` to patch.
     pub async fn plugin_status(&self, resource: &RoutedResource) -> Result<Value, HostError> {
         let entries = self.router.set_status(resource).await?;
-        let mut with_entries = serde_json::json!({"status": resource.value().get("status").cloned().unwrap_or_default()});
+        let mut with_entries =
+            serde_json::json!({"status": resource.value().get("status").cloned().unwrap_or_default()});
         self.router.layout().write_plugin_status(&mut with_entries, &entries);
         Ok(with_entries["status"].take())
     }

@@ -26,6 +26,7 @@ use std::{
 };
 
 pub use cnpgi_core::cluster::EnabledPlugin;
+pub use cnpgi_core::status::PluginStatusUpdate;
 use cnpgi_core::{
     cluster::{enabled_plugins, encode_object},
     echo::bounded_string,
@@ -34,7 +35,6 @@ use cnpgi_core::{
     service,
     status::{parse_json_status, previous_statuses, write_plugin_status},
 };
-pub use cnpgi_core::status::PluginStatusUpdate;
 use cnpgi_proto::{
     operator::v1::{
         DeregisterRequest, OperatorMutateClusterRequest, OperatorValidateClusterChangeRequest,
@@ -446,7 +446,11 @@ impl Router {
         for (plugin, routable) in targets {
             let answer = call(routable).await.map_err(|s| call_error(&plugin.name, rpc, s));
             if let Some(found) = self.tolerate(&plugin.name, answer)? {
-                errors.extend(found.into_iter().map(|e| FieldError::from_plugin(&*self.layout, &plugin, e)));
+                errors.extend(
+                    found
+                        .into_iter()
+                        .map(|e| FieldError::from_plugin(&*self.layout, &plugin, e)),
+                );
             }
         }
         Ok(errors)

@@ -8,7 +8,10 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use cnpgi_host::{
     Host, HostOptions, Operation, PluginResource,
-    discovery::{socket_dir::SocketDirectory, static_list::{StaticAddress, StaticList, StaticPlugin}},
+    discovery::{
+        socket_dir::SocketDirectory,
+        static_list::{StaticAddress, StaticList, StaticPlugin},
+    },
     registry::{LookupError, Registry},
     routing::{EnabledPlugin, PluginLayout, PluginStatusUpdate, RouteError},
     webhook::AdmissionPaths,
@@ -48,7 +51,9 @@ fn table(parameters: Value) -> Table {
 }
 
 async fn hello(dir: &std::path::Path) -> TestPlugin {
-    TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir).await.unwrap()
+    TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -59,8 +64,13 @@ async fn ready_resolves_once_every_source_had_its_first_look() {
     assert!(host.registry().is_ready(), "no source expected yet");
     host.discover(SocketDirectory::new(dir.path()));
     assert!(!host.registry().is_ready());
-    assert_eq!(host.registry().pending_sources(), [format!("socket-dir:{}", dir.path().display())]);
-    tokio::time::timeout(Duration::from_secs(20), host.ready()).await.unwrap();
+    assert_eq!(
+        host.registry().pending_sources(),
+        [format!("socket-dir:{}", dir.path().display())]
+    );
+    tokio::time::timeout(Duration::from_secs(20), host.ready())
+        .await
+        .unwrap();
     // No sleep: the plugin found in the first pass is probed and routable.
     let routable = host.registry().get(HELLO).unwrap();
     assert_eq!(routable.info.metadata.name, HELLO);
@@ -80,7 +90,9 @@ async fn ready_waits_for_every_source_and_a_static_list_counts_failures_as_looke
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(registry.pending_sources(), ["manual"]);
     registry.first_pass_done("manual");
-    tokio::time::timeout(Duration::from_secs(5), registry.ready()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), registry.ready())
+        .await
+        .unwrap();
     assert!(matches!(
         registry.get("missing.example.com"),
         Err(LookupError::Unknown { .. } | LookupError::NotReady { .. })
@@ -99,7 +111,10 @@ async fn a_typed_resource_is_validated_mutated_and_its_children_hooked() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(errors[0].field, "spec.plugins[0].parameters.labels");
 
-    let (mutated, patched) = host.mutate(&table(json!({"labels": r#"{"app":"demo"}"#}))).await.unwrap();
+    let (mutated, patched) = host
+        .mutate(&table(json!({"labels": r#"{"app":"demo"}"#})))
+        .await
+        .unwrap();
     assert_eq!(patched.patches.len(), 1);
     assert_eq!(mutated.spec.columns, ["id"], "the rest of the resource is kept");
     assert_eq!(mutated.spec.plugins[0]["parameters"]["labels"], r#"{"app":"demo"}"#);
@@ -114,7 +129,14 @@ async fn a_typed_resource_is_validated_mutated_and_its_children_hooked() {
     let labels = hooked.metadata.labels.unwrap();
     assert_eq!(labels.get("app").map(String::as_str), Some("demo"));
     // The sidecar, as a native sidecar (an init container).
-    let sidecars: Vec<_> = hooked.spec.unwrap().init_containers.unwrap_or_default().into_iter().map(|c| c.name).collect();
+    let sidecars: Vec<_> = hooked
+        .spec
+        .unwrap()
+        .init_containers
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
     assert_eq!(sidecars, ["pauser"]);
 
     let status = host.plugin_status(&resource).await.unwrap();
@@ -139,7 +161,12 @@ impl PluginLayout for Implementation {
 
     fn previous_statuses(&self, resource: &Value) -> BTreeMap<String, String> {
         let mut previous = BTreeMap::new();
-        for entry in resource.pointer("/status/implementations").and_then(Value::as_array).into_iter().flatten() {
+        for entry in resource
+            .pointer("/status/implementations")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             if let (Some(name), Some(status)) = (entry["name"].as_str(), entry["status"].as_str()) {
                 previous.insert(name.to_owned(), status.to_owned());
             }
@@ -178,17 +205,33 @@ async fn a_resource_with_its_own_layout_routes_to_the_plugin_it_names() {
     host.discover(SocketDirectory::new(dir.path()));
     host.ready().await;
 
-    let view = View::new("v", ViewSpec { implementation: HELLO.into() });
+    let view = View::new(
+        "v",
+        ViewSpec {
+            implementation: HELLO.into(),
+        },
+    );
     let resource = host.routed(&view).unwrap();
-    assert_eq!(resource.enabled().iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), [HELLO]);
+    assert_eq!(
+        resource.enabled().iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        [HELLO]
+    );
     // The layout chose the plugin, and the entries were written its way;
     // but a plugin built on the SDK looks for its entry in CloudNativePG's
     // `status.pluginStatus[]` and refuses the call, naming what it missed:
     // plugins of a resource with its own layout must read it too.
     let refused = host.plugin_status(&resource).await.unwrap_err();
     match refused.route() {
-        Some(RouteError::Call { plugin, rpc, code, message }) => {
-            assert_eq!((plugin.as_str(), *rpc, *code), (HELLO, "Operator/SetStatusInCluster", tonic::Code::FailedPrecondition));
+        Some(RouteError::Call {
+            plugin,
+            rpc,
+            code,
+            message,
+        }) => {
+            assert_eq!(
+                (plugin.as_str(), *rpc, *code),
+                (HELLO, "Operator/SetStatusInCluster", tonic::Code::FailedPrecondition)
+            );
             assert!(message.contains("status.pluginStatus"), "{message}");
         }
         other => panic!("{other:?}"),
@@ -196,11 +239,20 @@ async fn a_resource_with_its_own_layout_routes_to_the_plugin_it_names() {
     let mut with_entries = json!({});
     Implementation.write_plugin_status(
         &mut with_entries,
-        &[PluginStatusUpdate { name: HELLO.into(), status: Some("{}".into()), ..Default::default() }],
+        &[PluginStatusUpdate {
+            name: HELLO.into(),
+            status: Some("{}".into()),
+            ..Default::default()
+        }],
     );
     assert_eq!(Implementation.previous_statuses(&with_entries)[HELLO], "{}");
 
-    let elsewhere = View::new("w", ViewSpec { implementation: "absent.example.com".into() });
+    let elsewhere = View::new(
+        "w",
+        ViewSpec {
+            implementation: "absent.example.com".into(),
+        },
+    );
     let refused = host.validate_create(&elsewhere).await.unwrap_err();
     assert!(
         matches!(refused.route(), Some(RouteError::Unavailable(LookupError::Unknown { name })) if name == "absent.example.com"),

@@ -53,6 +53,6 @@ pub mod render;
 pub mod routing;
 pub mod webhook;
 
-pub use cnpgi_host::{discovery, leader, metrics, registry, serving};
 #[cfg(feature = "testing")]
 pub use cnpgi_host::testing;
+pub use cnpgi_host::{discovery, leader, metrics, registry, serving};

@@ -201,21 +201,13 @@ async fn an_enabled_plugin_that_is_not_registered_fails_closed_and_a_disabled_on
     let setup = setup().await;
     let router = Router::new(setup.registry.clone(), RoutingPolicy::default());
     let missing = cluster(json!([{"name": HELLO}, {"name": "missing.example.com"}]));
-    let err = router
-        .mutate(RoutedCluster::new(missing.clone()))
-        .await
-        .unwrap_err();
+    let err = router.mutate(RoutedCluster::new(missing.clone())).await.unwrap_err();
     assert!(
         matches!(&err, RouteError::Unavailable(LookupError::Unknown { name }) if name == "missing.example.com"),
         "{err}"
     );
     let disabled = cluster(json!([{"name": HELLO}, {"name": "missing.example.com", "enabled": false}]));
-    assert!(
-        router
-            .mutate(RoutedCluster::new(disabled.clone()))
-            .await
-            .is_ok()
-    );
+    assert!(router.mutate(RoutedCluster::new(disabled.clone())).await.is_ok());
 }
 
 #[tokio::test]
