@@ -260,7 +260,10 @@ impl<K: PluginResource> Host<K> {
         discovery::spawn(Box::new(source), self.registry.clone())
     }
 
-    /// Resolves when every discovery source finished its first pass.
+    /// Resolves when every discovery source finished its first pass. A
+    /// source that cannot look (the Kubernetes API unreachable) keeps it
+    /// pending: bound the wait with `tokio::time::timeout` if the host
+    /// should start anyway.
     pub async fn ready(&self) {
         self.registry.ready().await;
     }
