@@ -28,7 +28,9 @@ use axum::{
     routing::post,
 };
 use base64::Engine;
-use cnpgi_tls::server::ReloadingServerConfig;
+/// The TLS configuration [`serve_https`] takes, following its certificate
+/// files (re-exported from `cnpgi-tls`, so that a host needs no other crate).
+pub use cnpgi_tls::server::{ReloadingServerConfig, ServerTlsFiles};
 use kube::core::{
     DynamicObject,
     admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation as AdmissionOperation},

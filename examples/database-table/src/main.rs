@@ -123,12 +123,12 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(plugins = ?host.registry().plugins().iter().map(|p| p.name().to_owned()).collect::<Vec<_>>(), "plugin discovery done");
 
     if let Some(dir) = &args.webhook_cert_dir {
-        let files = cnpgi_tls::server::ServerTlsFiles {
+        let files = webhook::ServerTlsFiles {
             cert: dir.join("tls.crt"),
             key: dir.join("tls.key"),
             client_ca: None,
         };
-        let tls = cnpgi_tls::server::ReloadingServerConfig::with_alpn(files, &[b"h2", b"http/1.1"])?;
+        let tls = webhook::ReloadingServerConfig::with_alpn(files, &[b"h2", b"http/1.1"])?;
         let listener = std::net::TcpListener::bind(args.webhook_address)?;
         listener.set_nonblocking(true)?;
         let paths = AdmissionPaths::new("DatabaseTable", "/mutate-databasetable", "/validate-databasetable");
