@@ -515,7 +515,7 @@ fn start_discovery(
         .into_iter()
         .map(|source| {
             tracing::info!(source = %source.name(), "starting plugin discovery");
-            tokio::spawn(source.run(registry.clone()))
+            cnpgi_operator::discovery::spawn(source, registry.clone())
         })
         .collect()
 }

@@ -92,6 +92,10 @@ pub struct ClusterStatus {
     pub plugin_status: Vec<PluginStatus>,
 }
 
+/// The Cluster is a plugin resource of the host library with CloudNativePG's
+/// layout (the default): `spec.plugins[]`, `status.pluginStatus[]`.
+impl cnpgi_host::PluginResource for Cluster {}
+
 /// The CRD as YAML, as `cnpgi-operator crd` prints it.
 pub fn crd_yaml() -> Result<String, serde_yaml_ng::Error> {
     use kube::CustomResourceExt;
@@ -103,6 +107,25 @@ mod tests {
     use kube::CustomResourceExt;
 
     use super::*;
+
+    /// Hosted through the typed facade, a Cluster routes as the operator
+    /// routes it (its JSON and enabled plugins are the same).
+    #[test]
+    fn a_hosted_cluster_routes_as_the_operator_routes_it() {
+        let cluster: Cluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cnpgi.io/v1", "kind": "Cluster", "metadata": {"name": "pg"},
+            "spec": {"instances": 1, "plugins": [{"name": "b.example.com"}, {"name": "a.example.com"},
+                                                 {"name": "c.example.com", "enabled": false}]}
+        }))
+        .unwrap();
+        let host = cnpgi_host::Host::<Cluster>::new(cnpgi_host::HostOptions::default());
+        let hosted = host.routed(&cluster).unwrap();
+        let routed = crate::routing::RoutedCluster::new(serde_json::to_value(&cluster).unwrap());
+        assert_eq!(hosted.definition(), routed.definition());
+        let names = |r: &crate::routing::RoutedCluster| r.enabled().iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&hosted), ["a.example.com", "b.example.com"]);
+        assert_eq!(names(&hosted), names(&routed));
+    }
 
     #[test]
     fn crd_has_its_own_group_and_cloudnative_pg_plugin_shape() {

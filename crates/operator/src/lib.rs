@@ -1,25 +1,23 @@
-//! The operator side of CNPG-I.
+//! The `cnpgi.io/v1` Cluster operator, a CNPG-I plugin host.
 //!
-//! An operator that hosts CNPG-I plugins must reach each plugin, learn what it
-//! can do, and know whether it may receive work right now. This crate does
-//! that, in layers:
+//! The plugin host itself (discovery, the registry and its readiness,
+//! routing, admission handlers, metrics, leader election) is the generic
+//! [`cnpgi_host`] library, re-exported here under its module names; this
+//! crate is the Cluster's use of it:
 //!
 //! * [`crd`]: the `Cluster` custom resource;
-//! * [`registry`]: the plugins known, their readiness, and routing lookups
-//!   (read it to see how a plugin goes from discovered to routable);
-//! * [`discovery`]: where plugins come from (Kubernetes Services, a socket
-//!   directory, a static list), behind one trait;
-//! * [`routing`]: the CNPG-I fan-out rules: chained mutations and lifecycle
-//!   patches, collected validation errors, status, fail-closed by default;
-//! * [`webhook`]: the mutating and validating admission webhooks;
 //! * [`pods`]: instance Pods, from a template through the lifecycle hooks;
 //! * [`controller`]: the Cluster reconciler;
 //! * [`render`]: the whole pipeline on one Cluster, without Kubernetes (`cnpgi-operator render`);
-//! * [`metrics`]: Prometheus metrics of calls, readiness and discovery.
+//! * [`webhook`]: the host's admission handlers at the Cluster's paths;
+//! * [`routing`]: the host's routing, with [`routing::RoutedCluster`];
+//! * [`rbac`]: the permissions the operator needs;
+//! * re-exported from [`cnpgi_host`]: [`registry`], [`discovery`],
+//!   [`metrics`], [`serving`], [`leader`] (and `testing`, with the feature).
 //!
-//! It is built on `cnpgi-core` (the protocol logic: Cluster view, patches,
-//! capabilities, status), `cnpgi-client` (plugin channels, probing, the
-//! conformance suite) and `cnpgi-tls`.
+//! It is built on `cnpgi-host`, `cnpgi-core` (the protocol logic: Cluster
+//! view, patches, capabilities, status), `cnpgi-client` (plugin channels,
+//! probing, the conformance suite) and `cnpgi-tls`.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -49,15 +47,12 @@
 
 pub mod controller;
 pub mod crd;
-pub mod discovery;
-pub mod leader;
-pub mod metrics;
 pub mod pods;
 pub mod rbac;
-pub mod registry;
 pub mod render;
 pub mod routing;
-pub mod serving;
-#[cfg(feature = "testing")]
-pub mod testing;
 pub mod webhook;
+
+#[cfg(feature = "testing")]
+pub use cnpgi_host::testing;
+pub use cnpgi_host::{discovery, leader, metrics, registry, serving};

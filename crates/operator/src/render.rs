@@ -56,7 +56,7 @@ pub struct Rendered {
 
 /// Runs the pipeline on `cluster` (and `old`, for a change).
 pub async fn render(router: &Router, cluster: &Value, old: Option<&Value>) -> Result<Rendered, RenderError> {
-    let mutated = router.mutate_cluster(RoutedCluster::new(cluster.clone())).await?;
+    let mutated = router.mutate(RoutedCluster::new(cluster.clone())).await?;
     let routed = RoutedCluster::new(mutated.object);
     let errors = match old {
         Some(old) => {

@@ -1,282 +1,43 @@
-//! Admission webhooks for Clusters, routed to plugins.
+//! Admission webhooks for Clusters, routed to plugins: the host library's
+//! handlers ([`cnpgi_host::webhook`]) at the Cluster's paths.
 //!
 //! * `POST /mutate-cluster`: chained `MutateCluster` through the Cluster's
-//!   plugins; the combined change goes back as a base64-encoded JSON Patch
-//!   (kube's `AdmissionResponse::with_patch` would send an array of numbers,
-//!   which the API server rejects, so the response is written here).
+//!   plugins; the combined change goes back as a base64-encoded JSON Patch.
 //! * `POST /validate-cluster`: `ValidateClusterCreate` on CREATE,
 //!   `ValidateClusterChange` on UPDATE; every plugin's errors are returned as
-//!   one denial, one kubectl-style line per field.
-//!
-//! A plugin that is missing, not ready, failing or too slow denies the
-//! request (fail closed, unless fail-open for that plugin), and every answer
-//! comes within the configured deadline. A body that is not an
-//! `AdmissionReview` gets `400 Bad Request` with the reason.
+//!   one denial (`Cluster is invalid: ...`), one kubectl-style line per field.
 
-use std::{future::Future, io, net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
+use std::time::Duration;
 
-use axum::{
-    Router as HttpRouter,
-    body::Bytes,
-    extract::{DefaultBodyLimit, Request, State},
-    http::StatusCode,
-    middleware::Next,
-    response::IntoResponse,
-    routing::post,
-};
-use base64::Engine;
-use cnpgi_tls::server::ReloadingServerConfig;
-use kube::core::{
-    DynamicObject,
-    admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation as AdmissionOperation},
-};
-use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncWrite};
+use axum::Router as HttpRouter;
 
-use crate::{
-    metrics::Metrics,
-    routing::{FieldError, RoutedCluster, Router},
-    serving::{self, LimitedAcceptor, ServerLimits},
+pub use cnpgi_host::webhook::{
+    AdmissionPaths, MAX_BODY_BYTES, ReloadingTlsAcceptor, admission_routes, observed_paths, serve_https,
+    serve_https_with,
 };
+
+use crate::{metrics::Metrics, routing::Router};
 
 /// Path of the mutating webhook.
 pub const MUTATE_PATH: &str = "/mutate-cluster";
 /// Path of the validating webhook.
 pub const VALIDATE_PATH: &str = "/validate-cluster";
 
-#[derive(Clone)]
-struct WebhookState {
-    router: Router,
-    deadline: Duration,
+/// The Cluster's webhook paths, as denials name it.
+pub fn cluster_paths() -> AdmissionPaths {
+    AdmissionPaths::new("Cluster", MUTATE_PATH, VALIDATE_PATH)
 }
-
-/// The largest request body accepted, 7 MiB as controller-runtime's webhook
-/// server: an UPDATE review carries the object and its old version, each up
-/// to the API server's 3 MiB. A larger body gets `413 Payload Too Large`.
-/// (axum's default, 2 MiB, would refuse legitimate updates.)
-pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
 
 /// The webhook's HTTP routes, answering within `deadline` (keep it below
 /// the `timeoutSeconds` of the webhook configuration), accepting bodies of
 /// up to [`MAX_BODY_BYTES`].
 pub fn routes(router: Router, deadline: Duration) -> HttpRouter {
-    HttpRouter::new()
-        .route(MUTATE_PATH, post(mutate))
-        .route(VALIDATE_PATH, post(validate))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(WebhookState { router, deadline })
+    admission_routes(router, &cluster_paths(), deadline)
 }
 
-/// `app` (the webhook routes) with each admission request measured in
-/// `metrics`, as controller-runtime does:
-/// `controller_runtime_webhook_requests_total{webhook,code}`,
-/// `controller_runtime_webhook_latency_seconds{webhook}` and
-/// `controller_runtime_webhook_requests_in_flight{webhook}`, `webhook`
-/// being the path. Requests to other paths are not webhooks: not counted.
+/// `app` (the webhook routes) with each admission request to
+/// [`MUTATE_PATH`] or [`VALIDATE_PATH`] measured in `metrics`, as
+/// controller-runtime does (see [`observed_paths`]).
 pub fn observed(app: HttpRouter, metrics: Metrics) -> HttpRouter {
-    app.layer(axum::middleware::from_fn(move |request: Request, next: Next| {
-        let metrics = metrics.clone();
-        async move {
-            let path = request.uri().path();
-            let Some(webhook) = [MUTATE_PATH, VALIDATE_PATH].into_iter().find(|known| *known == path) else {
-                return next.run(request).await;
-            };
-            let timer = metrics.webhook_started(webhook);
-            let response = next.run(request).await;
-            timer.answered(response.status().as_u16());
-            response
-        }
-    }))
-}
-
-type BadRequest = (StatusCode, String);
-
-fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, BadRequest> {
-    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).map_err(|e| {
-        (
-            StatusCode::BAD_REQUEST,
-            format!("the body is not an AdmissionReview: {e}"),
-        )
-    })?;
-    review.try_into().map_err(|e| {
-        (
-            StatusCode::BAD_REQUEST,
-            format!("the AdmissionReview has no request: {e}"),
-        )
-    })
-}
-
-/// Serialises the review, with `patch` as base64 JSON Patch when non-empty.
-fn answer(response: AdmissionResponse, patch: Option<&json_patch::Patch>) -> axum::response::Response {
-    let mut review = match serde_json::to_value(response.into_review()) {
-        Ok(review) => review,
-        Err(e) => {
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("cannot encode the answer: {e}"),
-            )
-                .into_response();
-        }
-    };
-    if let Some(patch) = patch.filter(|p| !p.0.is_empty()) {
-        match serde_json::to_vec(patch) {
-            Ok(bytes) => {
-                review["response"]["patchType"] = Value::from("JSONPatch");
-                review["response"]["patch"] = Value::from(base64::engine::general_purpose::STANDARD.encode(bytes));
-            }
-            Err(e) => {
-                return (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("cannot encode the patch: {e}"),
-                )
-                    .into_response();
-            }
-        }
-    }
-    axum::Json(review).into_response()
-}
-
-fn object_json(object: Option<&DynamicObject>) -> Result<Option<Value>, serde_json::Error> {
-    object.map(serde_json::to_value).transpose()
-}
-
-async fn within<T>(deadline: Duration, work: impl Future<Output = T>) -> Result<T, String> {
-    tokio::time::timeout(deadline, work)
-        .await
-        .map_err(|_| format!("the plugins did not answer within {} ms", deadline.as_millis()))
-}
-
-async fn mutate(State(state): State<WebhookState>, body: Bytes) -> axum::response::Response {
-    let request = match parse(&body) {
-        Ok(request) => request,
-        Err(bad) => return bad.into_response(),
-    };
-    let response = AdmissionResponse::from(&request);
-    let cluster = match object_json(request.object.as_ref()) {
-        Ok(Some(cluster)) => cluster,
-        Ok(None) => return answer(response, None),
-        Err(e) => return answer(response.deny(format!("cannot read the Cluster: {e}")), None),
-    };
-    match within(state.deadline, state.router.mutate_cluster(RoutedCluster::new(cluster))).await {
-        Ok(Ok(patched)) => {
-            // The plugins' patches, in order, applied to the object under
-            // review: what the API server applies gives what they built,
-            // with no diff to compute.
-            let patch = json_patch::Patch(patched.patches.into_iter().flat_map(|p| p.patch.0).collect());
-            answer(response, Some(&patch))
-        }
-        Ok(Err(error)) => {
-            tracing::warn!(%error, "Cluster mutation denied");
-            answer(response.deny(error.to_string()), None)
-        }
-        Err(timeout) => answer(response.deny(timeout), None),
-    }
-}
-
-async fn validate(State(state): State<WebhookState>, body: Bytes) -> axum::response::Response {
-    let request = match parse(&body) {
-        Ok(request) => request,
-        Err(bad) => return bad.into_response(),
-    };
-    let response = AdmissionResponse::from(&request);
-    let (new, old) = match (
-        object_json(request.object.as_ref()),
-        object_json(request.old_object.as_ref()),
-    ) {
-        (Ok(new), Ok(old)) => (new.map(RoutedCluster::new), old.map(RoutedCluster::new)),
-        (Err(e), _) | (_, Err(e)) => return answer(response.deny(format!("cannot read the Cluster: {e}")), None),
-    };
-    let errors = match (&request.operation, new, old) {
-        (AdmissionOperation::Create, Some(new), _) => within(state.deadline, state.router.validate_create(&new)).await,
-        (AdmissionOperation::Update, Some(new), Some(old)) => {
-            within(state.deadline, state.router.validate_change(&old, &new)).await
-        }
-        _ => return answer(response, None),
-    };
-    match errors {
-        Ok(Ok(errors)) if errors.is_empty() => answer(response, None),
-        Ok(Ok(errors)) => answer(response.deny(denial(&errors)), None),
-        Ok(Err(error)) => {
-            tracing::warn!(%error, "Cluster validation could not complete");
-            answer(response.deny(error.to_string()), None)
-        }
-        Err(timeout) => answer(response.deny(timeout), None),
-    }
-}
-
-/// One line per field error, as kubectl prints validation failures.
-fn denial(errors: &[FieldError]) -> String {
-    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    format!("Cluster is invalid: {}", lines.join("; "))
-}
-
-/// An `axum_server` acceptor doing TLS with a configuration that follows
-/// its certificate files.
-#[derive(Clone)]
-pub struct ReloadingTlsAcceptor {
-    config: Arc<ReloadingServerConfig>,
-    handshake_timeout: Duration,
-}
-
-impl ReloadingTlsAcceptor {
-    /// An acceptor using `config`, giving clients 10 s for the handshake.
-    pub fn new(config: Arc<ReloadingServerConfig>) -> Self {
-        Self {
-            config,
-            handshake_timeout: Duration::from_secs(10),
-        }
-    }
-}
-
-impl<I, S> axum_server::accept::Accept<I, S> for ReloadingTlsAcceptor
-where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: Send + 'static,
-{
-    type Stream = tokio_rustls::server::TlsStream<I>;
-    type Service = S;
-    type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, S)>> + Send>>;
-
-    fn accept(&self, stream: I, service: S) -> Self::Future {
-        let acceptor = self.config.acceptor();
-        let timeout = self.handshake_timeout;
-        Box::pin(async move {
-            let tls = tokio::time::timeout(timeout, acceptor.accept(stream))
-                .await
-                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
-            Ok((tls, service))
-        })
-    }
-}
-
-/// Serves `app` over HTTPS on `listener` until `handle` is told to shut
-/// down, with the default [`ServerLimits`].
-pub async fn serve_https(
-    listener: std::net::TcpListener,
-    tls: Arc<ReloadingServerConfig>,
-    app: HttpRouter,
-    handle: axum_server::Handle<SocketAddr>,
-) -> io::Result<()> {
-    serve_https_with(listener, tls, app, handle, &ServerLimits::default()).await
-}
-
-/// Serves `app` over HTTPS on `listener` with `limits` (header, idle,
-/// request and handshake timeouts, header size, connection cap) until
-/// `handle` is told to shut down.
-pub async fn serve_https_with(
-    listener: std::net::TcpListener,
-    tls: Arc<ReloadingServerConfig>,
-    app: HttpRouter,
-    handle: axum_server::Handle<SocketAddr>,
-    limits: &ServerLimits,
-) -> io::Result<()> {
-    let tls = ReloadingTlsAcceptor {
-        config: tls,
-        handshake_timeout: limits.handshake_timeout,
-    };
-    serving::server(listener, limits)?
-        .acceptor(LimitedAcceptor::new(tls, limits))
-        .handle(handle)
-        .serve(serving::with_request_timeout(app, limits.request_timeout).into_make_service())
-        .await
+    observed_paths(app, metrics, &[MUTATE_PATH, VALIDATE_PATH])
 }

@@ -201,21 +201,13 @@ async fn an_enabled_plugin_that_is_not_registered_fails_closed_and_a_disabled_on
     let setup = setup().await;
     let router = Router::new(setup.registry.clone(), RoutingPolicy::default());
     let missing = cluster(json!([{"name": HELLO}, {"name": "missing.example.com"}]));
-    let err = router
-        .mutate_cluster(RoutedCluster::new(missing.clone()))
-        .await
-        .unwrap_err();
+    let err = router.mutate(RoutedCluster::new(missing.clone())).await.unwrap_err();
     assert!(
         matches!(&err, RouteError::Unavailable(LookupError::Unknown { name }) if name == "missing.example.com"),
         "{err}"
     );
     let disabled = cluster(json!([{"name": HELLO}, {"name": "missing.example.com", "enabled": false}]));
-    assert!(
-        router
-            .mutate_cluster(RoutedCluster::new(disabled.clone()))
-            .await
-            .is_ok()
-    );
+    assert!(router.mutate(RoutedCluster::new(disabled.clone())).await.is_ok());
 }
 
 #[tokio::test]
@@ -224,7 +216,7 @@ async fn mutation_validation_and_status_through_hello_world() {
     let router = Router::new(setup.registry.clone(), RoutingPolicy::default());
 
     let plain = cluster(json!([{"name": HELLO}]));
-    let mutated = router.mutate_cluster(RoutedCluster::new(plain.clone())).await.unwrap();
+    let mutated = router.mutate(RoutedCluster::new(plain.clone())).await.unwrap();
     assert_eq!(mutated.patches.len(), 1);
     assert_eq!(
         mutated.object["spec"]["plugins"][0]["parameters"]["labels"],

@@ -56,7 +56,7 @@ impl StaticPlugin {
     /// (the latter needs `tls`).
     ///
     /// ```
-    /// use cnpgi_operator::discovery::static_list::{StaticAddress, StaticPlugin};
+    /// use cnpgi_host::discovery::static_list::{StaticAddress, StaticPlugin};
     ///
     /// let plugin = StaticPlugin::parse("hello.example.com=unix:///plugins/hello.example.com", None).unwrap();
     /// assert_eq!(plugin.address, StaticAddress::Unix("/plugins/hello.example.com".into()));
@@ -183,6 +183,8 @@ impl DiscoverySource for StaticList {
                         failed.push(plugin);
                     }
                 }
+                // Every plugin of the list was attempted once.
+                registry.first_pass_done(&source);
                 if failed.is_empty() {
                     return std::future::pending().await;
                 }

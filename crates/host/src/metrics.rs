@@ -208,7 +208,7 @@ impl Metrics {
     /// Adds every metric to `registry`.
     ///
     /// ```
-    /// let metrics = cnpgi_operator::metrics::Metrics::default();
+    /// let metrics = cnpgi_host::metrics::Metrics::default();
     /// let mut registry = prometheus_client::registry::Registry::default();
     /// metrics.register(&mut registry);
     /// metrics.record_call("p.example.com", "Identity/Probe", std::time::Duration::from_millis(2), None);

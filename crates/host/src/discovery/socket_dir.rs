@@ -94,6 +94,8 @@ impl DiscoverySource for SocketDirectory {
                         }
                     }
                 }
+                // The directory was looked at once (listed, or not readable).
+                registry.first_pass_done(&source);
                 tokio::time::sleep(self.poll_interval).await;
             }
         })

@@ -464,6 +464,8 @@ impl DiscoverySource for KubernetesServices {
                     &self.dial_overrides,
                 )
                 .await;
+                // The Services and Secrets listed at start are registered.
+                registry.first_pass_done(&source);
             }
         })
     }

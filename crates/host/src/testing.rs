@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! # async fn example() {
-//! use cnpgi_operator::testing::FakeApiServer;
+//! use cnpgi_host::testing::FakeApiServer;
 //!
 //! let api = FakeApiServer::new();
 //! api.collection("/api/v1/namespaces/default/pods");

@@ -2,7 +2,8 @@
 //!
 //! Every source implements [`DiscoverySource`]: it runs for the life of the
 //! operator and keeps the [`Registry`] in step with what it sees, through
-//! [`Registry::add`] and [`Registry::remove`] only. Routing code reads the
+//! [`Registry::add`] and [`Registry::remove`] only, and says when its
+//! first pass is done ([`Registry::first_pass_done`]). Routing code reads the
 //! registry and never knows which source found a plugin.
 //!
 //! * [`static_list::StaticList`]: a fixed list of plugins, for local runs and tests;
@@ -12,6 +13,8 @@
 //!   namespace, watched, with their certificate Secrets.
 
 use std::{fmt::Display, future::Future, pin::Pin, sync::Arc};
+
+use tokio::task::JoinHandle;
 
 use cnpgi_client::client::PluginClient;
 
@@ -30,8 +33,19 @@ pub trait DiscoverySource: Send + 'static {
     /// (e.g. `socket-dir:/plugins`).
     fn name(&self) -> String;
 
-    /// Keeps `registry` in step with this source until cancelled (dropped).
+    /// Keeps `registry` in step with this source until cancelled (dropped),
+    /// calling [`Registry::first_pass_done`] with its name once its first
+    /// look is complete (what the registry's ready signal waits for).
     fn run(self: Box<Self>, registry: Arc<Registry>) -> DiscoveryFuture;
+}
+
+/// Starts `source` on the current Tokio runtime, keeping `registry` in step
+/// with it, and makes [`Registry::ready`] wait for its first pass.
+/// Aborting the returned task stops the source.
+pub fn spawn(source: Box<dyn DiscoverySource>, registry: Arc<Registry>) -> JoinHandle<()> {
+    let name = source.name();
+    registry.expect_first_pass(&name);
+    tokio::spawn(source.run(registry))
 }
 
 /// Adds a plugin whose client may have failed to build; a failure is

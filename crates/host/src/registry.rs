@@ -23,9 +23,22 @@
 //!
 //! Many readers look plugins up while discovery adds and removes them: the
 //! map and each plugin's state sit behind short, never-awaited locks.
+//!
+//! # Ready: the first discovery pass is done
+//!
+//! A host should not route before discovery had a look: a resource applied
+//! while the registry is still empty would be refused for a plugin that is
+//! merely not found yet. Each discovery source started with
+//! [`crate::discovery::spawn`] is *expected* ([`Registry::expect_first_pass`])
+//! and says when its first pass is done ([`Registry::first_pass_done`]):
+//! every plugin it found then was added, hence probed once.
+//! [`Registry::ready`] resolves when no expected source is still on its first
+//! pass ([`Registry::is_ready`] tells without waiting). Plugins found in the
+//! first pass may still be unreachable: readiness of each plugin is still
+//! per plugin, as above.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeSet, HashMap},
     sync::{Arc, PoisonError, RwLock, Weak},
     time::Duration,
 };
@@ -34,7 +47,7 @@ use cnpgi_proto::{
     operator::v1::operator_capability::rpc::Type as RpcType,
     operator_lifecycle::v1::operator_operation_type::Type as Operation,
 };
-use tokio::task::JoinHandle;
+use tokio::{sync::watch, task::JoinHandle};
 
 use cnpgi_client::{
     client::PluginClient,
@@ -251,10 +264,18 @@ impl Plugin {
 }
 
 /// The plugins known to the operator, by name.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Registry {
     plugins: RwLock<HashMap<String, Arc<Plugin>>>,
     options: RegistryOptions,
+    /// The discovery sources whose first pass is not done yet.
+    first_passes: watch::Sender<BTreeSet<String>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new(RegistryOptions::default())
+    }
 }
 
 impl Registry {
@@ -263,7 +284,48 @@ impl Registry {
         Self {
             plugins: RwLock::default(),
             options,
+            first_passes: watch::Sender::new(BTreeSet::new()),
         }
+    }
+
+    /// Declares that the discovery source `source` (its
+    /// [`crate::discovery::DiscoverySource::name`]) is starting: until it
+    /// calls [`Registry::first_pass_done`], the registry is not ready.
+    pub fn expect_first_pass(&self, source: &str) {
+        self.first_passes.send_modify(|pending| {
+            pending.insert(source.to_owned());
+        });
+    }
+
+    /// `source` finished its first pass: every plugin it found then was
+    /// added (and probed once). Idempotent; a source that was not expected
+    /// changes nothing.
+    pub fn first_pass_done(&self, source: &str) {
+        let done = self.first_passes.send_if_modified(|pending| pending.remove(source));
+        if done {
+            tracing::debug!(source, "discovery source: first pass done");
+        }
+    }
+
+    /// Whether every expected discovery source finished its first pass.
+    pub fn is_ready(&self) -> bool {
+        self.first_passes.borrow().is_empty()
+    }
+
+    /// The expected discovery sources still on their first pass, sorted.
+    pub fn pending_sources(&self) -> Vec<String> {
+        self.first_passes.borrow().iter().cloned().collect()
+    }
+
+    /// Resolves when every expected discovery source finished its first
+    /// pass (at once if none is pending). Routing after it sees every plugin
+    /// discovery could find at start; a host awaits it before serving
+    /// webhooks or reconciling, instead of sleeping.
+    pub async fn ready(&self) {
+        let mut pending = self.first_passes.subscribe();
+        // The sender lives in `self`, borrowed for this call: it cannot be
+        // dropped, so waiting cannot fail.
+        let _ = pending.wait_for(BTreeSet::is_empty).await;
     }
 
     /// Registers a plugin found by `source` (e.g. `service/cnpg-system/hello`)

@@ -1,0 +1,359 @@
+//! A CNPG-I plugin host for any Kubernetes operator.
+//!
+//! CNPG-I is CloudNativePG's plugin interface: plugins, in any language,
+//! serve gRPC services that validate and default a resource, patch the
+//! objects an operator writes for it, hook its reconciliation and report
+//! status. This crate is the operator's side of that protocol, for **any**
+//! custom resource: the `cnpgi-operator` Cluster operator is one user of it.
+//!
+//! # Design
+//!
+//! * **JSON inside, typed outside.** CNPG-I sends the resource as JSON bytes
+//!   in every call, so routing works on JSON encoded once per reconcile or
+//!   admission request ([`routing::RoutedResource`]): a fan-out to three
+//!   plugins encodes the resource once, whatever its Rust type. The typed
+//!   facade, [`Host<K>`], is generic over `K:`[`PluginResource`] (a
+//!   `kube::Resource` with serde) and converts at its edges.
+//! * **Where a resource lists its plugins** is a small trait,
+//!   [`routing::PluginLayout`]: which plugins are enabled (in CNPG-I's
+//!   routing order), how a plugin's validation error path reads as a field
+//!   of the resource, and how the status carries one entry per plugin.
+//!   CloudNativePG's shape, `spec.plugins[]` and `status.pluginStatus[]`, is
+//!   the default ([`routing::CnpgLayout`]), not a requirement:
+//!   [`PluginResource::layout`] picks another.
+//! * **Discovery** ([`discovery`]): plugin Services with CloudNativePG's
+//!   labels and annotations (and their mTLS Secrets), sidecar socket
+//!   directories, static lists, behind one trait. Each source feeds the
+//!   **registry** ([`registry`]), which probes each plugin (metadata,
+//!   capabilities), re-probes on reconnection, asks `Probe` periodically and
+//!   routes only to plugins that are ready.
+//! * **Ready signal.** Sources started with [`discovery::spawn`] (or
+//!   [`Host::discover`]) report their first pass; [`registry::Registry::ready`]
+//!   (and [`Host::ready`]) resolve when all did, so a host routes after
+//!   discovery had its look instead of sleeping.
+//! * **Routing** ([`routing::Router`]) applies CloudNativePG's fan-out rules:
+//!   validate create/change (all errors collected, with field paths), mutate
+//!   and lifecycle hooks on any child object (Pods, Jobs, Services, ...:
+//!   chained JSON patches), reconciler hooks (pre/post, requeue/terminate),
+//!   status entries (`SetStatusInCluster`), `Deregister`, and Postgres'
+//!   `EnrichConfiguration`; fail-closed by default, fail-open per plugin.
+//! * **Admission webhooks** ([`webhook`]) are axum routes the operator
+//!   merges into its own server, at paths it chooses
+//!   ([`webhook::AdmissionPaths`]); [`webhook::serve_https`] and
+//!   [`serving`] offer an HTTPS server with hardened limits if it has none.
+//! * **Metrics** ([`metrics`]): Prometheus metrics of plugin calls,
+//!   readiness, discovery, webhooks and reconciles, in controller-runtime's
+//!   names. **Leader election** ([`leader`]) on a Lease, as client-go does.
+//!
+//! What stays in an operator (for `cnpgi-operator`: the Cluster CRD, the
+//! instance Pod template and the Cluster reconciler): its resource type, the
+//! objects it writes and when, and which webhook paths it registers. The
+//! protocol's names (`MutateCluster`, `cluster_definition`) remain the
+//! wire's: for a host, "cluster" is the resource that enables the plugins.
+//!
+//! # Example
+//!
+//! A host for a `Table` resource that lists its plugins the CloudNativePG
+//! way. Nothing enables the plugin it names, so validation fails closed:
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use cnpgi_host::{
+//!     Host, HostOptions, PluginResource, discovery::socket_dir::SocketDirectory, routing::RouteError,
+//!     webhook::AdmissionPaths,
+//! };
+//! use kube::CustomResource;
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//!
+//! /// A table: its columns, and the plugins that implement it.
+//! #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+//! #[kube(group = "example.com", version = "v1", kind = "Table", namespaced)]
+//! pub struct TableSpec {
+//!     /// Column names.
+//!     pub columns: Vec<String>,
+//!     /// CloudNativePG's shape: `[{"name": ..., "parameters": {...}}]`.
+//!     #[serde(default)]
+//!     pub plugins: Vec<serde_json::Value>,
+//! }
+//!
+//! // The default layout: `spec.plugins[]`, `status.pluginStatus[]`.
+//! impl PluginResource for Table {}
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let host = Host::<Table>::new(HostOptions::default());
+//! let plugins = tempfile::tempdir()?;
+//! host.discover(SocketDirectory::new(plugins.path()));
+//! host.ready().await; // the socket directory was looked at
+//!
+//! let table = Table::new("users", TableSpec {
+//!     columns: vec!["id".into()],
+//!     plugins: vec![serde_json::json!({"name": "postgres.example.com"})],
+//! });
+//! let refused = host.validate_create(&table).await.unwrap_err();
+//! assert!(matches!(refused.route(), Some(RouteError::Unavailable(_))), "{refused}");
+//!
+//! // The admission webhooks, to merge into the operator's own axum server.
+//! let paths = AdmissionPaths::new("Table", "/mutate-table", "/validate-table");
+//! let _app: axum::Router = host.admission_routes(&paths, Duration::from_secs(10));
+//! # Ok(()) }
+//! ```
+
+#![forbid(unsafe_code)]
+
+use std::{fmt, marker::PhantomData, sync::Arc, time::Duration};
+
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+pub mod discovery;
+pub mod leader;
+pub mod metrics;
+pub mod registry;
+pub mod routing;
+pub mod serving;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod webhook;
+
+pub use cnpgi_client::{
+    client::{ClientOptions, PluginClient, Transport},
+    probe::PluginInfo,
+};
+/// The Operator service's RPCs a plugin may advertise.
+pub use cnpgi_proto::operator::v1::operator_capability::rpc::Type as OperatorRpc;
+/// The kind of operation a lifecycle hook is called for (create, patch,
+/// update, delete, evaluate), re-exported from the protocol.
+pub use cnpgi_proto::operator_lifecycle::v1::operator_operation_type::Type as Operation;
+/// The kinds a reconciler hook may be registered for: `Cluster` is the
+/// resource that enables the plugins (whatever its kind), `Backup` CloudNativePG's Backups.
+pub use cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind as HookKind;
+
+use crate::{
+    discovery::DiscoverySource,
+    metrics::Metrics,
+    registry::{Registry, RegistryOptions},
+    routing::{
+        CnpgLayout, FieldError, HookOutcome, HookPhase, Patched, PluginLayout, RouteError, RoutedResource, Router,
+        RoutingPolicy,
+    },
+    webhook::AdmissionPaths,
+};
+
+/// A resource whose plugins a [`Host`] routes to: a Kubernetes resource
+/// with serde, and where it lists its plugins.
+pub trait PluginResource:
+    kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + fmt::Debug + Send + Sync + 'static
+{
+    /// Where the resource lists its plugins and how its status carries
+    /// their entries. Default: CloudNativePG's `spec.plugins[]` and
+    /// `status.pluginStatus[]` ([`CnpgLayout`]).
+    fn layout() -> Arc<dyn PluginLayout> {
+        Arc::new(CnpgLayout)
+    }
+}
+
+/// How a [`Host`] is built.
+#[derive(Debug, Clone, Default)]
+pub struct HostOptions {
+    /// The registry's tunables (probe interval, metrics).
+    pub registry: RegistryOptions,
+    /// Which plugins may fail without failing an operation.
+    pub policy: RoutingPolicy,
+}
+
+/// Why a [`Host`] operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// Routing through the plugins failed (fail-closed).
+    #[error(transparent)]
+    Route(#[from] RouteError),
+    /// The plugins' result is not a valid object of its type.
+    #[error("the plugins' {what} does not decode: {source}")]
+    Decode {
+        /// What was decoded.
+        what: &'static str,
+        /// Why it does not.
+        source: serde_json::Error,
+    },
+}
+
+impl HostError {
+    /// The routing error, when that is what failed.
+    pub fn route(&self) -> Option<&RouteError> {
+        match self {
+            Self::Route(error) => Some(error),
+            Self::Decode { .. } => None,
+        }
+    }
+}
+
+/// A plugin host for resources of type `K`: the registry, its discovery,
+/// and routing with `K`'s layout, behind typed calls. Cloning is cheap (the
+/// clones share the registry).
+pub struct Host<K> {
+    registry: Arc<Registry>,
+    router: Router,
+    resource: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for Host<K> {
+    fn clone(&self) -> Self {
+        Self {
+            registry: self.registry.clone(),
+            router: self.router.clone(),
+            resource: PhantomData,
+        }
+    }
+}
+
+impl<K> fmt::Debug for Host<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Host")
+            .field("resource", &std::any::type_name::<K>())
+            .field("router", &self.router)
+            .finish()
+    }
+}
+
+impl<K: PluginResource> Host<K> {
+    /// A host with an empty registry; add discovery sources with [`Host::discover`].
+    pub fn new(options: HostOptions) -> Self {
+        let registry = Arc::new(Registry::new(options.registry));
+        let router = Router::with_layout(registry.clone(), options.policy, K::layout());
+        Self {
+            registry,
+            router,
+            resource: PhantomData,
+        }
+    }
+
+    /// The registry of plugins.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The router, for calls on JSON (see [`routing`]).
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+
+    /// The metrics plugin calls, readiness and webhooks are recorded in.
+    pub fn metrics(&self) -> &Metrics {
+        &self.registry.options().metrics
+    }
+
+    /// Client options recording every plugin call in [`Host::metrics`], for
+    /// discovery sources.
+    pub fn client_options(&self) -> ClientOptions {
+        ClientOptions {
+            observer: Arc::new(self.metrics().clone()),
+            ..ClientOptions::default()
+        }
+    }
+
+    /// Starts `source` (see [`discovery::spawn`]); [`Host::ready`] waits for its first pass.
+    pub fn discover(&self, source: impl DiscoverySource) -> JoinHandle<()> {
+        discovery::spawn(Box::new(source), self.registry.clone())
+    }
+
+    /// Resolves when every discovery source finished its first pass. A
+    /// source that cannot look (the Kubernetes API unreachable) keeps it
+    /// pending: bound the wait with `tokio::time::timeout` if the host
+    /// should start anyway.
+    pub async fn ready(&self) {
+        self.registry.ready().await;
+    }
+
+    /// `resource` as routed to its plugins (encoded once).
+    pub fn routed(&self, resource: &K) -> Result<RoutedResource, HostError> {
+        let value = serde_json::to_value(resource).map_err(RouteError::Encode)?;
+        Ok(self.router.routed(value))
+    }
+
+    /// `ValidateClusterCreate` through the resource's plugins: every field error.
+    pub async fn validate_create(&self, resource: &K) -> Result<Vec<FieldError>, HostError> {
+        Ok(self.router.validate_create(&self.routed(resource)?).await?)
+    }
+
+    /// `ValidateClusterChange` through the new resource's plugins: every field error.
+    pub async fn validate_change(&self, old: &K, new: &K) -> Result<Vec<FieldError>, HostError> {
+        Ok(self
+            .router
+            .validate_change(&self.routed(old)?, &self.routed(new)?)
+            .await?)
+    }
+
+    /// `MutateCluster` chained through the resource's plugins: the resource
+    /// as they defaulted it, and each plugin's patch.
+    pub async fn mutate(&self, resource: &K) -> Result<(K, Patched), HostError> {
+        let patched = self.router.mutate(self.routed(resource)?).await?;
+        let typed = serde_json::from_value(patched.object.clone()).map_err(|source| HostError::Decode {
+            what: "mutated resource",
+            source,
+        })?;
+        Ok((typed, patched))
+    }
+
+    /// `LifecycleHook` for `operation` on `object`, a child object the
+    /// operator writes for `resource` (a Pod, a Job, a Service...), chained
+    /// through the plugins whose lifecycle capabilities match its group and
+    /// kind: the object as they patched it.
+    pub async fn lifecycle_hook<C>(
+        &self,
+        resource: &RoutedResource,
+        object: &C,
+        operation: Operation,
+    ) -> Result<C, HostError>
+    where
+        C: kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+    {
+        let mut value = serde_json::to_value(object).map_err(RouteError::Encode)?;
+        // `apiVersion` and `kind` say which hooks match: typed objects may
+        // not serialise them.
+        if let Some(fields) = value.as_object_mut() {
+            fields.insert("apiVersion".into(), Value::from(C::api_version(&()).as_ref()));
+            fields.insert("kind".into(), Value::from(C::kind(&()).as_ref()));
+        }
+        let patched = self.router.lifecycle_hook(resource, value, operation).await?;
+        serde_json::from_value(patched.object).map_err(|source| HostError::Decode {
+            what: "patched object",
+            source,
+        })
+    }
+
+    /// `ReconcilerHooks` `Pre` or `Post` on the resource itself, through
+    /// the plugins hooking [`HookKind::Cluster`].
+    pub async fn reconciler_hooks(
+        &self,
+        phase: HookPhase,
+        resource: &RoutedResource,
+    ) -> Result<HookOutcome, HostError> {
+        Ok(self
+            .router
+            .reconciler_hooks(phase, HookKind::Cluster, resource, resource.definition())
+            .await?)
+    }
+
+    /// The resource's status with its plugin entries as they are now
+    /// (`SetStatusInCluster` asked, see [`Router::set_status`]), written with
+    /// its layout: the value of `status` to patch.
+    pub async fn plugin_status(&self, resource: &RoutedResource) -> Result<Value, HostError> {
+        let entries = self.router.set_status(resource).await?;
+        let mut with_entries =
+            serde_json::json!({"status": resource.value().get("status").cloned().unwrap_or_default()});
+        self.router.layout().write_plugin_status(&mut with_entries, &entries);
+        Ok(with_entries["status"].take())
+    }
+
+    /// The admission webhooks for `K` at `paths`, answering within
+    /// `deadline`, measured in [`Host::metrics`]: merge them into the
+    /// operator's own axum router.
+    pub fn admission_routes(&self, paths: &AdmissionPaths, deadline: Duration) -> axum::Router {
+        let app = webhook::admission_routes(self.router.clone(), paths, deadline);
+        webhook::observed_paths(app, self.metrics().clone(), &[&paths.mutate, &paths.validate])
+    }
+}

@@ -1,0 +1,884 @@
+//! Routing a resource, and the objects written for it, through its plugins.
+//!
+//! The rules are CloudNativePG's: the plugins a resource enables (where it
+//! lists them is its [`PluginLayout`]; by default [`CnpgLayout`],
+//! CloudNativePG's `spec.plugins[]`, `enabled` defaulting to true) are
+//! de-duplicated and sorted by name, and every fan-out goes in that order.
+//! Mutations and lifecycle patches are chained: each plugin receives the JSON
+//! the plugins before it already patched, and answers an RFC 6902 patch
+//! (empty: no change). A plugin without the capability a step needs is
+//! skipped.
+//!
+//! Failures close: an enabled plugin that is not registered or not ready,
+//! that fails, or whose patch does not apply stops the operation with a
+//! [`RouteError`] naming it, and nothing half-patched comes out, unless the
+//! plugin is listed in [`RoutingPolicy::fail_open`], in which case it is
+//! skipped with a warning.
+//!
+//! The resource travels as JSON encoded once ([`RoutedResource`]): CNPG-I
+//! sends it as bytes in every call, and a reconcile or an admission request
+//! makes several calls.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    sync::Arc,
+};
+
+pub use cnpgi_core::cluster::EnabledPlugin;
+pub use cnpgi_core::status::PluginStatusUpdate;
+use cnpgi_core::{
+    cluster::{enabled_plugins, encode_object},
+    echo::bounded_string,
+    patch::{apply_unchecked, parse_patch},
+    path::field_path,
+    service,
+    status::{parse_json_status, previous_statuses, write_plugin_status},
+};
+use cnpgi_proto::{
+    operator::v1::{
+        DeregisterRequest, OperatorMutateClusterRequest, OperatorValidateClusterChangeRequest,
+        OperatorValidateClusterCreateRequest, SetStatusInClusterRequest, ValidationError,
+        operator_capability::rpc::Type as RpcType,
+    },
+    operator_lifecycle::v1::{
+        OperatorLifecycleRequest, OperatorOperationType, operator_operation_type::Type as Operation,
+    },
+};
+use serde_json::Value;
+
+use crate::registry::{LookupError, Registry, Routable};
+
+/// Which plugins may fail without failing the operation.
+#[derive(Debug, Clone, Default)]
+pub struct RoutingPolicy {
+    /// Plugins skipped (with a warning) when unavailable or failing.
+    pub fail_open: BTreeSet<String>,
+}
+
+/// Why an operation routed through plugins failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    /// The plugin is not registered or not ready.
+    #[error(transparent)]
+    Unavailable(#[from] LookupError),
+    /// The plugin answered with an error (or did not answer in time).
+    #[error("plugin {plugin}: {rpc} failed: {code:?}: {message}")]
+    Call {
+        /// The plugin.
+        plugin: String,
+        /// The RPC.
+        rpc: &'static str,
+        /// The gRPC code.
+        code: tonic::Code,
+        /// The status message.
+        message: String,
+    },
+    /// The plugin's answer is not usable (bad JSON Patch, patch that does not
+    /// apply, status that is not a JSON object).
+    #[error("plugin {plugin}: {rpc} returned an unusable answer: {reason}")]
+    BadAnswer {
+        /// The plugin.
+        plugin: String,
+        /// The RPC.
+        rpc: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The object could not be serialised for the plugins.
+    #[error("cannot encode the object for the plugins: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+impl RouteError {
+    /// The plugin the error is about, if any.
+    pub fn plugin(&self) -> Option<&str> {
+        match self {
+            Self::Unavailable(LookupError::Unknown { name } | LookupError::NotReady { name, .. }) => Some(name),
+            Self::Call { plugin, .. } | Self::BadAnswer { plugin, .. } => Some(plugin),
+            Self::Encode(_) => None,
+        }
+    }
+}
+
+/// One plugin's patch, as applied.
+#[derive(Debug, Clone)]
+pub struct PluginPatch {
+    /// The plugin.
+    pub plugin: String,
+    /// Its RFC 6902 patch (empty when it changed nothing).
+    pub patch: json_patch::Patch,
+}
+
+/// An object after a chain of plugin patches.
+#[derive(Debug, Clone)]
+pub struct Patched {
+    /// The object with every patch applied.
+    pub object: Value,
+    /// Each plugin's patch, in the order applied.
+    pub patches: Vec<PluginPatch>,
+}
+
+/// A validation error from a plugin, located on a field of the resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// The plugin that reported it.
+    pub plugin: String,
+    /// The field, e.g. `spec.plugins[0].parameters.annotations`.
+    pub field: String,
+    /// The offending value.
+    pub value: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl FieldError {
+    fn from_plugin(layout: &dyn PluginLayout, plugin: &EnabledPlugin, error: ValidationError) -> Self {
+        // A plugin's answer is quoted in webhook denials, errors and logs: bounded.
+        Self {
+            plugin: plugin.name.clone(),
+            field: bounded_string(layout.field_path(&error.path_components, plugin.index)),
+            value: bounded_string(error.value),
+            message: bounded_string(error.message),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    /// kubectl style: `spec.x: Invalid value: "v": message`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: Invalid value: {:?}: {}", self.field, self.value, self.message)
+    }
+}
+
+/// Where a resource lists the plugins it uses (and their parameters), and
+/// how its status carries one entry per plugin.
+///
+/// The router works on the resource as JSON; a layout reads that JSON. The
+/// default, [`CnpgLayout`], is CloudNativePG's shape; a resource with
+/// another shape implements this trait (see [`crate::PluginResource::layout`]).
+///
+/// ```
+/// use std::collections::BTreeMap;
+///
+/// use cnpgi_host::routing::{EnabledPlugin, PluginLayout, PluginStatusUpdate};
+/// use serde_json::Value;
+///
+/// /// One plugin, named in `spec.implementation`; entries in `status.plugins`.
+/// #[derive(Debug)]
+/// struct OnePlugin;
+///
+/// impl PluginLayout for OnePlugin {
+///     fn enabled_plugins(&self, resource: &Value) -> Vec<EnabledPlugin> {
+///         let name = resource.pointer("/spec/implementation").and_then(Value::as_str);
+///         name.map(|name| EnabledPlugin { index: 0, name: name.to_owned() }).into_iter().collect()
+///     }
+///     fn field_path(&self, components: &[String], _index: usize) -> String {
+///         components.join(".")
+///     }
+///     fn previous_statuses(&self, _resource: &Value) -> BTreeMap<String, String> {
+///         BTreeMap::new()
+///     }
+///     fn write_plugin_status(&self, resource: &mut Value, entries: &[PluginStatusUpdate]) {
+///         let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+///         resource["status"] = serde_json::json!({"plugins": names});
+///     }
+/// }
+///
+/// let table = serde_json::json!({"spec": {"implementation": "postgres.example.com"}});
+/// assert_eq!(OnePlugin.enabled_plugins(&table)[0].name, "postgres.example.com");
+/// ```
+pub trait PluginLayout: fmt::Debug + Send + Sync + 'static {
+    /// The plugins `resource` enables, in routing order (CNPG-I's rule:
+    /// de-duplicated by name, sorted by name), each with its index in the
+    /// resource's list (which field paths of its parameters use).
+    fn enabled_plugins(&self, resource: &Value) -> Vec<EnabledPlugin>;
+
+    /// Renders a plugin's validation error path (`path_components`) as a
+    /// field of the resource; `plugin_index` is the reporting plugin's
+    /// [`EnabledPlugin::index`]. Default: CNPG-I's convention
+    /// ([`cnpgi_core::path::field_path`]: `spec.plugins[<i>].parameters.<name>`).
+    fn field_path(&self, path_components: &[String], plugin_index: usize) -> String {
+        field_path(path_components, Some(plugin_index))
+    }
+
+    /// Each plugin's status as the resource carries it now, by plugin name
+    /// (what the plugin answered last time; kept when it answers empty).
+    fn previous_statuses(&self, resource: &Value) -> BTreeMap<String, String>;
+
+    /// Replaces the plugin entries in the status of `resource` with `entries`.
+    fn write_plugin_status(&self, resource: &mut Value, entries: &[PluginStatusUpdate]);
+}
+
+/// CloudNativePG's layout: plugins in `spec.plugins[]` (`name`, `enabled`
+/// defaulting to true, `parameters`), entries in `status.pluginStatus[]`
+/// (`name`, `version`, `capabilities`, `operatorCapabilities`, `status`...).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CnpgLayout;
+
+impl PluginLayout for CnpgLayout {
+    fn enabled_plugins(&self, resource: &Value) -> Vec<EnabledPlugin> {
+        enabled_plugins(resource)
+    }
+
+    fn previous_statuses(&self, resource: &Value) -> BTreeMap<String, String> {
+        previous_statuses(resource)
+            .into_iter()
+            .map(|(name, status)| (name.to_owned(), status))
+            .collect()
+    }
+
+    fn write_plugin_status(&self, resource: &mut Value, entries: &[PluginStatusUpdate]) {
+        write_plugin_status(resource, entries);
+    }
+}
+
+/// A resource as routed to plugins: its JSON, that JSON serialised once (so
+/// that every call of a reconcile or an admission request sends the same
+/// bytes without encoding the resource again), and the plugins it enables.
+///
+/// ```
+/// use cnpgi_host::routing::RoutedResource;
+///
+/// let resource = RoutedResource::new(serde_json::json!({"kind": "Table", "spec": {}}));
+/// assert_eq!(resource.definition(), br#"{"kind":"Table","spec":{}}"#);
+/// assert_eq!(resource.value()["kind"], "Table");
+/// ```
+#[derive(Debug, Clone)]
+pub struct RoutedResource {
+    value: Value,
+    definition: Vec<u8>,
+    enabled: Vec<EnabledPlugin>,
+}
+
+impl RoutedResource {
+    /// Encodes `value` once and reads the plugins it enables with
+    /// CloudNativePG's layout ([`CnpgLayout`]).
+    pub fn new(value: Value) -> Self {
+        Self::with_layout(value, &CnpgLayout)
+    }
+
+    /// Encodes `value` once and reads the plugins it enables with `layout`.
+    pub fn with_layout(value: Value, layout: &dyn PluginLayout) -> Self {
+        Self {
+            definition: encode_object(&value),
+            enabled: layout.enabled_plugins(&value),
+            value,
+        }
+    }
+
+    /// The resource as JSON.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// The resource as the bytes sent to plugins.
+    pub fn definition(&self) -> &[u8] {
+        &self.definition
+    }
+
+    /// The plugins it enables, in routing order.
+    pub fn enabled(&self) -> &[EnabledPlugin] {
+        &self.enabled
+    }
+
+    /// The resource as JSON, without copying it.
+    pub fn into_value(self) -> Value {
+        self.value
+    }
+}
+
+impl From<Value> for RoutedResource {
+    fn from(value: Value) -> Self {
+        Self::new(value)
+    }
+}
+
+/// Routes operations through the registry's plugins.
+#[derive(Debug, Clone)]
+pub struct Router {
+    registry: Arc<Registry>,
+    policy: RoutingPolicy,
+    layout: Arc<dyn PluginLayout>,
+}
+
+impl Router {
+    /// A router over `registry`, for resources in CloudNativePG's layout ([`CnpgLayout`]).
+    pub fn new(registry: Arc<Registry>, policy: RoutingPolicy) -> Self {
+        Self::with_layout(registry, policy, Arc::new(CnpgLayout))
+    }
+
+    /// A router over `registry`, for resources whose plugins `layout` reads.
+    pub fn with_layout(registry: Arc<Registry>, policy: RoutingPolicy, layout: Arc<dyn PluginLayout>) -> Self {
+        Self {
+            registry,
+            policy,
+            layout,
+        }
+    }
+
+    /// Where the routed resources list their plugins.
+    pub fn layout(&self) -> &dyn PluginLayout {
+        &*self.layout
+    }
+
+    /// `value` as routed by this router (its plugins read with [`Router::layout`]).
+    pub fn routed(&self, value: Value) -> RoutedResource {
+        RoutedResource::with_layout(value, &*self.layout)
+    }
+
+    /// The registry routed to.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Applies the fail-open policy to a plugin's failure: `Ok(None)` skips it.
+    fn tolerate<T>(&self, plugin: &str, result: Result<T, RouteError>) -> Result<Option<T>, RouteError> {
+        match result {
+            Ok(value) => Ok(Some(value)),
+            Err(error) if self.policy.fail_open.contains(plugin) => {
+                tracing::warn!(plugin, %error, "plugin failed; skipped (fail-open)");
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The enabled plugins of `resource` that can be called and have what
+    /// `wants` checks, in routing order.
+    fn targets(
+        &self,
+        resource: &RoutedResource,
+        wants: impl Fn(&Routable) -> bool,
+    ) -> Result<Vec<(EnabledPlugin, Routable)>, RouteError> {
+        let mut targets = Vec::new();
+        for plugin in resource.enabled().iter().cloned() {
+            let routable = self.registry.get(&plugin.name).map_err(RouteError::from);
+            if let Some(routable) = self.tolerate(&plugin.name, routable)?
+                && wants(&routable)
+            {
+                targets.push((plugin, routable));
+            }
+        }
+        Ok(targets)
+    }
+
+    /// Chains `MutateCluster` through every enabled plugin that implements
+    /// it; the resource is the chain's working copy, and its encoding is what
+    /// the first plugin is sent.
+    pub async fn mutate(&self, resource: RoutedResource) -> Result<Patched, RouteError> {
+        let targets = self.targets(&resource, |r| r.info.has_operator_rpc(RpcType::MutateCluster))?;
+        let RoutedResource { value, definition, .. } = resource;
+        self.chain(
+            targets,
+            value,
+            Some(definition),
+            service::operator::MUTATE_CLUSTER.method,
+            |routable, definition| async move {
+                let request = routable.client.request(OperatorMutateClusterRequest { definition });
+                let answer = routable.client.operator().mutate_cluster(request).await?;
+                Ok(answer.into_inner().json_patch)
+            },
+        )
+        .await
+    }
+
+    /// Sends each target, in order, the object as patched by the targets
+    /// before it (through `call`), and applies its answer to the object, the
+    /// chain's one working copy. `encoded` is `start` as bytes when the
+    /// caller has them already. A failed step fails the chain, so the copy
+    /// needs no undo, except for a fail-open plugin, whose step works on a
+    /// copy of its own.
+    async fn chain<F, Fut>(
+        &self,
+        targets: Vec<(EnabledPlugin, Routable)>,
+        start: Value,
+        mut encoded: Option<Vec<u8>>,
+        rpc: &'static str,
+        call: F,
+    ) -> Result<Patched, RouteError>
+    where
+        F: Fn(Routable, Vec<u8>) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<u8>, tonic::Status>>,
+    {
+        let mut patched = Patched {
+            object: start,
+            patches: Vec::new(),
+        };
+        for (plugin, routable) in targets {
+            let fail_open = self.policy.fail_open.contains(&plugin.name);
+            let before = fail_open.then(|| patched.object.clone());
+            let definition = encoded.take().unwrap_or_else(|| encode_object(&patched.object));
+            let step = async {
+                let answer = call(routable, definition)
+                    .await
+                    .map_err(|s| call_error(&plugin.name, rpc, s))?;
+                apply_in_place(&plugin.name, rpc, &mut patched.object, &answer)
+            };
+            let outcome = step.await;
+            if outcome.is_err()
+                && let Some(before) = before
+            {
+                patched.object = before;
+            }
+            if let Some(patch) = self.tolerate(&plugin.name, outcome)? {
+                patched.patches.push(PluginPatch {
+                    plugin: plugin.name,
+                    patch,
+                });
+            }
+        }
+        Ok(patched)
+    }
+
+    /// Collects the validation errors `call` gets from each target.
+    async fn collect_errors<F, Fut>(
+        &self,
+        targets: Vec<(EnabledPlugin, Routable)>,
+        rpc: &'static str,
+        call: F,
+    ) -> Result<Vec<FieldError>, RouteError>
+    where
+        F: Fn(Routable) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<ValidationError>, tonic::Status>>,
+    {
+        let mut errors = Vec::new();
+        for (plugin, routable) in targets {
+            let answer = call(routable).await.map_err(|s| call_error(&plugin.name, rpc, s));
+            if let Some(found) = self.tolerate(&plugin.name, answer)? {
+                errors.extend(
+                    found
+                        .into_iter()
+                        .map(|e| FieldError::from_plugin(&*self.layout, &plugin, e)),
+                );
+            }
+        }
+        Ok(errors)
+    }
+
+    /// Asks every enabled plugin implementing `ValidateClusterCreate`; all
+    /// the errors are returned together.
+    pub async fn validate_create(&self, resource: &RoutedResource) -> Result<Vec<FieldError>, RouteError> {
+        let targets = self.targets(resource, |r| r.info.has_operator_rpc(RpcType::ValidateClusterCreate))?;
+        self.collect_errors(targets, service::operator::VALIDATE_CLUSTER_CREATE.method, |routable| {
+            let request = routable.client.request(OperatorValidateClusterCreateRequest {
+                definition: resource.definition().to_vec(),
+            });
+            async move {
+                let answer = routable.client.operator().validate_cluster_create(request).await?;
+                Ok(answer.into_inner().validation_errors)
+            }
+        })
+        .await
+    }
+
+    /// Asks every plugin enabled by the new resource implementing
+    /// `ValidateClusterChange`; all the errors are returned together.
+    pub async fn validate_change(
+        &self,
+        old: &RoutedResource,
+        new: &RoutedResource,
+    ) -> Result<Vec<FieldError>, RouteError> {
+        let targets = self.targets(new, |r| r.info.has_operator_rpc(RpcType::ValidateClusterChange))?;
+        self.collect_errors(targets, service::operator::VALIDATE_CLUSTER_CHANGE.method, |routable| {
+            let request = routable.client.request(OperatorValidateClusterChangeRequest {
+                old_cluster: old.definition().to_vec(),
+                new_cluster: new.definition().to_vec(),
+            });
+            async move {
+                let answer = routable.client.operator().validate_cluster_change(request).await?;
+                Ok(answer.into_inner().validation_errors)
+            }
+        })
+        .await
+    }
+
+    /// Chains `LifecycleHook` for `operation` on `object` (which must carry
+    /// `apiVersion` and `kind`) through every enabled plugin whose lifecycle
+    /// capabilities match the object's group, kind and the operation. The
+    /// object is the chain's working copy, returned patched.
+    pub async fn lifecycle_hook(
+        &self,
+        resource: &RoutedResource,
+        object: Value,
+        operation: Operation,
+    ) -> Result<Patched, RouteError> {
+        let (group, kind) = group_kind(&object);
+        let targets = self.targets(resource, |r| r.info.matches_lifecycle(&group, &kind, operation))?;
+        self.chain(
+            targets,
+            object,
+            None,
+            service::lifecycle::LIFECYCLE_HOOK.method,
+            |routable, object_definition| {
+                let request = routable.client.request(OperatorLifecycleRequest {
+                    operation_type: Some(OperatorOperationType {
+                        r#type: operation.into(),
+                    }),
+                    cluster_definition: resource.definition().to_vec(),
+                    object_definition,
+                });
+                async move {
+                    let answer = routable.client.lifecycle().lifecycle_hook(request).await?;
+                    Ok(answer.into_inner().json_patch)
+                }
+            },
+        )
+        .await
+    }
+
+    /// Computes the plugin entries of the status (`status.pluginStatus[]`
+    /// in CloudNativePG's layout) the way CloudNativePG does: first an entry
+    /// for every enabled, routable plugin (name, version, capabilities,
+    /// operator capabilities, and its previous `status` if the resource had
+    /// one; entries of plugins no longer enabled are dropped) is written
+    /// into the resource (with [`PluginLayout::write_plugin_status`]), then
+    /// every plugin implementing `SetStatusInCluster` is asked, in routing
+    /// order, for its status with that resource. Upstream plugins answer an error when their entry is
+    /// missing, so the entries must be there before the call.
+    ///
+    /// Returns the entries in routing order; `status` is the plugin's answer,
+    /// or the previous status when it answered empty or was skipped.
+    pub async fn set_status(&self, resource: &RoutedResource) -> Result<Vec<PluginStatusUpdate>, RouteError> {
+        let targets = self.targets(resource, |_| true)?;
+        let previous = self.layout.previous_statuses(resource.value());
+        let mut updates: Vec<PluginStatusUpdate> = targets
+            .iter()
+            .map(|(plugin, routable)| PluginStatusUpdate {
+                name: plugin.name.clone(),
+                ..routable.info.status_update(previous.get(plugin.name.as_str()).cloned())
+            })
+            .collect();
+        let mut with_entries = resource.value().clone();
+        self.layout.write_plugin_status(&mut with_entries, &updates);
+        let definition = encode_object(&with_entries);
+        for ((plugin, routable), update) in targets.into_iter().zip(&mut updates) {
+            if !routable.info.has_operator_rpc(RpcType::SetStatusInCluster) {
+                continue;
+            }
+            let answer = routable
+                .client
+                .operator()
+                .set_status_in_cluster(routable.client.request(SetStatusInClusterRequest {
+                    cluster: definition.clone(),
+                }))
+                .await
+                .map_err(|s| call_error(&plugin.name, service::operator::SET_STATUS_IN_CLUSTER.method, s))
+                .and_then(|answer| status_object(&plugin.name, &answer.into_inner().json_status));
+            if let Some(Some(status)) = self.tolerate(&plugin.name, answer)? {
+                update.status = Some(status);
+            }
+        }
+        Ok(updates)
+    }
+
+    /// Tells `plugin` that `resource` no longer uses it, when it implements
+    /// `Deregister`.
+    pub async fn deregister(&self, plugin: &str, resource: &RoutedResource) -> Result<(), RouteError> {
+        let routable = self.registry.get(plugin)?;
+        if !routable.info.has_operator_rpc(RpcType::Deregister) {
+            return Ok(());
+        }
+        routable
+            .client
+            .operator()
+            .deregister(routable.client.request(DeregisterRequest {
+                definition: resource.definition().to_vec(),
+            }))
+            .await
+            .map_err(|s| call_error(plugin, service::operator::DEREGISTER.method, s))?;
+        Ok(())
+    }
+}
+
+impl Router {
+    /// `Postgres.EnrichConfiguration` with CloudNativePG's rule: every enabled
+    /// plugin advertising `TYPE_POSTGRES` and `TYPE_ENRICH_CONFIGURATION` is
+    /// asked in routing order, **each with the original** `configs`; an
+    /// empty answer changes nothing, a non-empty one replaces the whole map,
+    /// so the last non-empty answer wins.
+    pub async fn enrich_configuration(
+        &self,
+        resource: &RoutedResource,
+        configs: &BTreeMap<String, String>,
+        operation: cnpgi_proto::identity::v1::operation_type::Type,
+    ) -> Result<BTreeMap<String, String>, RouteError> {
+        use cnpgi_core::capabilities::{PostgresRpc, ServiceType};
+        use cnpgi_proto::identity::v1::{EnrichConfigurationRequest, OperationType};
+        let targets = self.targets(resource, |r| {
+            r.info.has_service(ServiceType::Postgres)
+                && r.info.postgres_rpcs.contains(&PostgresRpc::EnrichConfiguration)
+        })?;
+        let mut result = configs.clone();
+        if targets.is_empty() {
+            return Ok(result);
+        }
+        let original: std::collections::HashMap<String, String> =
+            configs.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (plugin, routable) in targets {
+            let request = routable.client.request(EnrichConfigurationRequest {
+                configs: original.clone(),
+                cluster_definition: resource.definition().to_vec(),
+                operation_type: Some(OperationType {
+                    r#type: operation.into(),
+                }),
+            });
+            let answer = routable
+                .client
+                .postgres()
+                .enrich_configuration(request)
+                .await
+                .map(|answer| answer.into_inner().configs)
+                .map_err(|s| call_error(&plugin.name, service::postgres::ENRICH_CONFIGURATION.method, s));
+            if let Some(answer) = self.tolerate(&plugin.name, answer)?
+                && !answer.is_empty()
+            {
+                result = answer.into_iter().collect();
+            }
+        }
+        Ok(result)
+    }
+}
+
+/// Which `ReconcilerHooks` RPC: before or after the operator reconciles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookPhase {
+    /// `Pre`, before the reconciliation.
+    Pre,
+    /// `Post`, after it.
+    Post,
+}
+
+/// What the chain of reconciler hooks asks the operator to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookOutcome {
+    /// Every plugin answered `CONTINUE` (or nothing hooks this kind).
+    Continue,
+    /// A plugin asked to reconcile again after this long (zero: the
+    /// operator's own backoff).
+    Requeue {
+        /// The plugin that asked.
+        plugin: String,
+        /// How long to wait.
+        after: std::time::Duration,
+    },
+    /// A plugin stopped the chain (after `Pre`: end this reconciliation).
+    Terminate {
+        /// The plugin that asked.
+        plugin: String,
+    },
+}
+
+impl Router {
+    /// Runs `ReconcilerHooks` `Pre` or `Post` through every plugin enabled
+    /// by `cluster` (the resource enabling the plugins) that hooks objects
+    /// of `kind`, `resource` being the object reconciled (the same resource
+    /// for `Kind::Cluster`), in routing order, with CloudNativePG's
+    /// semantics: `CONTINUE` (or unspecified) goes on to the next plugin,
+    /// `REQUEUE` and `TERMINATE` stop the chain and are returned, an error
+    /// fails the operation (unless the plugin is fail-open).
+    pub async fn reconciler_hooks(
+        &self,
+        phase: HookPhase,
+        kind: cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind,
+        cluster: &RoutedResource,
+        resource: &[u8],
+    ) -> Result<HookOutcome, RouteError> {
+        use cnpgi_proto::reconciler::v1::{ReconcilerHooksRequest, reconciler_hooks_result::Behavior};
+        let targets = self.targets(cluster, |r| r.info.reconciler_kinds.contains(&kind))?;
+        if targets.is_empty() {
+            return Ok(HookOutcome::Continue);
+        }
+        let rpc = match phase {
+            HookPhase::Pre => service::reconciler::PRE.method,
+            HookPhase::Post => service::reconciler::POST.method,
+        };
+        for (plugin, routable) in targets {
+            let request = routable.client.request(ReconcilerHooksRequest {
+                cluster_definition: cluster.definition().to_vec(),
+                resource_definition: resource.to_vec(),
+            });
+            let mut client = routable.client.reconciler();
+            let answer = match phase {
+                HookPhase::Pre => client.pre(request).await,
+                HookPhase::Post => client.post(request).await,
+            }
+            .map(tonic::Response::into_inner)
+            .map_err(|s| call_error(&plugin.name, rpc, s));
+            let Some(answer) = self.tolerate(&plugin.name, answer)? else {
+                continue;
+            };
+            match Behavior::try_from(answer.behavior) {
+                Ok(Behavior::Requeue) => {
+                    let seconds = u64::try_from(answer.requeue_after).unwrap_or(0);
+                    return Ok(HookOutcome::Requeue {
+                        plugin: plugin.name,
+                        after: std::time::Duration::from_secs(seconds),
+                    });
+                }
+                Ok(Behavior::Terminate) => return Ok(HookOutcome::Terminate { plugin: plugin.name }),
+                Ok(Behavior::Continue | Behavior::Unspecified) | Err(_) => {}
+            }
+        }
+        Ok(HookOutcome::Continue)
+    }
+}
+
+impl RouteError {
+    /// The RPC that failed, when a plugin was called.
+    pub fn rpc(&self) -> Option<&'static str> {
+        match self {
+            Self::Call { rpc, .. } | Self::BadAnswer { rpc, .. } => Some(rpc),
+            Self::Unavailable(_) | Self::Encode(_) => None,
+        }
+    }
+}
+
+fn call_error(plugin: &str, rpc: &'static str, status: tonic::Status) -> RouteError {
+    RouteError::Call {
+        plugin: plugin.to_owned(),
+        rpc,
+        code: status.code(),
+        message: bounded_string(status.message()),
+    }
+}
+
+/// Decodes a plugin's patch and applies it to `object` in place
+/// ([`cnpgi_core::patch`]: never panics; on error `object` may be partly
+/// patched, so a caller that goes on after an error keeps a copy).
+pub fn apply_in_place(
+    plugin: &str,
+    rpc: &'static str,
+    object: &mut Value,
+    patch: &[u8],
+) -> Result<json_patch::Patch, RouteError> {
+    let bad = |error: cnpgi_core::patch::PatchError| RouteError::BadAnswer {
+        plugin: plugin.to_owned(),
+        rpc,
+        reason: bounded_string(error.to_string()),
+    };
+    let patch = parse_patch(patch).map_err(bad)?;
+    apply_unchecked(object, &patch).map_err(bad)?;
+    Ok(patch)
+}
+
+/// `None` for an empty answer (keep the current status), else the JSON object as text.
+fn status_object(plugin: &str, json_status: &[u8]) -> Result<Option<String>, RouteError> {
+    parse_json_status(json_status)
+        .map(|status| status.map(|object| object.to_string()))
+        .map_err(|error| RouteError::BadAnswer {
+            plugin: plugin.to_owned(),
+            rpc: service::operator::SET_STATUS_IN_CLUSTER.method,
+            reason: bounded_string(error.to_string()),
+        })
+}
+
+/// The API group ("" for core) and kind of an object.
+pub fn group_kind(object: &Value) -> (String, String) {
+    let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let group = api_version.rsplit_once('/').map(|(group, _)| group).unwrap_or_default();
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
+    (group.to_owned(), kind.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn groups_and_kinds() {
+        assert_eq!(
+            group_kind(&json!({"apiVersion": "v1", "kind": "Pod"})),
+            ("".into(), "Pod".into())
+        );
+        assert_eq!(
+            group_kind(&json!({"apiVersion": "apps/v1", "kind": "Deployment"})),
+            ("apps".into(), "Deployment".into())
+        );
+        assert_eq!(group_kind(&json!({})), ("".into(), "".into()));
+    }
+
+    #[test]
+    fn field_errors_read_like_kubectl() {
+        let plugin = EnabledPlugin {
+            index: 1,
+            name: "p".into(),
+        };
+        let error = |path: &[&str]| {
+            FieldError::from_plugin(
+                &CnpgLayout,
+                &plugin,
+                ValidationError {
+                    path_components: path.iter().map(|c| (*c).to_owned()).collect(),
+                    value: "{ oops".into(),
+                    message: "invalid JSON".into(),
+                },
+            )
+            .to_string()
+        };
+        let expected = r#"spec.plugins[1].parameters.annotations: Invalid value: "{ oops": invalid JSON"#;
+        // cnpg-i-machinery's form, with and without the index, and the older short form.
+        assert_eq!(error(&["spec", "plugins", "1", "annotations"]), expected);
+        assert_eq!(error(&["spec", "plugins", "annotations"]), expected);
+        assert_eq!(error(&["1", "annotations"]), expected);
+        assert_eq!(
+            error(&["spec", "foo", "2", "bar"]),
+            r#"spec.foo[2].bar: Invalid value: "{ oops": invalid JSON"#
+        );
+        let empty = FieldError::from_plugin(&CnpgLayout, &plugin, ValidationError::default());
+        assert_eq!(empty.field, "spec");
+    }
+
+    #[test]
+    fn patches_are_checked_and_applied() {
+        let apply = |patch: &[u8]| {
+            let mut object = json!({"a": 1});
+            apply_in_place("p", "R", &mut object, patch).map(|_| object)
+        };
+        assert_eq!(
+            apply(br#"[{"op":"add","path":"/b","value":2}]"#).unwrap(),
+            json!({"a": 1, "b": 2})
+        );
+        let err = apply(br#"[{"op":"remove","path":"/zz"}]"#).unwrap_err();
+        assert!(err.to_string().contains("does not apply"), "{err}");
+        let err = apply(b"{").unwrap_err();
+        assert!(err.to_string().contains("not an RFC 6902 JSON Patch"), "{err}");
+        assert_eq!(apply(b"").unwrap(), json!({"a": 1}));
+    }
+
+    #[test]
+    fn status_must_be_an_object() {
+        assert_eq!(status_object("p", b"").unwrap(), None);
+        assert_eq!(
+            status_object("p", br#"{"a":1}"#).unwrap().as_deref(),
+            Some(r#"{"a":1}"#)
+        );
+        assert!(status_object("p", b"[1]").is_err());
+    }
+
+    /// Issue 13, point 5: a plugin's huge answer is quoted bounded.
+    #[test]
+    fn huge_plugin_answers_are_quoted_bounded() {
+        let plugin = EnabledPlugin {
+            index: 0,
+            name: "p".into(),
+        };
+        let huge = "x".repeat(3 * 1024 * 1024);
+        let error = FieldError::from_plugin(
+            &CnpgLayout,
+            &plugin,
+            ValidationError {
+                path_components: vec!["spec".into(), huge.clone()],
+                value: huge.clone(),
+                message: huge.clone(),
+            },
+        );
+        assert!(error.to_string().len() < 4 * 1024, "{}", error.to_string().len());
+        let call = call_error("p", "Operator/MutateCluster", tonic::Status::internal(huge.clone()));
+        assert!(call.to_string().len() < 2 * 1024, "{}", call.to_string().len());
+        let bad = apply_in_place("p", "R", &mut json!({}), format!("[{{\"op\": \"{huge}\"}}]").as_bytes()).unwrap_err();
+        assert!(bad.to_string().len() < 2 * 1024, "{}", bad.to_string().len());
+    }
+}
