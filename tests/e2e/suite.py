@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 import urllib.error
 import urllib.request
 
@@ -202,7 +201,7 @@ class Suite:
         os.makedirs(self.work, exist_ok=True)
         self.procs = Processes(self.work)
         self.admin = Kube.from_kubeconfig(os.environ["KUBECONFIG"])
-        self.checks = Checks(f"e2e {self.label}", prefix=f"{self.label}: ")
+        self.checks = Checks(f"e2e {self.label}", prefix=f"{self.label}: ", record=self.record)
         self.results = open(args.results, "a", encoding="utf-8")  # noqa: SIM115 (open for the whole run)
         self.bin = os.path.join(ROOT, "target", "debug")
         self.plugin_dir = os.path.join(self.work, "plugins")
@@ -218,34 +217,19 @@ class Suite:
 
     # -- reporting
 
-    def report(self, ok, name, why=""):
-        if not self.checks.selected(name):
-            return
-        if ok:
-            self.checks.ok(name)
-        else:
-            self.checks.fail(name, why)
-        self.results.write(f"ok {self.label}\n" if ok else "FAIL\n")
+    def record(self, passed):
+        """One line per counted check in the results file run.sh totals."""
+        self.results.write(f"ok {self.label}\n" if passed else "FAIL\n")
         self.results.flush()
 
     def check(self, name, fn, setup=False):
         """Runs one named check; a set-up check (`setup`) runs even when
-        CHECKS does not select it, as the checks after it need it."""
-        if not setup and not self.checks.selected(name):
-            self.checks.skipped += 1
-            return True
-        try:
-            fn()
-        except Exception as e:
-            why = str(e).replace("\n", " | ")
-            if not isinstance(e, (Failure, ApiError, Abort)):
-                why = f"{type(e).__name__}: {why} at {traceback.format_exc().splitlines()[-3].strip()}"
-            self.report(False, name, why)
-            if setup:
-                raise Abort(f"{name} failed; the checks after it cannot run") from e
-            return False
-        self.report(True, name)
-        return True
+        CHECKS does not select it, and its failure aborts the run, as the
+        checks after it need it."""
+        passed = self.checks.check(name, fn, expected=(Failure, ApiError, Abort), setup=setup)
+        if setup and not passed:
+            raise Abort(f"{name} failed; the checks after it cannot run")
+        return passed
 
     # -- helpers
 
@@ -1161,8 +1145,7 @@ class Suite:
                 self.check_leader_election,
             )
         except Abort as e:
-            self.checks.selection = None  # an abort is always reported
-            self.report(False, "aborted", str(e))
+            self.checks.fail("aborted", str(e), always=True)
         finally:
             self.procs.stop_all()
             self.cleanup()

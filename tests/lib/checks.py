@@ -20,9 +20,11 @@ import traceback
 class Checks:
     """The counts of one suite's checks."""
 
-    def __init__(self, suite, prefix=""):
+    def __init__(self, suite, prefix="", record=None):
+        """`record(passed)`, when given, is told of every counted result."""
         self.suite = suite
         self.prefix = prefix
+        self.record = record
         self.passed = 0
         self.failed = 0
         self.skipped = 0
@@ -38,13 +40,19 @@ class Checks:
             return
         self.passed += 1
         print(f"ok   {self.prefix}{name}", flush=True)
+        if self.record:
+            self.record(True)
 
-    def fail(self, name, why=""):
-        if not self.selected(name):
+    def fail(self, name, why="", always=False):
+        """A failed check; `always` reports it even when CHECKS does not
+        select it (a set-up step the selected checks needed)."""
+        if not always and not self.selected(name):
             self.skipped += 1
             return
         self.failed += 1
         print(f"FAIL {self.prefix}{name}{': ' + why if why else ''}", flush=True)
+        if self.record:
+            self.record(False)
 
     def expect(self, name, condition, why=""):
         """ok when `condition` holds, else fail with `why`."""
@@ -54,12 +62,13 @@ class Checks:
             self.fail(name, why)
         return bool(condition)
 
-    def check(self, name, fn, expected=(Exception,)):
-        """Runs `fn` (unless not selected): ok when it returns, fail with
-        the exception otherwise. Exceptions of the `expected` types are
-        shown by their message; others also by where they were raised.
-        Returns whether it passed (True when not selected)."""
-        if not self.selected(name):
+    def check(self, name, fn, expected=(Exception,), setup=False):
+        """Runs `fn`: ok when it returns, fail with the exception otherwise.
+        Exceptions of the `expected` types are shown by their message;
+        others also by where they were raised. A check CHECKS does not
+        select is not run, unless it is a `setup` step (then only its
+        failure is reported). Returns whether it passed (True when not run)."""
+        if not setup and not self.selected(name):
             self.skipped += 1
             return True
         try:
@@ -68,7 +77,7 @@ class Checks:
             why = str(e).replace("\n", " | ")
             if not isinstance(e, expected):
                 why = f"{type(e).__name__}: {why} at {traceback.format_exc().splitlines()[-3].strip()}"
-            self.fail(name, why)
+            self.fail(name, why, always=setup)
             return False
         self.ok(name)
         return True

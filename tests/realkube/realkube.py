@@ -1,9 +1,10 @@
 """What the real-node scenarios of issue 25 share (tests/realkube/scenario_*.py).
 
-A scenario is a list of named checks run against a kubeconfig: each prints
-`ok <name>` or `FAIL <name>: <why>`, and the scenario ends with
-`scenario <title>: N passed, M failed` (exit 1 on any failure). KUBECTL names
-the kubectl binary.
+A scenario is a list of named checks run against a kubeconfig, reported by
+tests/lib/checks.py: each prints `ok   <name>` or `FAIL <name>: <why>`, and
+the scenario ends with `scenario <title>: N passed, M failed` (exit 1 on any
+failure). CHECKS=REGEX runs only the checks it names (the steps a failure of
+which stops the scenario still run). KUBECTL names the kubectl binary.
 """
 
 import json
@@ -11,11 +12,12 @@ import os
 import subprocess
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import kube  # noqa: E402
+from checks import Checks  # noqa: E402
 from kube import ApiError, Kube  # noqa: E402 - ApiError is re-exported for the scenarios
 from suite import Failure, wait_for  # noqa: E402
 
@@ -36,39 +38,23 @@ class Scenario:
         self.kubeconfig = args.kubeconfig
         self.api = Kube.from_kubeconfig(self.kubeconfig)
         self.kubectl_bin = os.environ.get("KUBECTL", "kubectl")
-        self.passed = 0
-        self.failed = 0
+        self.checks = Checks(f"scenario {self.title}")
 
     # -- reporting
-
-    def check(self, name, fn):
-        try:
-            fn()
-        except Exception as e:
-            why = str(e).replace("\n", " | ")
-            if not isinstance(e, (Failure, ApiError)):
-                why = f"{type(e).__name__}: {why} at {traceback.format_exc().splitlines()[-3].strip()}"
-            print(f"FAIL {name}: {why}", flush=True)
-            self.failed += 1
-            return False
-        print(f"ok {name}", flush=True)
-        self.passed += 1
-        return True
 
     def run_steps(self, steps, fatal=()):
         """Runs the (name, fn) steps in order; after a failed step of `fatal`
         the remaining ones are not run (counted as one more failure). Prints
         the summary line, explains a failure; returns the exit code."""
         for name, fn in steps:
-            if not self.check(name, fn) and fn in fatal:
-                print(f"FAIL the remaining checks cannot run after '{name}'", flush=True)
-                self.failed += 1
+            setup = fn in fatal
+            if not self.checks.check(name, fn, expected=(Failure, ApiError), setup=setup) and setup:
+                self.checks.fail(f"the remaining checks cannot run after '{name}'", always=True)
                 break
         self.notes()
-        if self.failed:
+        if self.checks.failed:
             self.explain()
-        print(f"scenario {self.title}: {self.passed} passed, {self.failed} failed", flush=True)
-        return 1 if self.failed else 0
+        return self.checks.summary()
 
     def notes(self):
         """Prints what the scenario measured beyond its checks (nothing here)."""
