@@ -11,6 +11,9 @@
 //! * [`cluster`]: THE Cluster wire view: lenient decoding, `spec.plugins[]`
 //!   entries (`enabled` absent = true), [`cluster::enabled_plugins`] in
 //!   routing order, `status.pluginStatus[]` entries;
+//! * [`layout`]: where a resource lists its plugins, their parameters and
+//!   status entries ([`layout::CnpgLayout`]: CloudNativePG's shape), read by
+//!   the host's routing and by a plugin looking for its own entry;
 //! * [`patch`]: RFC 6902 patches: diff, and the one application (never panics);
 //! * [`path`]: field paths of validation errors (cnpg-i-machinery's
 //!   `["spec","plugins","<i>","<name>"]` convention);
@@ -49,6 +52,7 @@ pub mod capabilities;
 pub mod cluster;
 pub mod echo;
 mod json;
+pub mod layout;
 pub mod names;
 pub mod patch;
 pub mod path;

@@ -268,6 +268,18 @@ impl<K: PluginResource> Host<K> {
         self.registry.ready().await;
     }
 
+    /// A stream that yields each time routing may answer differently (a
+    /// plugin added, forgotten, becoming routable or not, restarted with
+    /// other capabilities; see [`Registry::changes`]): give it to kube-rs'
+    /// `Controller::reconcile_all_on`, so that the resources' status follows
+    /// their plugins. Bursts coalesce into one item.
+    pub fn plugin_changes(&self) -> impl futures_util::Stream<Item = ()> + Send + 'static {
+        futures_util::stream::unfold(self.registry.changes(), |mut changes| async move {
+            changes.changed().await.ok()?;
+            Some(((), changes))
+        })
+    }
+
     /// `resource` as routed to its plugins (encoded once).
     pub fn routed(&self, resource: &K) -> Result<RoutedResource, HostError> {
         let value = serde_json::to_value(resource).map_err(RouteError::Encode)?;

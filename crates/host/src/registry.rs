@@ -36,6 +36,15 @@
 //! pass ([`Registry::is_ready`] tells without waiting). Plugins found in the
 //! first pass may still be unreachable: readiness of each plugin is still
 //! per plugin, as above.
+//!
+//! # Changes: when routing would answer differently
+//!
+//! [`Registry::changes`] sees a new value whenever a plugin is added or
+//! forgotten, becomes routable or stops being so, or advertises something
+//! else after a reconnection (restarted, upgraded). An operator reconciles
+//! every resource on it (kube-rs: `Controller::reconcile_all_on`), so a
+//! plugin that dies or comes back shows in the resources' status without
+//! waiting for their next periodic reconcile.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -138,6 +147,7 @@ pub struct Plugin {
     client: PluginClient,
     source: String,
     metrics: Metrics,
+    changes: Arc<watch::Sender<u64>>,
     state: RwLock<PluginState>,
     watcher: RwLock<Option<JoinHandle<()>>>,
 }
@@ -193,6 +203,7 @@ impl Plugin {
         let routable = state.is_routable();
         self.metrics.set_ready(self.name(), routable);
         if was_routable != routable {
+            notify(&self.changes);
             if routable {
                 tracing::info!(
                     plugin = self.name(),
@@ -218,6 +229,7 @@ impl Plugin {
                     let connection = self.client.connections();
                     self.update(|state| {
                         if state.info.as_deref() != Some(&info) {
+                            notify(&self.changes);
                             tracing::info!(
                                 plugin = self.name(),
                                 version = %info.metadata.version,
@@ -270,6 +282,8 @@ pub struct Registry {
     options: RegistryOptions,
     /// The discovery sources whose first pass is not done yet.
     first_passes: watch::Sender<BTreeSet<String>>,
+    /// Counts the changes (see [`Registry::changes`]).
+    changes: Arc<watch::Sender<u64>>,
 }
 
 impl Default for Registry {
@@ -285,6 +299,7 @@ impl Registry {
             plugins: RwLock::default(),
             options,
             first_passes: watch::Sender::new(BTreeSet::new()),
+            changes: Arc::new(watch::Sender::new(0)),
         }
     }
 
@@ -328,6 +343,26 @@ impl Registry {
         let _ = pending.wait_for(BTreeSet::is_empty).await;
     }
 
+    /// A receiver that sees a new value each time routing may answer
+    /// differently: a plugin added or forgotten, becoming routable or not,
+    /// advertising something else after a reconnection. Values only count;
+    /// wait with `changed()`. Bursts coalesce: a receiver that was busy sees
+    /// the latest value once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let registry = cnpgi_host::registry::Registry::default();
+    /// let changes = registry.changes();
+    /// assert!(!changes.has_changed().unwrap());
+    /// assert!(!registry.remove("absent.example.com", "static"), "nothing to forget, nothing changed");
+    /// assert!(!changes.has_changed().unwrap());
+    /// # }
+    /// ```
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
     /// Registers a plugin found by `source` (e.g. `service/cnpg-system/hello`)
     /// and starts probing it. The first round is done before the plugin is
     /// published, so a reachable plugin is routable as soon as it is visible.
@@ -336,6 +371,7 @@ impl Registry {
             client,
             source: source.to_owned(),
             metrics: self.options.metrics.clone(),
+            changes: self.changes.clone(),
             state: RwLock::default(),
             watcher: RwLock::default(),
         });
@@ -353,6 +389,7 @@ impl Registry {
             }
             plugins.insert(plugin.name().to_owned(), plugin.clone())
         };
+        notify(&self.changes);
         if let Some(old) = replaced {
             old.stop();
             tracing::info!(plugin = plugin.name(), source, "plugin connection rebuilt");
@@ -389,6 +426,7 @@ impl Registry {
                 plugin.stop();
                 plugins.remove(name);
                 self.options.metrics.forget(name);
+                notify(&self.changes);
                 tracing::info!(plugin = name, source, "plugin forgotten");
                 true
             }
@@ -450,6 +488,11 @@ impl Drop for Registry {
             plugin.stop();
         }
     }
+}
+
+/// Counts one change for [`Registry::changes`].
+fn notify(changes: &watch::Sender<u64>) {
+    changes.send_modify(|count| *count = count.wrapping_add(1));
 }
 
 fn duplicate(name: &str, existing_source: &str, new_source: &str) -> RegistryError {

@@ -26,14 +26,14 @@ use std::{
 };
 
 pub use cnpgi_core::cluster::EnabledPlugin;
+pub use cnpgi_core::layout::{CnpgLayout, PluginLayout};
 pub use cnpgi_core::status::PluginStatusUpdate;
 use cnpgi_core::{
-    cluster::{enabled_plugins, encode_object},
+    cluster::encode_object,
     echo::bounded_string,
     patch::{apply_unchecked, parse_patch},
-    path::field_path,
     service,
-    status::{parse_json_status, previous_statuses, write_plugin_status},
+    status::parse_json_status,
 };
 use cnpgi_proto::{
     operator::v1::{
@@ -148,88 +148,6 @@ impl fmt::Display for FieldError {
     /// kubectl style: `spec.x: Invalid value: "v": message`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: Invalid value: {:?}: {}", self.field, self.value, self.message)
-    }
-}
-
-/// Where a resource lists the plugins it uses (and their parameters), and
-/// how its status carries one entry per plugin.
-///
-/// The router works on the resource as JSON; a layout reads that JSON. The
-/// default, [`CnpgLayout`], is CloudNativePG's shape; a resource with
-/// another shape implements this trait (see [`crate::PluginResource::layout`]).
-///
-/// ```
-/// use std::collections::BTreeMap;
-///
-/// use cnpgi_host::routing::{EnabledPlugin, PluginLayout, PluginStatusUpdate};
-/// use serde_json::Value;
-///
-/// /// One plugin, named in `spec.implementation`; entries in `status.plugins`.
-/// #[derive(Debug)]
-/// struct OnePlugin;
-///
-/// impl PluginLayout for OnePlugin {
-///     fn enabled_plugins(&self, resource: &Value) -> Vec<EnabledPlugin> {
-///         let name = resource.pointer("/spec/implementation").and_then(Value::as_str);
-///         name.map(|name| EnabledPlugin { index: 0, name: name.to_owned() }).into_iter().collect()
-///     }
-///     fn field_path(&self, components: &[String], _index: usize) -> String {
-///         components.join(".")
-///     }
-///     fn previous_statuses(&self, _resource: &Value) -> BTreeMap<String, String> {
-///         BTreeMap::new()
-///     }
-///     fn write_plugin_status(&self, resource: &mut Value, entries: &[PluginStatusUpdate]) {
-///         let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
-///         resource["status"] = serde_json::json!({"plugins": names});
-///     }
-/// }
-///
-/// let table = serde_json::json!({"spec": {"implementation": "postgres.example.com"}});
-/// assert_eq!(OnePlugin.enabled_plugins(&table)[0].name, "postgres.example.com");
-/// ```
-pub trait PluginLayout: fmt::Debug + Send + Sync + 'static {
-    /// The plugins `resource` enables, in routing order (CNPG-I's rule:
-    /// de-duplicated by name, sorted by name), each with its index in the
-    /// resource's list (which field paths of its parameters use).
-    fn enabled_plugins(&self, resource: &Value) -> Vec<EnabledPlugin>;
-
-    /// Renders a plugin's validation error path (`path_components`) as a
-    /// field of the resource; `plugin_index` is the reporting plugin's
-    /// [`EnabledPlugin::index`]. Default: CNPG-I's convention
-    /// ([`cnpgi_core::path::field_path`]: `spec.plugins[<i>].parameters.<name>`).
-    fn field_path(&self, path_components: &[String], plugin_index: usize) -> String {
-        field_path(path_components, Some(plugin_index))
-    }
-
-    /// Each plugin's status as the resource carries it now, by plugin name
-    /// (what the plugin answered last time; kept when it answers empty).
-    fn previous_statuses(&self, resource: &Value) -> BTreeMap<String, String>;
-
-    /// Replaces the plugin entries in the status of `resource` with `entries`.
-    fn write_plugin_status(&self, resource: &mut Value, entries: &[PluginStatusUpdate]);
-}
-
-/// CloudNativePG's layout: plugins in `spec.plugins[]` (`name`, `enabled`
-/// defaulting to true, `parameters`), entries in `status.pluginStatus[]`
-/// (`name`, `version`, `capabilities`, `operatorCapabilities`, `status`...).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CnpgLayout;
-
-impl PluginLayout for CnpgLayout {
-    fn enabled_plugins(&self, resource: &Value) -> Vec<EnabledPlugin> {
-        enabled_plugins(resource)
-    }
-
-    fn previous_statuses(&self, resource: &Value) -> BTreeMap<String, String> {
-        previous_statuses(resource)
-            .into_iter()
-            .map(|(name, status)| (name.to_owned(), status))
-            .collect()
-    }
-
-    fn write_plugin_status(&self, resource: &mut Value, entries: &[PluginStatusUpdate]) {
-        write_plugin_status(resource, entries);
     }
 }
 

@@ -304,3 +304,48 @@ async fn the_admission_routes_deny_with_the_kind_and_field_path() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn plugin_changes_fire_when_a_plugin_comes_dies_and_comes_back() {
+    use futures_util::StreamExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = hello(dir.path()).await;
+    let options = HostOptions {
+        registry: cnpgi_host::registry::RegistryOptions {
+            probe_interval: Duration::from_millis(200),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let host = Host::<Table>::new(options);
+    let changes = host.plugin_changes();
+    tokio::pin!(changes);
+    host.discover(SocketDirectory::new(dir.path()));
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while host.registry().get(HELLO).is_err() {
+            changes.next().await.unwrap();
+        }
+    })
+    .await
+    .expect("the plugin found never became routable, or no change said so");
+
+    plugin.stop().await.unwrap();
+    // Drain what the discovery of the plugin itself produced, until it is out of routing.
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while host.registry().get(HELLO).is_ok() {
+            changes.next().await.unwrap();
+        }
+    })
+    .await
+    .expect("the plugin was never taken out of routing, or no change said so");
+
+    let _back = hello(dir.path()).await;
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while host.registry().get(HELLO).is_err() {
+            changes.next().await.unwrap();
+        }
+    })
+    .await
+    .expect("the restarted plugin never became routable, or no change said so");
+}

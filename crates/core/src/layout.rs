@@ -1,0 +1,131 @@
+//! Where a resource lists the plugins it enables, their parameters, and
+//! its status entries: the one description both sides read.
+//!
+//! The operator side routes by it (which plugins, in which order; where a
+//! validation error points; how the status carries one entry per plugin),
+//! and a plugin finds its own entry and parameters by it. CloudNativePG's
+//! shape, `spec.plugins[]` and `status.pluginStatus[]`, is [`CnpgLayout`],
+//! the default of both; a resource with another shape implements
+//! [`PluginLayout`] once and gives it to both.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::{
+    cluster::{EnabledPlugin, enabled_plugins},
+    path::field_path,
+    status::{PluginStatusUpdate, previous_statuses, write_plugin_status},
+};
+
+/// Where a resource lists the plugins it uses (and their parameters), and
+/// how its status carries one entry per plugin.
+///
+/// Routing works on the resource as JSON; a layout reads that JSON. The
+/// default, [`CnpgLayout`], is CloudNativePG's shape; a resource with
+/// another shape implements this trait.
+///
+/// ```
+/// use std::collections::BTreeMap;
+///
+/// use cnpgi_core::{cluster::EnabledPlugin, layout::PluginLayout, status::PluginStatusUpdate};
+/// use serde_json::Value;
+///
+/// /// One plugin, named in `spec.implementation`; entries in `status.plugins`.
+/// #[derive(Debug)]
+/// struct OnePlugin;
+///
+/// impl PluginLayout for OnePlugin {
+///     fn enabled_plugins(&self, resource: &Value) -> Vec<EnabledPlugin> {
+///         let name = resource.pointer("/spec/implementation").and_then(Value::as_str);
+///         name.map(|name| EnabledPlugin { index: 0, name: name.to_owned() }).into_iter().collect()
+///     }
+///     fn field_path(&self, components: &[String], _index: usize) -> String {
+///         components.join(".")
+///     }
+///     fn previous_statuses(&self, _resource: &Value) -> BTreeMap<String, String> {
+///         BTreeMap::new()
+///     }
+///     fn write_plugin_status(&self, resource: &mut Value, entries: &[PluginStatusUpdate]) {
+///         let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+///         resource["status"] = serde_json::json!({"plugins": names});
+///     }
+/// }
+///
+/// let table = serde_json::json!({"spec": {"implementation": "postgres.example.com"}});
+/// assert_eq!(OnePlugin.enabled_plugins(&table)[0].name, "postgres.example.com");
+/// assert!(OnePlugin.parameters(&table, &OnePlugin.enabled_plugins(&table)[0]).is_empty());
+/// ```
+pub trait PluginLayout: std::fmt::Debug + Send + Sync + 'static {
+    /// The plugins `resource` enables, in routing order (CNPG-I's rule:
+    /// de-duplicated by name, sorted by name), each with its index in the
+    /// resource's list (which field paths of its parameters use).
+    fn enabled_plugins(&self, resource: &Value) -> Vec<EnabledPlugin>;
+
+    /// The parameters `resource` gives the enabled plugin `plugin` (string
+    /// values; others are not parameters). Default: none, for resources
+    /// whose spec is the plugins' whole input.
+    fn parameters(&self, resource: &Value, plugin: &EnabledPlugin) -> BTreeMap<String, String> {
+        let _ = (resource, plugin);
+        BTreeMap::new()
+    }
+
+    /// Renders a plugin's validation error path (`path_components`) as a
+    /// field of the resource; `plugin_index` is the reporting plugin's
+    /// [`EnabledPlugin::index`]. Default: CNPG-I's convention
+    /// ([`field_path`]: `spec.plugins[<i>].parameters.<name>`).
+    fn field_path(&self, path_components: &[String], plugin_index: usize) -> String {
+        field_path(path_components, Some(plugin_index))
+    }
+
+    /// Each plugin's status as the resource carries it now, by plugin name
+    /// (what the plugin answered last time; kept when it answers empty).
+    fn previous_statuses(&self, resource: &Value) -> BTreeMap<String, String>;
+
+    /// Replaces the plugin entries in the status of `resource` with `entries`.
+    fn write_plugin_status(&self, resource: &mut Value, entries: &[PluginStatusUpdate]);
+}
+
+/// CloudNativePG's layout: plugins in `spec.plugins[]` (`name`, `enabled`
+/// defaulting to true, `parameters`), entries in `status.pluginStatus[]`
+/// (`name`, `version`, `capabilities`, `operatorCapabilities`, `status`...).
+///
+/// ```
+/// use cnpgi_core::layout::{CnpgLayout, PluginLayout};
+///
+/// let cluster = serde_json::json!({"spec": {"plugins": [
+///     {"name": "b.example.com", "parameters": {"color": "blue", "n": 3}}, {"name": "a.example.com"}]}});
+/// let enabled = CnpgLayout.enabled_plugins(&cluster);
+/// assert_eq!((enabled[1].index, enabled[1].name.as_str()), (0, "b.example.com"));
+/// assert_eq!(CnpgLayout.parameters(&cluster, &enabled[1]), [("color".to_owned(), "blue".to_owned())].into());
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CnpgLayout;
+
+impl PluginLayout for CnpgLayout {
+    fn enabled_plugins(&self, resource: &Value) -> Vec<EnabledPlugin> {
+        enabled_plugins(resource)
+    }
+
+    fn parameters(&self, resource: &Value, plugin: &EnabledPlugin) -> BTreeMap<String, String> {
+        let parameters = resource
+            .pointer(&format!("/spec/plugins/{}/parameters", plugin.index))
+            .and_then(Value::as_object);
+        parameters
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, value)| Some((name.clone(), value.as_str()?.to_owned())))
+            .collect()
+    }
+
+    fn previous_statuses(&self, resource: &Value) -> BTreeMap<String, String> {
+        previous_statuses(resource)
+            .into_iter()
+            .map(|(name, status)| (name.to_owned(), status))
+            .collect()
+    }
+
+    fn write_plugin_status(&self, resource: &mut Value, entries: &[PluginStatusUpdate]) {
+        write_plugin_status(resource, entries);
+    }
+}
