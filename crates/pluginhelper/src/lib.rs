@@ -65,7 +65,7 @@ pub mod validation;
 pub mod wal;
 
 pub use cmd::{PluginArgs, PluginCommand, create_main_cmd};
-pub use cnpgi_core::{capabilities, cluster, patch, service, status};
+pub use cnpgi_core::{capabilities, cluster, layout, patch, service, status};
 /// Log lines on stderr, as the `plugin` command sets them up (shared with
 /// the `cnpgi-operator` binary).
 pub use cnpgi_process::logging;

@@ -723,3 +723,92 @@ async fn hand_written_services_mix_in() {
         .into_inner();
     assert_eq!(capabilities.capabilities.len(), 1);
 }
+
+/// A resource naming its one plugin in `spec.implementation`, with its
+/// parameters in `spec.options`, and entries in `status.plugins[]`.
+#[derive(Debug)]
+struct ImplementationLayout;
+
+impl cnpgi_pluginhelper::layout::PluginLayout for ImplementationLayout {
+    fn enabled_plugins(&self, resource: &Value) -> Vec<cnpgi_pluginhelper::cluster::EnabledPlugin> {
+        let name = resource.pointer("/spec/implementation").and_then(Value::as_str);
+        name.map(|name| cnpgi_pluginhelper::cluster::EnabledPlugin {
+            index: 0,
+            name: name.to_owned(),
+        })
+        .into_iter()
+        .collect()
+    }
+
+    fn parameters(&self, resource: &Value, _: &cnpgi_pluginhelper::cluster::EnabledPlugin) -> BTreeMap<String, String> {
+        serde_json::from_value(resource["spec"]["options"].clone()).unwrap_or_default()
+    }
+
+    fn previous_statuses(&self, resource: &Value) -> BTreeMap<String, String> {
+        let entries = resource.pointer("/status/plugins").and_then(Value::as_array);
+        entries
+            .into_iter()
+            .flatten()
+            .filter_map(|e| Some((e["name"].as_str()?.to_owned(), e["status"].as_str()?.to_owned())))
+            .collect()
+    }
+
+    fn write_plugin_status(&self, _: &mut Value, _: &[cnpgi_pluginhelper::status::PluginStatusUpdate]) {}
+}
+
+#[tokio::test]
+async fn a_plugin_finds_its_entry_where_its_layout_says() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorded = seen.clone();
+    let plugin = Plugin::<Config>::new(metadata())
+        .layout(ImplementationLayout)
+        .validate_create(move |table, config| {
+            recorded
+                .lock()
+                .unwrap()
+                .push((table.spec.other["table"].clone(), config.clone()));
+            Vec::new()
+        })
+        .set_status(|_| Ok(json!({"synced": true})))
+        .local();
+    let table = |implementation: &str, options: Value| json!({"kind": "DatabaseTable", "spec": {"table": "users", "implementation": implementation, "options": options}});
+
+    // Its entry: the parameters come from `spec.options`, errors at its index.
+    let errors = plugin.validate_create(&table(NAME, json!({}))).await.unwrap();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].path_components, ["spec", "plugins", "0", "bucket"]);
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "no handler call while the parameters are invalid"
+    );
+    plugin
+        .validate_create(&table(NAME, json!({"bucket": "b"})))
+        .await
+        .unwrap();
+    let calls = seen.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].0, "users");
+
+    // A resource naming another implementation is not this plugin's business.
+    assert!(
+        plugin
+            .validate_create(&table("other.example.com", json!({})))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1);
+
+    // MutateCluster does not write defaults where the layout does not say.
+    let mutated = plugin.mutate(&table(NAME, json!({"bucket": "b"}))).await.unwrap();
+    assert_eq!(mutated, table(NAME, json!({"bucket": "b"})));
+
+    // SetStatusInCluster needs no pluginStatus entry, and compares with the layout's.
+    assert_eq!(
+        plugin.set_status(&table(NAME, json!({"bucket": "b"}))).await.unwrap(),
+        Some(json!({"synced": true}))
+    );
+    let mut reported = table(NAME, json!({"bucket": "b"}));
+    reported["status"] = json!({"plugins": [{"name": NAME, "status": "{\"synced\":true}"}]});
+    assert_eq!(plugin.set_status(&reported).await.unwrap(), None, "unchanged: no-op");
+}

@@ -54,11 +54,21 @@
 //! Either can be unit-tested by calling it directly, or through the real
 //! dispatch without a server with [`Plugin::local`].
 //!
+//! # Resources other than a Cluster
+//!
+//! A plugin finds its entry and parameters in what it is sent with
+//! CloudNativePG's layout (`spec.plugins[]`) unless given another with
+//! [`Plugin::layout`]: the same [`PluginLayout`] an operator hosting its
+//! own resource with `cnpgi-host` routes by. The handlers still receive the
+//! resource as a [`Cluster`], the lenient wire view that keeps every field
+//! (`spec.other`, `other`), so a plugin for a `DatabaseTable` reads its spec
+//! from there or decodes it into its own type.
+//!
 //! The low-level building blocks stay available: [`Plugin::add_service`]
 //! mixes in a hand-written tonic service, and `create_main_cmd` with
 //! hand-written services gives full control.
 
-use std::{collections::BTreeMap, future::Future, pin::Pin, sync::Arc};
+use std::{borrow::Cow, collections::BTreeMap, future::Future, pin::Pin, sync::Arc};
 
 use cnpgi_proto::identity::v1::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest, GetPluginMetadataResponse,
@@ -70,6 +80,7 @@ use crate::{
     capabilities::{self, ServiceType},
     cluster::Cluster,
     cmd::PluginCommand,
+    layout::PluginLayout,
     parameters::Parameters,
     service::{self, ParametersFrom, Rpc},
     transport::PluginServer,
@@ -118,6 +129,7 @@ type Route = Box<dyn FnOnce(&mut RoutesBuilder) + Send>;
 /// handlers. See the [module documentation](self).
 pub struct Plugin<P: Parameters = ()> {
     metadata: GetPluginMetadataResponse,
+    layout: Option<Arc<dyn PluginLayout>>,
     ready: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
     handlers: Handlers<P>,
     /// Services advertised besides the ones with handlers, in order.
@@ -181,19 +193,54 @@ impl<P> Default for Handlers<P> {
     }
 }
 
-/// What the services share: the plugin name (to find its entry in a
-/// Cluster), the handlers, and the Clusters decoded last.
+/// What the services share: the plugin name and the layout (to find its
+/// entry in a Cluster), the handlers, and the Clusters decoded last.
 struct Shared<P> {
     name: String,
+    /// `None`: CloudNativePG's, read from the typed view without re-encoding.
+    layout: Option<Arc<dyn PluginLayout>>,
     handlers: Handlers<P>,
     decoded: decoded::DecodedClusters<P>,
 }
 
+/// This plugin's entry in a Cluster: where it is listed, with its parameters.
+struct Entry<'c> {
+    /// Its index in the list (field paths of its parameters use it).
+    index: usize,
+    /// Its parameters.
+    parameters: Cow<'c, BTreeMap<String, String>>,
+}
+
 impl<P: Parameters> Shared<P> {
-    /// This plugin's parameters in `cluster` (its `spec.plugins` entry; none
-    /// when it is not listed), or `INVALID_ARGUMENT` listing every error.
+    /// This plugin's entry in `cluster`, where the layout says (CloudNativePG's:
+    /// the last `spec.plugins[]` entry of its name, as machinery reads it).
+    fn entry<'c>(&self, cluster: &'c Cluster) -> Option<Entry<'c>> {
+        let Some(layout) = &self.layout else {
+            let entry = cluster.plugin(&self.name)?;
+            return Some(Entry {
+                index: entry.index,
+                parameters: Cow::Borrowed(entry.parameters()),
+            });
+        };
+        let resource = cluster.to_json_value().ok()?;
+        let enabled = layout
+            .enabled_plugins(&resource)
+            .into_iter()
+            .find(|plugin| plugin.name == self.name)?;
+        Some(Entry {
+            index: enabled.index,
+            parameters: Cow::Owned(layout.parameters(&resource, &enabled)),
+        })
+    }
+
+    /// This plugin's parameters in `cluster` (its entry's; none when it is
+    /// not listed), or `INVALID_ARGUMENT` listing every error.
     fn parameters(&self, cluster: &Cluster) -> Result<P, Status> {
-        P::from_cluster(cluster, &self.name).map_err(|errors| validation::to_status(&errors))
+        let parsed = match self.entry(cluster) {
+            Some(entry) => P::parse(entry.index, &entry.parameters),
+            None => P::parse(0, &BTreeMap::new()),
+        };
+        parsed.map_err(|errors| validation::to_status(&errors))
     }
 
     /// The Cluster `definition` decodes to, with this plugin's parameters:
@@ -211,8 +258,8 @@ impl<P: Parameters> Shared<P> {
         if rpc.parameters == ParametersFrom::Entry {
             return self.parameters(cluster);
         }
-        let parsed = if let Some(entry) = cluster.plugin(&self.name) {
-            P::parse(entry.index, entry.parameters())
+        let parsed = if let Some(entry) = self.entry(cluster) {
+            P::parse(entry.index, &entry.parameters)
         } else if let Some(params) = external_cluster_parameters(cluster, &self.name) {
             P::parse(0, &params)
         } else {
@@ -246,6 +293,7 @@ impl<P: Parameters> Plugin<P> {
     pub fn new(metadata: GetPluginMetadataResponse) -> Self {
         Self {
             metadata,
+            layout: None,
             ready: None,
             handlers: Handlers::default(),
             advertised: Vec::new(),
@@ -262,6 +310,18 @@ impl<P: Parameters> Plugin<P> {
     /// Clusters): for running several copies of a plugin in tests.
     pub fn renamed(mut self, name: impl Into<String>) -> Self {
         self.metadata.name = name.into();
+        self
+    }
+
+    /// Where this plugin finds its entry and parameters in the resources it
+    /// is sent, and its previous status: for a plugin of a resource that is
+    /// not a CloudNativePG Cluster, the layout its host routes by (see the
+    /// [module documentation](self)). Parameter defaults are then not
+    /// written back by `MutateCluster` (the layout says where parameters are
+    /// read, not written), and `SetStatusInCluster` does not require an
+    /// entry written beforehand.
+    pub fn layout(mut self, layout: impl PluginLayout) -> Self {
+        self.layout = Some(Arc::new(layout));
         self
     }
 
@@ -357,6 +417,7 @@ impl<P: Parameters> Plugin<P> {
     fn shared(self) -> Arc<Shared<P>> {
         Arc::new(Shared {
             name: self.metadata.name,
+            layout: self.layout,
             handlers: self.handlers,
             decoded: decoded::DecodedClusters::default(),
         })

@@ -170,7 +170,7 @@ impl<P: Parameters> OperatorService<P> {
         let name = &self.0.name;
         match &self.handlers().validate_cluster {
             Some(validate)
-                if cluster.plugin(name).is_some() || super::external_cluster_parameters(cluster, name).is_some() =>
+                if self.0.entry(cluster).is_some() || super::external_cluster_parameters(cluster, name).is_some() =>
             {
                 validate(cluster)
             }
@@ -207,9 +207,9 @@ impl<P: Parameters> operator_server::Operator for OperatorService<P> {
         self.require(OperatorRpc::ValidateClusterCreate)?;
         let cluster = decode_cluster(&request.into_inner().definition)?;
         // A Cluster that does not list this plugin is not its business.
-        let mut validation_errors = match cluster.plugin(&self.0.name) {
+        let mut validation_errors = match self.0.entry(&cluster) {
             None => Vec::new(),
-            Some(entry) => match P::parse(entry.index, entry.parameters()) {
+            Some(entry) => match P::parse(entry.index, &entry.parameters) {
                 Err(errors) => errors,
                 Ok(parameters) => self
                     .handlers()
@@ -231,20 +231,20 @@ impl<P: Parameters> operator_server::Operator for OperatorService<P> {
         let request = request.into_inner();
         let old = decode_cluster(&request.old_cluster)?;
         let new = decode_cluster(&request.new_cluster)?;
-        let Some(entry) = new.plugin(&self.0.name) else {
+        let Some(entry) = self.0.entry(&new) else {
             let validation_errors = self.validate_cluster(&new);
             return Ok(Response::new(OperatorValidateClusterChangeResult { validation_errors }));
         };
-        let parsed = P::parse(entry.index, entry.parameters());
+        let parsed = P::parse(entry.index, &entry.parameters);
         let mut validation_errors = parsed.as_ref().err().cloned().unwrap_or_default();
         // Nothing is fixed yet when the plugin is being enabled.
-        let old_entry = old.plugin(&self.0.name);
-        if let Some(old_entry) = old_entry {
-            validation_errors.extend(P::check_change(entry.index, old_entry.parameters(), entry.parameters()));
+        let old_entry = self.0.entry(&old);
+        if let Some(old_entry) = &old_entry {
+            validation_errors.extend(P::check_change(entry.index, &old_entry.parameters, &entry.parameters));
         }
         if let (Some(validate), Ok(parameters)) = (&self.handlers().validate_change, &parsed) {
             let old_parameters = match old_entry {
-                Some(old_entry) => P::parse(old_entry.index, old_entry.parameters()),
+                Some(old_entry) => P::parse(old_entry.index, &old_entry.parameters),
                 None => P::parse(0, &Default::default()),
             };
             if let Ok(old_parameters) = old_parameters {
@@ -262,7 +262,7 @@ impl<P: Parameters> operator_server::Operator for OperatorService<P> {
         self.require(OperatorRpc::MutateCluster)?;
         let definition = request.into_inner().definition;
         let cluster = decode_cluster(&definition)?;
-        let Some(entry) = cluster.plugin(&self.0.name) else {
+        let Some(entry) = self.0.entry(&cluster) else {
             return Ok(Response::new(OperatorMutateClusterResult::default()));
         };
         // The JSON as received is what the patch applies to, so that fields
@@ -270,11 +270,12 @@ impl<P: Parameters> operator_server::Operator for OperatorService<P> {
         let original: Value = serde_json::from_slice(&definition)
             .map_err(|e| Status::invalid_argument(format!("cannot decode Cluster: {e}")))?;
         let mut mutated = original.clone();
-        let filled = P::with_defaults(entry.parameters());
-        if &filled != entry.parameters() {
+        let filled = P::with_defaults(&entry.parameters);
+        // Written back only where CloudNativePG's layout keeps them.
+        if self.0.layout.is_none() && filled != *entry.parameters {
             let params = parameters_object(&mut mutated, entry.index)?;
             for (name, value) in &filled {
-                if entry.parameters().get(name) != Some(value) {
+                if entry.parameters.get(name) != Some(value) {
                     params.insert(name.clone(), Value::String(value.clone()));
                 }
             }
@@ -296,16 +297,28 @@ impl<P: Parameters> operator_server::Operator for OperatorService<P> {
         self.require(OperatorRpc::SetStatusInCluster)?;
         let cluster = decode_cluster(&request.into_inner().cluster)?;
         let name = &self.0.name;
-        let entry = cluster.plugin_status(name).ok_or_else(|| {
-            Status::failed_precondition(format!(
-                "plugin entry not found: status.pluginStatus has no entry named {name}"
-            ))
-        })?;
+        let previous = match &self.0.layout {
+            None => {
+                let entry = cluster.plugin_status(name).ok_or_else(|| {
+                    Status::failed_precondition(format!(
+                        "plugin entry not found: status.pluginStatus has no entry named {name}"
+                    ))
+                })?;
+                entry.status_json().ok().flatten()
+            }
+            Some(layout) => {
+                let resource = cluster
+                    .to_json_value()
+                    .map_err(|e| Status::internal(format!("cannot re-encode the resource: {e}")))?;
+                let previous = layout.previous_statuses(&resource).remove(name.as_str());
+                previous.and_then(|status| serde_json::from_str::<Value>(&status).ok())
+            }
+        };
         let Some(set_status) = &self.handlers().set_status else {
             return Ok(Response::new(status::no_op()));
         };
         let wanted = set_status(&cluster)?;
-        if entry.status_json().ok().flatten().as_ref() == Some(&wanted) {
+        if previous.as_ref() == Some(&wanted) {
             return Ok(Response::new(status::no_op()));
         }
         Ok(Response::new(status::json_status(&wanted)?))
