@@ -1,34 +1,36 @@
 //! The `DatabaseTable` custom resource (`example.cnpgi.io/v1`): a table on a
 //! database server, implemented by a CNPG-I plugin named in
-//! `spec.implementation`, and where its plugins are found
-//! ([`ImplementationLayout`], a [`PluginLayout`] that is not
-//! CloudNativePG's).
+//! `spec.implementation` and checked by the plugins in `spec.policies`, and
+//! where its plugins are found ([`ImplementationLayout`], a
+//! [`PluginLayout`] that is not CloudNativePG's).
+//!
+//! This is the API both sides import: the operator (feature `host`, the
+//! default) and the plugins (`default-features = false`: the types and the
+//! layout, no host).
 //!
 //! ```
-//! use cnpgi_example_database_table::{Column, DatabaseServer, DatabaseTable, DatabaseTableSpec};
-//! use cnpgi_host::{PluginResource, routing::PluginLayout};
+//! use cnpgi_core::layout::PluginLayout;
+//! use cnpgi_example_database_table::{Column, DatabaseServer, DatabaseTable, DatabaseTableSpec, ImplementationLayout};
 //!
 //! let table = DatabaseTable::new("users", DatabaseTableSpec {
 //!     table: "users".into(),
 //!     columns: vec![Column { name: "id".into(), column_type: "bigint".into(), nullable: false }],
 //!     server: DatabaseServer { host: "pg".into(), port: None, database: "app".into(), credentials_secret: "pg-app".into() },
 //!     implementation: "postgres.tables.example.cnpgi.io".into(),
+//!     policies: vec!["naming.tables.example.cnpgi.io".into()],
 //!     drop_extra_columns: false,
 //! });
 //! let json = serde_json::to_value(&table)?;
-//! let enabled = DatabaseTable::layout().enabled_plugins(&json);
-//! assert_eq!(enabled[0].name, "postgres.tables.example.cnpgi.io");
+//! let enabled: Vec<_> = ImplementationLayout.enabled_plugins(&json).into_iter().map(|p| p.name).collect();
+//! assert_eq!(enabled, ["naming.tables.example.cnpgi.io", "postgres.tables.example.cnpgi.io"]);
 //! # Ok::<(), serde_json::Error>(())
 //! ```
 
 #![forbid(unsafe_code)]
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::{BTreeMap, BTreeSet};
 
-use cnpgi_host::{
-    PluginResource,
-    routing::{EnabledPlugin, PluginLayout, PluginStatusUpdate},
-};
+use cnpgi_core::{cluster::EnabledPlugin, layout::PluginLayout, status::PluginStatusUpdate};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -55,6 +57,9 @@ pub struct DatabaseTableSpec {
     pub server: DatabaseServer,
     /// The CNPG-I plugin implementing the table (its name, e.g. `postgres.tables.example.cnpgi.io`).
     pub implementation: String,
+    /// Plugins that only check the table at admission (e.g. naming rules).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<String>,
     /// Whether columns the database has and the spec does not list are dropped.
     #[serde(default)]
     pub drop_extra_columns: bool,
@@ -123,21 +128,31 @@ pub struct PluginEntry {
     pub status: Option<String>,
 }
 
-/// `spec.implementation` is the one plugin; entries in `status.plugins[]`;
-/// field paths as plugins write them (`spec.columns[1].type`).
+/// `spec.implementation` and `spec.policies[]` are the plugins (index 0 and
+/// 1 + the policy's index; no parameters: the spec is their input); entries
+/// in `status.plugins[]`; field paths as plugins write them
+/// (`spec.columns[1].type`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ImplementationLayout;
 
 impl PluginLayout for ImplementationLayout {
     fn enabled_plugins(&self, resource: &Value) -> Vec<EnabledPlugin> {
-        let name = resource.pointer("/spec/implementation").and_then(Value::as_str);
-        name.filter(|name| !name.is_empty())
-            .map(|name| EnabledPlugin {
-                index: 0,
+        let implementation = resource.pointer("/spec/implementation").into_iter();
+        let policies = resource.pointer("/spec/policies").and_then(Value::as_array);
+        let names = implementation.chain(policies.into_iter().flatten());
+        // CNPG-I's routing order: de-duplicated by name (first wins), sorted by name.
+        let mut seen = BTreeSet::new();
+        let mut enabled: Vec<EnabledPlugin> = names
+            .enumerate()
+            .filter_map(|(index, name)| Some((index, name.as_str().filter(|name| !name.is_empty())?)))
+            .filter(|(_, name)| seen.insert(*name))
+            .map(|(index, name)| EnabledPlugin {
+                index,
                 name: name.to_owned(),
             })
-            .into_iter()
-            .collect()
+            .collect();
+        enabled.sort_by(|a, b| a.name.cmp(&b.name));
+        enabled
     }
 
     fn previous_statuses(&self, resource: &Value) -> BTreeMap<String, String> {
@@ -170,8 +185,9 @@ impl PluginLayout for ImplementationLayout {
     }
 }
 
-impl PluginResource for DatabaseTable {
-    fn layout() -> Arc<dyn PluginLayout> {
-        Arc::new(ImplementationLayout)
+#[cfg(feature = "host")]
+impl cnpgi_host::PluginResource for DatabaseTable {
+    fn layout() -> std::sync::Arc<dyn PluginLayout> {
+        std::sync::Arc::new(ImplementationLayout)
     }
 }

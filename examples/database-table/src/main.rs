@@ -138,7 +138,10 @@ async fn main() -> anyhow::Result<()> {
 
     let tables: Api<DatabaseTable> = Api::all(client.clone());
     let context = Arc::new(Context { client, host });
+    let plugin_changes = context.host.plugin_changes();
     Controller::new(tables, watcher::Config::default())
+        // A plugin gone or back shows in every table's status at once.
+        .reconcile_all_on(plugin_changes)
         .shutdown_on_signal()
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {

@@ -41,6 +41,27 @@ fn the_implementation_is_the_one_plugin_and_entries_go_in_status_plugins() {
 }
 
 #[test]
+fn policies_are_plugins_too_in_routing_order() {
+    let table = json!({"spec": {
+        "implementation": "postgres.tables.example.cnpgi.io",
+        "policies": ["naming.tables.example.cnpgi.io", "postgres.tables.example.cnpgi.io", "", "audit.example.com"],
+    }});
+    let enabled: Vec<(usize, String)> = ImplementationLayout
+        .enabled_plugins(&table)
+        .into_iter()
+        .map(|p| (p.index, p.name))
+        .collect();
+    assert_eq!(
+        enabled,
+        [
+            (4, "audit.example.com".to_owned()),
+            (1, "naming.tables.example.cnpgi.io".to_owned()),
+            (0, "postgres.tables.example.cnpgi.io".to_owned()),
+        ]
+    );
+}
+
+#[test]
 fn field_errors_of_columns_read_as_written() {
     let components = ["spec", "columns", "1", "type"].map(String::from);
     assert_eq!(ImplementationLayout.field_path(&components, 0), "spec.columns[1].type");
