@@ -1,5 +1,6 @@
 //! The DatabaseTable operator: a kube-rs `Controller` whose work is done by
-//! CNPG-I plugins, through the `cnpgi-host` library (`--print-crd`: the CRD).
+//! CNPG-I plugins, through the `cnpgi-host` library (`--print-crd`: the CRD,
+//! as in `manifests/crd.yaml`).
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
@@ -21,7 +22,7 @@ use serde_json::json;
 
 #[derive(Parser)]
 struct Args {
-    /// Print the DatabaseTable CRD (JSON, for `kubectl apply -f -`) and exit.
+    /// Print the DatabaseTable CRD (YAML, for `kubectl apply -f -`) and exit.
     #[arg(long)]
     print_crd: bool,
     /// The operator's namespace, where plugin Services are discovered.
@@ -100,7 +101,7 @@ fn error_policy(_: Arc<DatabaseTable>, error: &Error, _: Arc<Context>) -> Action
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.print_crd {
-        println!("{}", serde_json::to_string_pretty(&DatabaseTable::crd())?);
+        print!("{}", serde_yaml_ng::to_string(&DatabaseTable::crd())?);
         return Ok(());
     }
     cnpgi_process::logging::init(cnpgi_process::logging::LogFormat::Text, "info");

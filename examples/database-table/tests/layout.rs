@@ -83,3 +83,14 @@ fn the_crd_has_a_status_subresource_and_the_spec_fields() {
     assert_eq!(required, ["columns", "implementation", "server", "table"]);
     assert!(spec["properties"]["columns"]["items"]["properties"]["type"].is_object());
 }
+
+#[test]
+fn the_shipped_crd_is_the_one_the_types_make() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/crd.yaml");
+    let shipped: serde_json::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(
+        shipped,
+        serde_json::to_value(DatabaseTable::crd()).unwrap(),
+        "manifests/crd.yaml is stale: run `database-table-operator --print-crd > examples/database-table/manifests/crd.yaml`"
+    );
+}
