@@ -264,13 +264,15 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(health): State<Health>) -> (StatusCode, String) {
-    if !health.ready.load(Ordering::SeqCst) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "starting or stopping".to_owned());
-    }
+    // The API server's problem first: it says why discovery is not done either.
     let api = health.api.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     match api.as_ref() {
-        None => (StatusCode::OK, "ok".to_owned()),
         Some(problem) => (StatusCode::SERVICE_UNAVAILABLE, problem.clone()),
+        None if !health.ready.load(Ordering::SeqCst) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "starting (plugin discovery's first pass) or stopping".to_owned(),
+        ),
+        None => (StatusCode::OK, "ok".to_owned()),
     }
 }
 
@@ -377,7 +379,14 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         .as_ref()
         .filter(|_| !args.disable_controller)
         .map(|client| start_reconciler(&args, client, &router, &metrics, stop_rx));
-    ready.store(true, Ordering::SeqCst);
+    // Ready (so the webhook Service routes here) once discovery had its look.
+    let readiness = tokio::spawn({
+        let (registry, ready) = (registry.clone(), ready.clone());
+        async move {
+            wait_for_discovery(&registry).await;
+            ready.store(true, Ordering::SeqCst);
+        }
+    });
     tracing::info!("cnpgi-operator started");
 
     let outcome = wait_for_stop(
@@ -391,6 +400,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         Ok(()) => tracing::info!("shutting down"),
         Err(reason) => tracing::error!(%reason, "shutting down: the reconciler is gone"),
     }
+    readiness.abort();
     ready.store(false, Ordering::SeqCst);
     let _ = stop_tx.send(true);
     let grace = Duration::from_secs(args.shutdown_grace_seconds);
@@ -606,8 +616,31 @@ fn start_webhook_server(
     Ok(Some((task, handle)))
 }
 
-/// Runs the reconciler until `stop` turns true: at once, or while holding
-/// the leader Lease (returning when leadership is lost).
+/// How long the operator waits for discovery's first pass before going on
+/// without it (a source that cannot look, such as an unreachable API
+/// server, would keep it pending).
+const DISCOVERY_FIRST_PASS_WAIT: Duration = Duration::from_secs(30);
+
+/// Resolves once every discovery source had its first look (every plugin
+/// then found probed), or after [`DISCOVERY_FIRST_PASS_WAIT`] with a warning
+/// naming the sources still looking: routing before that would refuse
+/// Clusters for plugins merely not found yet.
+async fn wait_for_discovery(registry: &Registry) {
+    match tokio::time::timeout(DISCOVERY_FIRST_PASS_WAIT, registry.ready()).await {
+        Ok(()) => {
+            let plugins: Vec<String> = registry.plugins().iter().map(|p| p.name().to_owned()).collect();
+            tracing::info!(?plugins, "plugin discovery: first pass done");
+        }
+        Err(_) => tracing::warn!(
+            pending = ?registry.pending_sources(),
+            "plugin discovery: first pass not done after {DISCOVERY_FIRST_PASS_WAIT:?}; going on without it"
+        ),
+    }
+}
+
+/// Runs the reconciler until `stop` turns true, once discovery had its
+/// first look: at once, or while holding the leader Lease (returning when
+/// leadership is lost).
 fn start_reconciler(
     args: &RunArgs,
     client: &kube::Client,
@@ -634,7 +667,12 @@ fn start_reconciler(
         options.retry_period = Duration::from_secs(args.leader_election_retry_seconds);
         LeaderElector::new(client.clone(), options)
     });
+    let registry = router.registry().clone();
     tokio::spawn(async move {
+        tokio::select! {
+            () = wait_for_discovery(&registry) => {}
+            () = stopped() => return,
+        }
         let Some(mut elector) = elector else {
             controller::run(ctx, namespace.as_deref(), stopped()).await;
             return;
