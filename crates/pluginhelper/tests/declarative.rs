@@ -812,3 +812,29 @@ async fn a_plugin_finds_its_entry_where_its_layout_says() {
     reported["status"] = json!({"plugins": [{"name": NAME, "status": "{\"synced\":true}"}]});
     assert_eq!(plugin.set_status(&reported).await.unwrap(), None, "unchanged: no-op");
 }
+
+#[tokio::test]
+async fn the_resource_itself_is_reconciled_as_cnpg_i_cluster_kind_whatever_its_kind() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let plugin = Plugin::<()>::new(metadata())
+        .layout(ImplementationLayout)
+        .reconciler_pre(ReconcilerKind::Cluster, move |call| {
+            let counted = counted.clone();
+            async move {
+                assert_eq!(call.object["kind"], "DatabaseTable");
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(Hook::RequeueAfter(Duration::from_secs(5)))
+            }
+        })
+        .local();
+    let table = json!({"kind": "DatabaseTable", "metadata": {"name": "users"}, "spec": {"implementation": NAME}});
+    let hook = plugin.reconcile(false, &table, &table).await.unwrap();
+    assert_eq!(hook, Hook::RequeueAfter(Duration::from_secs(5)));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // Another object of an unknown kind, reconciled for the table, is not the table.
+    let job = json!({"kind": "Job", "metadata": {"name": "migrate"}});
+    assert_eq!(plugin.reconcile(false, &table, &job).await.unwrap(), Hook::Continue);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}

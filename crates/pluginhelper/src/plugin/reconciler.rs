@@ -108,6 +108,10 @@ impl<P: Parameters> ReconcilerService<P> {
         let kind = match object.get("kind").and_then(Value::as_str) {
             Some("Cluster") => ReconcilerKind::Cluster,
             Some("Backup") => ReconcilerKind::Backup,
+            // CNPG-I's `Cluster` kind is the resource that enables the
+            // plugins, whatever its own kind (a host's `DatabaseTable`):
+            // the object reconciled is then the resource itself.
+            _ if request.resource_definition == request.cluster_definition => ReconcilerKind::Cluster,
             _ => ReconcilerKind::Unspecified,
         };
         let handlers = &self.0.handlers.reconciler;
