@@ -120,8 +120,15 @@ async fn main() -> anyhow::Result<()> {
             ..SocketDirectory::new(dir)
         });
     }
-    host.ready().await;
-    tracing::info!(plugins = ?host.registry().plugins().iter().map(|p| p.name().to_owned()).collect::<Vec<_>>(), "plugin discovery done");
+    // Serve and reconcile once discovery had its look; bounded, as an
+    // unreachable API server keeps the Services' first pass pending.
+    if tokio::time::timeout(Duration::from_secs(30), host.ready()).await.is_ok() {
+        let plugins: Vec<String> = host.registry().plugins().iter().map(|p| p.name().to_owned()).collect();
+        tracing::info!(?plugins, "plugin discovery done");
+    } else {
+        let pending = host.registry().pending_sources();
+        tracing::warn!(?pending, "plugin discovery not done after 30 s; going on");
+    }
 
     if let Some(dir) = &args.webhook_cert_dir {
         let files = webhook::ServerTlsFiles {
