@@ -70,7 +70,8 @@ class E2E:
         self.kube = Kube.from_env()
         self.results = open(args.results, "a", encoding="utf-8")  # noqa: SIM115 (open for the whole phase)
         self.checks = Checks(f"DatabaseTable e2e ({args.phase})", record=self.record)
-        self.last = None
+        # Written when the status showed the stopped plugin (read after its restart).
+        self.state_file = os.path.join(args.workdir, "plugin-missing-seen")
 
     def record(self, passed):
         self.results.write(("ok" if passed else "FAIL") + "\n")
@@ -209,7 +210,7 @@ class E2E:
                 log = self.operator_log()
                 done_lines = [line for line in log.splitlines() if "plugin discovery done" in line]
                 routable_lines = [line for line in log.splitlines() if "plugin is routable" in line]
-                routable = {name for name in (POSTGRES, NAMING) if any(f"plugin={name}" in line for line in routable_lines)}
+                routable = {name for name in (POSTGRES, NAMING) if any(name in line for line in routable_lines)}
                 done = bool(done_lines) and all(n in done_lines[0] for n in (POSTGRES, NAMING)) and len(routable) == 2
                 return done, f"discovery line: {done_lines[:1]}, routable: {sorted(routable)}"
 
@@ -268,21 +269,22 @@ class E2E:
         def invalid_type():
             before, stored = self.columns("users"), self.table("users")
             bad = [columns[0], {"name": "email", "type": "strng"}]
-            why = self.refused(lambda: self.update_spec("users", columns=bad), "spec.columns[1].type")
+            self.refused(lambda: self.update_spec("users", columns=bad), "spec.columns[1].type")
             after = self.table("users")
             if after["metadata"]["generation"] != stored["metadata"]["generation"]:
                 raise Failure(f"the refused change was stored (generation {after['metadata']['generation']})")
             if self.columns("users") != before:
                 raise Failure(f"PostgreSQL changed: {before} -> {self.columns('users')}")
-            self.last = why
 
         self.check("an invalid type (strng) is refused at admission, naming spec.columns[1].type; nothing changes in PostgreSQL", invalid_type)
 
         def reserved():
             accounts = self.manifest("accounts", [{"name": "user", "type": "text"}, {"name": "id", "type": "bigint"}], policies=[NAMING])
-            self.refused(lambda: self.kube.create(accounts), "spec.columns[0].name", RESERVED_MESSAGE)
-            if self.kube.maybe_get(self.table_path("accounts")) is not None:
-                raise Failure("accounts was stored")
+            try:
+                self.refused(lambda: self.kube.create(accounts), "spec.columns[0].name", RESERVED_MESSAGE)
+            except Failure:
+                self.kube.delete(self.table_path("accounts"))  # admitted: not there for the next check
+                raise
             with open(os.path.join(self.args.workdir, "logs", "naming-plugin.log"), encoding="utf-8") as f:
                 if "Operator/ValidateClusterCreate" not in f.read():
                     raise Failure("the Python plugin's log shows no ValidateClusterCreate call")
@@ -303,11 +305,26 @@ class E2E:
                 return status.get("phase") == "Failed" and POSTGRES in (status.get("message") or ""), status
 
             wait(f"users: phase Failed with a message naming {POSTGRES}", probe, timeout=60)
+            with open(self.state_file, "w", encoding="utf-8") as f:
+                f.write("the status showed the plugin missing\n")
 
         self.check(f"{POSTGRES} stopped: the status of users becomes Failed, naming it, within 60 s (no change to the resource)", failed)
 
     def plugin_restarted(self):
-        self.check(f"{POSTGRES} started again: users is Ready again within 60 s", lambda: self.ready("users"))
+        def rediscovered():
+            def probe():
+                lines = [line for line in self.operator_log().splitlines() if "plugin is routable" in line and POSTGRES in line]
+                return len(lines) >= 2, f"{len(lines)} 'plugin is routable' line(s) naming it"
+
+            wait("the operator's log shows it routable again", probe, timeout=30)
+
+        def ready_again():
+            if not os.path.exists(self.state_file):
+                raise Failure("the status never showed the plugin missing (the check before): Ready proves nothing")
+            self.ready("users")
+
+        self.check(f"{POSTGRES} started again: the operator found it again (routable)", rediscovered, setup=True)
+        self.check(f"{POSTGRES} started again: users is Ready again within 60 s", ready_again)
 
         def added():
             table = self.table("users")

@@ -104,7 +104,7 @@ wait_for() {
   local what=$1 pid=$2 seconds=$3 i
   shift 3
   for ((i = 0; i < seconds * 10; i++)); do
-    "$@" 2>/dev/null && return 0
+    "$@" >/dev/null 2>&1 && return 0
     kill -0 "$pid" 2>/dev/null || die "$what: the process exited"
     sleep 0.1
   done
