@@ -65,6 +65,7 @@ on_exit() {
   # PostgreSQL first, with a fast shutdown (cp_stop would ask for a smart one).
   [ -z "$pg_pid" ] || cp_kill "$pg_pid" INT
   cp_stop
+  [ "$finished" = 1 ] || echo "$SUITE: stopped early, after $passed passed, $failed failed" >&2
   if [ "$finished" != 1 ] || [ "$failed" != 0 ]; then
     for f in "$work"/logs/*.log; do
       [ -s "$f" ] || continue
@@ -157,13 +158,17 @@ cp "$work/pki/webhook.key" "$work/webhook/tls.key"
 "$operator_bin" --print-crd >"$work/crd.json" || die "database-table-operator --print-crd failed"
 webhook_port="$(cp_free_port)"
 
-# phase NAME: e2e.py's checks of phase NAME; they count in this suite's.
+# phase NAME: e2e.py's checks of phase NAME; they count in this suite's. In
+# the background, recorded by cp_spawn: a signal to this script is handled at
+# once, and the exit trap stops the checks too.
 phase() {
   local rc=0
   : >"$work/results"
-  python3 "$here/e2e.py" "$1" --results "$work/results" --workdir "$work" --crd "$work/crd.json" \
+  cp_spawn "e2e.py $1" - python3 "$here/e2e.py" "$1" --results "$work/results" --workdir "$work" --crd "$work/crd.json" \
     --webhook-url "https://127.0.0.1:$webhook_port" --webhook-ca "$work/pki/webhook-ca.crt" \
-    --pg-port "$pg_port" --pg-password "$pg_password" || rc=$?
+    --pg-port "$pg_port" --pg-password "$pg_password"
+  wait "$CP_LAST_PID" || rc=$?
+  cp_kill "$CP_LAST_PID" # gone already: only forgotten by cp_stop
   passed=$((passed + $(grep -c '^ok' "$work/results" || true)))
   failed=$((failed + $(grep -c '^FAIL' "$work/results" || true)))
   if [ "$rc" != 0 ] && ! grep -q '^FAIL' "$work/results"; then
