@@ -53,6 +53,7 @@ for tool in openssl curl python3 "$pgbin/initdb" "$pgbin/postgres" "$pgbin/psql"
 done
 if ! python3 -c 'import grpc, grpc_tools' 2>/dev/null; then
   python3 -m pip install -q --disable-pip-version-check -r "$here/../plugins/naming/requirements.txt" ||
+    python3 -m pip install -q --disable-pip-version-check --user --break-system-packages -r "$here/../plugins/naming/requirements.txt" ||
     die "cannot install the Python plugin's requirements (examples/database-table/plugins/naming/requirements.txt)"
 fi
 
