@@ -18,7 +18,6 @@ psql wrapper e2e.sh wrote in --workdir. Waits poll until a deadline.
 
 import argparse
 import base64
-import json
 import os
 import re
 import signal
@@ -30,7 +29,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 from checks import Checks  # noqa: E402 (tests/lib is found through ROOT)
-from kube import ApiError, Kube, resource_path  # noqa: E402 (tests/e2e: the one API client)
+from kube import ApiError, Kube, load_yaml_documents, resource_path  # noqa: E402 (tests/e2e: the one API client)
 
 NAMESPACE = "tables"
 SECRET = "pg-app"
@@ -163,8 +162,7 @@ class E2E:
             self.kube.apply(secret)
 
         def crd():
-            with open(self.args.crd, encoding="utf-8") as f:
-                definition = json.load(f)
+            (definition,) = load_yaml_documents(self.args.crd)  # YAML or JSON
             self.kube.apply(definition)
             path = resource_path("apiextensions.k8s.io/v1", "CustomResourceDefinition", name=definition["metadata"]["name"])
 

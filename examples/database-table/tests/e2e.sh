@@ -22,7 +22,7 @@
 #   KEEP_E2E_WORKDIR=1      keep the work directory (logs, data) even on success
 #   CHECKS=REGEX            only the checks whose names match (tests/lib/checks.py)
 # Needs: Go >= 1.25 (first run: tests/e2e/build-kube.sh), cargo, openssl,
-# curl, python3 with grpcio and grpcio-tools (installed if missing), Debian's
+# curl, python3 with PyYAML, grpcio and grpcio-tools (installed if missing), Debian's
 # PostgreSQL 15 server (initdb and postgres under `pg_config --bindir`). As
 # root, PostgreSQL runs as the dedicated user cnpgi-dbt (created if missing).
 set -euo pipefail
@@ -51,6 +51,11 @@ pgbin="$(pg_config --bindir 2>/dev/null || true)"
 for tool in openssl curl python3 "$pgbin/initdb" "$pgbin/postgres" "$pgbin/psql"; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is missing (Debian: apt-get install postgresql openssl curl python3)"
 done
+if ! python3 -c 'import yaml' 2>/dev/null; then
+  python3 -m pip install -q --disable-pip-version-check -r "$root/tests/e2e/requirements.txt" ||
+    python3 -m pip install -q --disable-pip-version-check --user --break-system-packages -r "$root/tests/e2e/requirements.txt" ||
+    die "cannot install PyYAML (tests/e2e/requirements.txt)"
+fi
 if ! python3 -c 'import grpc, grpc_tools' 2>/dev/null; then
   python3 -m pip install -q --disable-pip-version-check -r "$here/../plugins/naming/requirements.txt" ||
     python3 -m pip install -q --disable-pip-version-check --user --break-system-packages -r "$here/../plugins/naming/requirements.txt" ||
@@ -156,7 +161,7 @@ pki_leaf "$work/pki" webhook "/CN=database-table-operator" "IP:127.0.0.1,DNS:loc
   die "cannot make the webhook certificate"
 cp "$work/pki/webhook.crt" "$work/webhook/tls.crt"
 cp "$work/pki/webhook.key" "$work/webhook/tls.key"
-"$operator_bin" --print-crd >"$work/crd.json" || die "database-table-operator --print-crd failed"
+"$operator_bin" --print-crd >"$work/crd.yaml" || die "database-table-operator --print-crd failed"
 webhook_port="$(cp_free_port)"
 
 # phase NAME: e2e.py's checks of phase NAME; they count in this suite's. In
@@ -165,7 +170,7 @@ webhook_port="$(cp_free_port)"
 phase() {
   local rc=0
   : >"$work/results"
-  cp_spawn "e2e.py $1" - python3 "$here/e2e.py" "$1" --results "$work/results" --workdir "$work" --crd "$work/crd.json" \
+  cp_spawn "e2e.py $1" - python3 "$here/e2e.py" "$1" --results "$work/results" --workdir "$work" --crd "$work/crd.yaml" \
     --webhook-url "https://127.0.0.1:$webhook_port" --webhook-ca "$work/pki/webhook-ca.crt" \
     --pg-port "$pg_port" --pg-password "$pg_password"
   wait "$CP_LAST_PID" || rc=$?
