@@ -177,6 +177,7 @@ phase() {
   cp_kill "$CP_LAST_PID" # gone already: only forgotten by cp_stop
   passed=$((passed + $(grep -c '^ok' "$work/results" || true)))
   failed=$((failed + $(grep -c '^FAIL' "$work/results" || true)))
+  skipped=$((skipped + $(grep -c '^skipped' "$work/results" || true)))
   if [ "$rc" != 0 ] && ! grep -q '^FAIL' "$work/results"; then
     fail "e2e.py $1 exited $rc"
   fi
