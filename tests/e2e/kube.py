@@ -48,6 +48,7 @@ RESOURCES = {
         False,
     ),
     ("cnpgi.io/v1", "Cluster"): ("/apis/cnpgi.io/v1", "clusters", True),
+    ("example.cnpgi.io/v1", "DatabaseTable"): ("/apis/example.cnpgi.io/v1", "databasetables", True),
     ("events.k8s.io/v1", "Event"): ("/apis/events.k8s.io/v1", "events", True),
     ("coordination.k8s.io/v1", "Lease"): ("/apis/coordination.k8s.io/v1", "leases", True),
 }
