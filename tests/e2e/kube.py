@@ -147,6 +147,41 @@ class Kube:
             user.get("token"),
         )
 
+    def token_kubeconfig(self, namespace, service_account, path, seconds=3600):
+        """Writes a kubeconfig for the ServiceAccount's token (TokenRequest API)
+        to `path`, for this API server; a process started with it may do
+        exactly what the RBAC grants the ServiceAccount."""
+        answer = self.request(
+            "POST",
+            resource_path("v1", "ServiceAccount", namespace, service_account, "token"),
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}},
+        )
+        with open(self.ca_file, "rb") as f:
+            ca_data = base64.b64encode(f.read()).decode()
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "e2e", "cluster": {"server": self.server, "certificate-authority-data": ca_data}}],
+            "users": [{"name": service_account, "user": {"token": answer["status"]["token"]}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": service_account}}],
+            "current-context": "e2e",
+        }
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(config, f)
+        return path
+
+    def can(self, verb, resource, namespace=None, group=""):
+        """Whether this identity may `verb` `resource` (SelfSubjectAccessReview)."""
+        attributes = {"verb": verb, "resource": resource, "group": group}
+        if namespace:
+            attributes["namespace"] = namespace
+        review = self.request(
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {"resourceAttributes": attributes}},
+        )
+        return bool(review["status"].get("allowed"))
+
     def request(self, method, path, body=None, content_type="application/json", query=None):
         if query:
             path = path + "?" + urllib.parse.urlencode(query)

@@ -18,6 +18,7 @@ psql wrapper e2e.sh wrote in --workdir. Waits poll until a deadline.
 
 import argparse
 import base64
+import json
 import os
 import re
 import signal
@@ -32,6 +33,7 @@ from checks import Checks  # noqa: E402 (tests/lib is found through ROOT)
 from kube import ApiError, Kube, load_yaml_documents, resource_path  # noqa: E402 (tests/e2e: the one API client)
 
 NAMESPACE = "tables"
+SYSTEM_NAMESPACE = "database-table-system"
 SECRET = "pg-app"
 POSTGRES = "postgres.tables.example.cnpgi.io"
 NAMING = "naming.tables.example.cnpgi.io"
@@ -198,6 +200,39 @@ class E2E:
                 api = "admissionregistration.k8s.io/v1"
                 self.kube.apply({"apiVersion": api, "kind": kind, "metadata": {"name": WEBHOOK}, "webhooks": [webhook]})
 
+        def rbac():
+            manifests = os.path.join(ROOT, "examples", "database-table", "manifests")
+            for file in ["namespace.yaml", "rbac.yaml"]:
+                for obj in load_yaml_documents(os.path.join(manifests, file)):
+                    self.kube.apply(obj)
+            # The tokens the operator and the plugin run with (e2e.sh): exactly what the shipped RBAC grants.
+            for sa in ["database-table-operator", "database-table-postgres"]:
+                self.kube.token_kubeconfig(SYSTEM_NAMESPACE, sa, os.path.join(self.args.workdir, f"{sa}.kubeconfig"))
+            operator = Kube.from_kubeconfig(os.path.join(self.args.workdir, "database-table-operator.kubeconfig"))
+            plugin = Kube.from_kubeconfig(os.path.join(self.args.workdir, "database-table-postgres.kubeconfig"))
+            expected = [
+                (operator, "watch", "databasetables", None, "example.cnpgi.io", True),
+                (operator, "patch", "databasetables/status", NAMESPACE, "example.cnpgi.io", True),
+                (operator, "update", "databasetables", NAMESPACE, "example.cnpgi.io", False),
+                (operator, "list", "services", SYSTEM_NAMESPACE, "", True),
+                (operator, "get", "secrets", NAMESPACE, "", False),
+                (plugin, "get", "secrets", NAMESPACE, "", True),
+                (plugin, "list", "secrets", NAMESPACE, "", False),
+                (plugin, "list", "databasetables", None, "example.cnpgi.io", False),
+            ]
+            wrong = [
+                f"{'operator' if who is operator else 'plugin'} {verb} {resource} in {ns or 'all namespaces'}: {'refused' if allowed else 'allowed'}"
+                for who, verb, resource, ns, group, allowed in expected
+                if who.can(verb, resource, ns, group) != allowed
+            ]
+            if wrong:
+                raise Failure("not the shipped RBAC: " + "; ".join(wrong))
+
+        self.check(
+            "set-up: manifests/ namespace and RBAC; TokenRequest tokens of the operator's and the plugin's ServiceAccounts, allowed exactly that",
+            rbac,
+            setup=True,
+        )
         self.check("set-up: namespace tables and the credentials Secret pg-app (username, password)", namespace_and_secret, setup=True)
         self.check("set-up: the CRD from database-table-operator --print-crd, Established", crd, setup=True)
         self.check("set-up: Mutating- and ValidatingWebhookConfiguration (https://127.0.0.1, caBundle, failurePolicy Fail)", webhooks, setup=True)
@@ -234,8 +269,16 @@ class E2E:
             entries = {p["name"]: p for p in table["status"].get("plugins", [])}
             if POSTGRES not in entries:
                 raise Failure(f"no status.plugins[] entry for {POSTGRES}: {table['status']}")
+            # The plugin's own report of the sync that made this generation Ready.
+            report = json.loads(entries[POSTGRES].get("status") or "{}")
+            generation = table["metadata"]["generation"]
+            wanted = {"generation": generation, "table": "app.public.users"}
+            if {k: report.get(k) for k in wanted} != wanted or '"id" bigint NOT NULL' not in report.get("columns", []):
+                raise Failure(f"the plugin's report is not this generation's sync of app.public.users: {report}")
 
-        self.check(f"status: phase Ready, observedGeneration = generation, a status.plugins[] entry for {POSTGRES}", status, setup=True)
+        self.check(
+            f"status: phase Ready, observedGeneration = generation, {POSTGRES}'s entry reports this generation's sync", status, setup=True
+        )
 
         def added():
             self.update_spec("users", columns=[*columns, {"name": "created_at", "type": "timestamptz", "nullable": True}])

@@ -9,8 +9,9 @@
 #   naming.tables.example.cnpgi.io    a policy (Python on grpcio,
 #       plugins/naming/naming.py): refuses reserved words as names.
 #
-# Everything is started as users would: the operator with its own flags and
-# KUBECONFIG, its CRD from --print-crd, its admission webhooks registered over
+# Everything is started as users would: the operator and the PostgreSQL
+# plugin with their own flags, each under its ServiceAccount's token and the
+# RBAC of manifests/ (nothing more), the CRD from --print-crd, its admission webhooks registered over
 # HTTPS, and PostgreSQL with password authentication on 127.0.0.1. The checks
 # (admission, the table in PostgreSQL, the status, a plugin stopped and
 # restarted) are e2e.py's, run in phases between which this script stops or
@@ -193,14 +194,16 @@ echo "== plugins and operator"
 starts=0
 start_postgres_plugin() {
   starts=$((starts + 1))
-  cp_spawn postgres-plugin "$work/logs/postgres-plugin-$starts.log" "$postgres_plugin_bin" plugin --plugin-path "$work/sockets"
+  cp_spawn postgres-plugin "$work/logs/postgres-plugin-$starts.log" \
+    env KUBECONFIG="$work/database-table-postgres.kubeconfig" "$postgres_plugin_bin" plugin --plugin-path "$work/sockets"
   postgres_plugin_pid=$CP_LAST_PID
   wait_for "$POSTGRES_PLUGIN listening" "$postgres_plugin_pid" 20 accepts_unix "$work/sockets/$POSTGRES_PLUGIN"
 }
 start_postgres_plugin
 cp_spawn naming-plugin "$work/logs/naming-plugin.log" python3 "$here/../plugins/naming/naming.py" --plugin-path "$work/sockets"
 wait_for "$NAMING_PLUGIN listening" "$CP_LAST_PID" 30 accepts_unix "$work/sockets/$NAMING_PLUGIN"
-cp_spawn operator "$work/logs/operator.log" "$operator_bin" --namespace default --plugin-dir "$work/sockets" \
+cp_spawn operator "$work/logs/operator.log" env KUBECONFIG="$work/database-table-operator.kubeconfig" \
+  "$operator_bin" --namespace database-table-system --plugin-dir "$work/sockets" \
   --webhook-cert-dir "$work/webhook" --webhook-address "127.0.0.1:$webhook_port"
 # It serves its webhooks once plugin discovery's first pass is done.
 wait_for "the operator's webhooks on 127.0.0.1:$webhook_port" "$CP_LAST_PID" 60 accepts_tcp "$webhook_port"
