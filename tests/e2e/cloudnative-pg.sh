@@ -49,11 +49,7 @@ finished=0
 on_exit() {
   cp_stop
   if [ "$finished" != 1 ] || [ "$failed" != 0 ]; then
-    for f in "$work"/logs/*.log; do
-      [ -s "$f" ] || continue
-      echo "---- last lines of $(basename "$f")" >&2
-      tail -n 25 "$f" >&2
-    done
+    checks_show_logs "$work"/logs/*.log
   fi
   if [ -n "${KEEP_E2E_WORKDIR:-}" ]; then
     echo "cloudnative-pg e2e: work directory kept: $work" >&2

@@ -62,3 +62,14 @@ checks_summary() {
   echo "${SUITE:-test}: $passed passed, $failed failed$note"
   [ "$failed" = 0 ]
 }
+
+# checks_show_logs FILE...: the last lines of each non-empty FILE on stderr,
+# for a suite that failed or stopped early.
+checks_show_logs() {
+  local f
+  for f in "$@"; do
+    [ -s "$f" ] || continue
+    echo "---- last lines of $(basename "$f")" >&2
+    tail -n 25 "$f" >&2
+  done
+}

@@ -74,11 +74,7 @@ on_exit() {
   cp_stop
   [ "$finished" = 1 ] || echo "$SUITE: stopped early, after $passed passed, $failed failed" >&2
   if [ "$finished" != 1 ] || [ "$failed" != 0 ]; then
-    for f in "$work"/logs/*.log; do
-      [ -s "$f" ] || continue
-      echo "---- last lines of $(basename "$f")" >&2
-      tail -n 25 "$f" >&2
-    done
+    checks_show_logs "$work"/logs/*.log
   fi
   if [ -n "${KEEP_E2E_WORKDIR:-}" ] || [ "$finished" != 1 ] || [ "$failed" != 0 ]; then
     echo "$SUITE: work directory kept: $work" >&2

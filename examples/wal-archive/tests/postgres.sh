@@ -82,11 +82,7 @@ cleanup() {
     wait "$pid" 2>/dev/null || true
   done
   if [ "$finished" != 1 ] || [ "$failed" != 0 ]; then
-    for f in "$work"/*.log; do
-      [ -s "$f" ] || continue
-      echo "---- last lines of $(basename "$f")" >&2
-      tail -n 20 "$f" >&2
-    done
+    checks_show_logs "$work"/*.log
   fi
   if [ -n "${KEEP_WORKDIR:-}" ]; then
     echo "postgres.sh: work directory kept: $work" >&2
