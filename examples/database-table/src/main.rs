@@ -122,7 +122,10 @@ async fn main() -> anyhow::Result<()> {
     }
     // Serve and reconcile once discovery had its look; bounded, as an
     // unreachable API server keeps the Services' first pass pending.
-    if tokio::time::timeout(Duration::from_secs(30), host.ready()).await.is_ok() {
+    if tokio::time::timeout(Duration::from_secs(30), host.ready())
+        .await
+        .is_ok()
+    {
         let plugins: Vec<String> = host.registry().plugins().iter().map(|p| p.name().to_owned()).collect();
         tracing::info!(?plugins, "plugin discovery done");
     } else {
