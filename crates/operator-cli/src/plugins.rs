@@ -170,7 +170,11 @@ async fn start_process(path: &Path, timeout: Duration) -> Result<(PluginProcess,
     let mut process = PluginProcess { child, _dir: dir };
     let started = Instant::now();
     loop {
-        if let Some(name) = sockets(&sockets_dir).into_iter().next() {
+        // The file exists from bind(); it accepts connections from listen().
+        let listening = sockets(&sockets_dir)
+            .into_iter()
+            .find(|name| std::os::unix::net::UnixStream::connect(sockets_dir.join(name)).is_ok());
+        if let Some(name) = listening {
             eprintln!("plugin {name} listening ({} ms)", started.elapsed().as_millis());
             return Ok((process, sockets_dir, name));
         }
