@@ -74,7 +74,7 @@ use cnpgi_proto::identity::v1::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest, GetPluginMetadataResponse,
     ProbeRequest, ProbeResponse, identity_server,
 };
-use tonic::{Request, Response, Status, server::NamedService, service::RoutesBuilder};
+use tonic::{Request, Response, Status, service::RoutesBuilder};
 
 use crate::{
     capabilities::{self, ServiceType},
@@ -83,7 +83,7 @@ use crate::{
     layout::PluginLayout,
     parameters::Parameters,
     service::{self, ParametersFrom, Rpc},
-    transport::PluginServer,
+    transport::{GrpcService, PluginServer},
     validation,
 };
 
@@ -345,19 +345,7 @@ impl<P: Parameters> Plugin<P> {
     /// Registers a hand-written tonic service and advertises it as `service`;
     /// it answers its own `GetCapabilities`, and takes the place of the
     /// handlers registered for that type of service, if any.
-    pub fn add_service<S>(mut self, service: ServiceType, server: S) -> Self
-    where
-        S: tower_service::Service<
-                http::Request<tonic::body::Body>,
-                Response = http::Response<tonic::body::Body>,
-                Error = std::convert::Infallible,
-            > + NamedService
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
-    {
+    pub fn add_service<S: GrpcService>(mut self, service: ServiceType, server: S) -> Self {
         self = self.advertise(service);
         self.routes.push((
             service,

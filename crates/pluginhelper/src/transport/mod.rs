@@ -24,4 +24,4 @@ mod authority;
 mod batched_writes;
 mod server;
 
-pub use server::{PluginListener, PluginServer, ServeError, ServeOptions, SocketFile};
+pub use server::{GrpcService, PluginListener, PluginServer, ServeError, ServeOptions, SocketFile};

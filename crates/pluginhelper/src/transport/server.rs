@@ -110,6 +110,38 @@ impl Default for ServeOptions {
     }
 }
 
+/// A tonic service a plugin serves: what tonic generates as `*Server<T>`
+/// (a tower service of HTTP requests that never fails, named after its
+/// gRPC service), for [`PluginServer::add_service`] and
+/// [`crate::plugin::Plugin::add_service`].
+pub trait GrpcService:
+    tower_service::Service<
+        http::Request<tonic::body::Body>,
+        Response = http::Response<tonic::body::Body>,
+        Error = std::convert::Infallible,
+        Future: Send + 'static,
+    > + NamedService
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> GrpcService for S where
+    S: tower_service::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+            Future: Send + 'static,
+        > + NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A CNPG-I plugin ready to be served: its Identity implementation plus the
 /// services it registers (Operator, OperatorLifecycle, …).
 ///
@@ -157,19 +189,7 @@ impl<I: identity_server::Identity> PluginServer<I> {
     }
 
     /// Registers one more service.
-    pub fn add_service<S>(mut self, service: S) -> Self
-    where
-        S: tower_service::Service<
-                http::Request<tonic::body::Body>,
-                Response = http::Response<tonic::body::Body>,
-                Error = std::convert::Infallible,
-            > + NamedService
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
-    {
+    pub fn add_service<S: GrpcService>(mut self, service: S) -> Self {
         self.routes.add_service(service);
         self
     }
