@@ -370,6 +370,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         static_plugins,
     );
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (discovered_tx, discovered_rx) = watch::channel(false);
     let ready = Arc::new(AtomicBool::new(false));
     let limits = server_limits(&args);
     let (probes, api_check) = start_probe_server(&args, client.as_ref(), ready.clone(), &limits)?;
@@ -378,13 +379,15 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut controller_task = client
         .as_ref()
         .filter(|_| !args.disable_controller)
-        .map(|client| start_reconciler(&args, client, &router, &metrics, stop_rx));
-    // Ready (so the webhook Service routes here) once discovery had its look.
+        .map(|client| start_reconciler(&args, client, &router, &metrics, discovered_rx, stop_rx));
+    // Ready (so the webhook Service routes here), and reconciling, once
+    // discovery had its look: waited for once, here.
     let readiness = tokio::spawn({
         let (registry, ready) = (registry.clone(), ready.clone());
         async move {
             wait_for_discovery(&registry).await;
             ready.store(true, Ordering::SeqCst);
+            let _ = discovered_tx.send(true);
         }
     });
     tracing::info!("cnpgi-operator started");
@@ -638,14 +641,15 @@ async fn wait_for_discovery(registry: &Registry) {
     }
 }
 
-/// Runs the reconciler until `stop` turns true, once discovery had its
-/// first look: at once, or while holding the leader Lease (returning when
-/// leadership is lost).
+/// Runs the reconciler until `stop` turns true, once `discovered` turns
+/// true (discovery had its first look): at once, or while holding the
+/// leader Lease (returning when leadership is lost).
 fn start_reconciler(
     args: &RunArgs,
     client: &kube::Client,
     router: &Router,
     metrics: &Metrics,
+    mut discovered: watch::Receiver<bool>,
     stop: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let stopped = move || {
@@ -667,10 +671,9 @@ fn start_reconciler(
         options.retry_period = Duration::from_secs(args.leader_election_retry_seconds);
         LeaderElector::new(client.clone(), options)
     });
-    let registry = router.registry().clone();
     tokio::spawn(async move {
         tokio::select! {
-            () = wait_for_discovery(&registry) => {}
+            Ok(_) = discovered.wait_for(|discovered| *discovered) => {}
             () = stopped() => return,
         }
         let Some(mut elector) = elector else {
