@@ -29,6 +29,7 @@ use std::{
 
 use cnpgi_example_database_table::{DatabaseTable, ImplementationLayout};
 use cnpgi_pluginhelper::prelude::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The plugin name: its socket file name, and what tables write in `spec.implementation`.
 pub const PLUGIN_NAME: &str = "postgres.tables.example.cnpgi.io";
@@ -72,12 +73,12 @@ pub fn plugin() -> Plugin {
                 let table: DatabaseTable = serde_json::from_value(call.object)
                     .map_err(|e| Status::invalid_argument(format!("not a DatabaseTable: {e}")))?;
                 let report = sync::sync(&table).await?;
-                reports.insert(&table, report);
+                reports.insert(key(&table.metadata), report);
                 Ok(Hook::Continue)
             }
         })
         // What the last reconcile did, in the table's `status.plugins[]` entry.
-        .set_status(move |table| Ok(reported.get(&key(table)).unwrap_or_default()))
+        .set_status(move |table| Ok(reported.get(&key(&table.metadata)).unwrap_or_default()))
 }
 
 /// Decodes the resource a handler received as a `DatabaseTable`; one that
@@ -93,8 +94,7 @@ fn invalid_spec(error: serde_json::Error) -> ValidationError {
 }
 
 /// `namespace/name` of a table.
-fn key(table: &Cluster) -> String {
-    let metadata = &table.metadata;
+fn key(metadata: &ObjectMeta) -> String {
     format!(
         "{}/{}",
         metadata.namespace.as_deref().unwrap_or_default(),
@@ -107,12 +107,7 @@ fn key(table: &Cluster) -> String {
 struct Reports(Arc<Mutex<HashMap<String, sync::Report>>>);
 
 impl Reports {
-    fn insert(&self, table: &DatabaseTable, report: sync::Report) {
-        let key = format!(
-            "{}/{}",
-            table.metadata.namespace.as_deref().unwrap_or_default(),
-            table.metadata.name.as_deref().unwrap_or_default()
-        );
+    fn insert(&self, key: String, report: sync::Report) {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
