@@ -38,9 +38,8 @@ image)
   tar="$RK_CACHE/images/$(tr '/:' '__' <<<"$RK_CNPG_IMAGE").tar"
   if [ ! -s "$tar" ]; then
     started=$(date +%s)
-    # A cache of its own: tests/e2e shares $HOME/.cache/cnpgi-e2e and may
-    # have built the same version with cgo, which this image has no libc for.
-    cache=$(CNPGI_E2E_CACHE="$RK_CACHE/go" CNPG_VERSION=$CNPG_VERSION CGO_ENABLED=0 bash "$RK_REPO/tests/e2e/cnpg/build.sh") ||
+    # The e2e suites' build of the same version (static, cached by version).
+    cache=$(CNPG_VERSION=$CNPG_VERSION bash "$RK_REPO/tests/e2e/cnpg/build.sh") ||
       rk_die "cannot build CloudNativePG $CNPG_VERSION"
     if ldd "$cache/manager" >/dev/null 2>&1; then
       rk_die "$cache/manager is dynamically linked: remove $cache and retry"

@@ -47,11 +47,10 @@ bins="$(bash "$RK_REPO/tests/e2e/build-kube.sh" --node)" || rk_die "cannot build
 bin() { grep "/$1\$" <<<"$bins"; }
 ETCD=$(bin etcd); APISERVER=$(bin kube-apiserver); KCM=$(bin kube-controller-manager)
 SCHEDULER=$(bin kube-scheduler); KUBELET=$(bin kubelet); KUBE_PROXY=$(bin kube-proxy)
-COREDNS=$(bash "$RK_DIR/build-go.sh" coredns github.com/coredns/coredns "$COREDNS_VERSION" github.com/coredns/coredns) ||
-  rk_die "cannot build CoreDNS $COREDNS_VERSION"
-mapfile -t cm_bins < <(bash "$RK_DIR/build-go.sh" cert-manager github.com/cert-manager/cert-manager "$CERT_MANAGER_VERSION" \
-  github.com/cert-manager/cert-manager/cmd/controller github.com/cert-manager/cert-manager/cmd/cainjector) ||
-  rk_die "cannot build cert-manager $CERT_MANAGER_VERSION"
+mapfile -t addons < <(bash "$RK_DIR/build-addons.sh") || rk_die "cannot build the add-ons (CoreDNS, cert-manager)"
+[ "${#addons[@]}" = 3 ] || rk_die "build-addons.sh printed ${#addons[@]} paths, not 3"
+COREDNS=${addons[0]}
+cm_bins=("${addons[@]:1}")
 [ "${#cm_bins[@]}" = 2 ] || rk_die "cert-manager build printed ${#cm_bins[@]} paths, not 2"
 
 # --- add-on images (cached by version)

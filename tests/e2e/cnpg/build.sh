@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Builds the real CloudNativePG operator (cmd/manager) from the Go module proxy
 # and caches it with its CRDs, keyed by version:
-#   $CACHE/cnpg-<version>/manager          the operator binary
-#   $CACHE/cnpg-<version>/crds/*.json      config/crd/bases of that release, as JSON
-#   $CACHE/cnpg-<version>/rbac/*.json      its ClusterRole and ClusterRoleBinding (config/rbac)
+#   $CACHE/cnpg-<version>-static/manager       the operator binary
+#   $CACHE/cnpg-<version>-static/crds/*.json   config/crd/bases of that release, as JSON
+#   $CACHE/cnpg-<version>-static/rbac/*.json   its ClusterRole and ClusterRoleBinding (config/rbac)
+# The binary is static (CGO_ENABLED=0, as the release's own image): the same
+# build serves the e2e suites, which run it as a process, and the real-node
+# scenarios, which put it in an image with no libc (tests/realkube/cnpg.sh).
 # where CACHE is $CNPGI_E2E_CACHE or $HOME/.cache/cnpgi-e2e. Builds only when
 # missing (cold: a few minutes on 2 cores). Prints the cache directory.
 #
 # Usage: tests/e2e/cnpg/build.sh     (needs Go >= 1.25; CNPG_VERSION, default v1.30.0)
 set -euo pipefail
 version="${CNPG_VERSION:-v1.30.0}"
-cache="${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}/cnpg-$version"
+cache="${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}/cnpg-$version-static"
 if [ -x "$cache/manager" ] && [ -s "$cache/crds/postgresql.cnpg.io_clusters.json" ] && [ -s "$cache/rbac/role.json" ]; then
   echo "$cache"
   exit 0
@@ -22,6 +25,7 @@ fi
 
 export GOTOOLCHAIN=local
 export GOFLAGS="-mod=mod -buildvcs=false"
+export CGO_ENABLED=0
 # The module proxy serves the cloudnative-pg modules but the checksum database
 # may not answer for them (as in tests/interop/run.sh).
 export GONOSUMDB="github.com/cloudnative-pg"

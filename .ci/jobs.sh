@@ -1,0 +1,131 @@
+# shellcheck shell=bash
+# Background jobs and step timings for .ci/run (sourced).
+#
+# Why: on 2 cores, a cold run spends long stretches with a core idle (cargo's
+# serial tails and links, downloads, end-to-end suites waiting on servers).
+# The builds that later steps need (Go programs, images, the publish check)
+# run beside the steps under SCHED_IDLE, so they take only CPU time nobody
+# else wants: a foreground step is never slowed by them, and a step that needs
+# a job's result waits for it (`ci_await`), at which point the job has the
+# whole machine.
+#
+#   ci_job NAME [--after JOB...] -- COMMAND...   starts COMMAND in the background
+#   ci_await JOB...                               waits for jobs; fails with a job's log tail
+#   ci_step NAME                                  starts a timed step (ends the previous one)
+#   ci_report                                     prints the steps' and jobs' times
+#
+# Every job runs in a session of its own with CNPGI_CI_RUN=<run token>-bg, so
+# the per-step leftover check (.ci/leftovers.py) leaves running jobs alone;
+# ci_stop_jobs stops them (SIGTERM to their sessions, then the leftover check
+# with the jobs' token) on any exit.
+
+CI_STATE=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-ci.XXXXXX")
+CI_STARTED=$(date +%s)
+CI_STEP=""
+CI_STEP_STARTED=0
+CI_TIMINGS="$CI_STATE/timings"
+: >"$CI_TIMINGS"
+CI_JOBS=()
+
+ci_now() { echo $(($(date +%s) - CI_STARTED)); }
+
+# ci_step NAME: ends the current step (its duration goes to the report) and starts NAME.
+ci_step() {
+  ci_step_end
+  CI_STEP=$1
+  CI_STEP_STARTED=$(date +%s)
+  echo "== $1 (at $(ci_now) s)"
+}
+ci_step_end() {
+  if [ -n "$CI_STEP" ]; then
+    printf 'step\t%s\t%s\n' "$(($(date +%s) - CI_STEP_STARTED))" "$CI_STEP" >>"$CI_TIMINGS"
+    CI_STEP=""
+  fi
+}
+
+# ci_job NAME [--after JOB...] -- COMMAND...: runs COMMAND in the background
+# at idle CPU priority (and idle I/O class where the scheduler has one),
+# after the named jobs succeeded. Output: $CI_STATE/NAME.log; exit code:
+# $CI_STATE/NAME.rc, written last. The job's runner is a new bash process
+# (not a subshell) so that its environment, which .ci/leftovers.py reads,
+# carries the jobs' token.
+ci_job() {
+  local name=$1 after=()
+  shift
+  if [ "${1:-}" = --after ]; then
+    shift
+    while [ "$1" != -- ]; do after+=("$1"); shift; done
+  fi
+  [ "${1:-}" = -- ] && shift
+  CI_JOBS+=("$name")
+  CNPGI_CI_RUN="$CNPGI_CI_RUN-bg" bash -c 'ci_job_run "$@"' ci_job_run "$name" "${#after[@]}" "${after[@]}" "$@" &
+}
+# ci_job_run NAME N DEP_1..DEP_N COMMAND...: the runner of ci_job.
+ci_job_run() {
+  local name=$1 n=$2 dep rc=0 started
+  shift 2
+  cd "$CI_REPO" || exit 1
+  for dep in "${@:1:$n}"; do
+    while [ ! -e "$CI_STATE/$dep.rc" ]; do sleep 2; done
+    if [ "$(cat "$CI_STATE/$dep.rc")" != 0 ]; then
+      echo "not started: job $dep failed" >"$CI_STATE/$name.log"
+      echo 1 >"$CI_STATE/$name.rc"
+      return 0
+    fi
+  done
+  shift "$n"
+  printf 'start\t%s\t%s\n' "$(ci_now)" "$name" >>"$CI_TIMINGS"
+  started=$(date +%s)
+  setsid chrt --idle 0 ionice -c 3 "$@" >"$CI_STATE/$name.log" 2>&1 </dev/null &
+  echo "$!" >"$CI_STATE/$name.pid"
+  wait "$!" || rc=$?
+  printf 'job\t%s\t%s\n' "$(($(date +%s) - started))" "$name" >>"$CI_TIMINGS"
+  echo "$rc" >"$CI_STATE/$name.rc"
+}
+export -f ci_job_run ci_now
+export CI_STATE CI_STARTED CI_TIMINGS
+
+# ci_await JOB...: waits until each job ended; fails the run, with the job's
+# log tail, if one failed. The wait is timed into the report.
+ci_await() {
+  local name waited_from rc
+  waited_from=$(date +%s)
+  for name in "$@"; do
+    while [ ! -e "$CI_STATE/$name.rc" ]; do sleep 1; done
+    rc=$(cat "$CI_STATE/$name.rc")
+    if [ "$rc" != 0 ]; then
+      echo "FAIL: background job '$name' exited $rc; the end of its log ($CI_STATE/$name.log):" >&2
+      tail -n 60 "$CI_STATE/$name.log" >&2
+      exit 1
+    fi
+  done
+  printf 'wait\t%s\t%s\n' "$(($(date +%s) - waited_from))" "$*" >>"$CI_TIMINGS"
+}
+
+# ci_stop_jobs: SIGTERM to every job still running (each is a session of its
+# own: its children too), up to 30 s for their traps to clean up.
+ci_stop_jobs() {
+  local name pid stopped=()
+  for name in "${CI_JOBS[@]}"; do
+    [ -e "$CI_STATE/$name.rc" ] && continue
+    pid=$(cat "$CI_STATE/$name.pid" 2>/dev/null) || continue
+    if kill -TERM -- "-$pid" 2>/dev/null; then stopped+=("$pid"); fi
+  done
+  for pid in "${stopped[@]}"; do
+    for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  done
+}
+
+# ci_report: the steps and background jobs, in seconds.
+ci_report() {
+  ci_step_end
+  echo "== timings (total $(ci_now) s)"
+  awk -F '\t' '
+    $1 == "step" { printf "  step  %5d s  %s\n", $2, $3 }
+    $1 == "wait" && $2 > 0 { printf "  wait  %5d s  for %s\n", $2, $3 }
+    $1 == "job"  { printf "  job   %5d s  %s (background, idle priority)\n", $2, $3 }
+  ' "$CI_TIMINGS"
+  if [ -n "${CNPGI_CI_TIMINGS:-}" ]; then
+    cp "$CI_TIMINGS" "$CNPGI_CI_TIMINGS"
+  fi
+}
