@@ -73,7 +73,10 @@ apply() {
 # --- build (cached) -----------------------------------------------------------
 t0=$SECONDS
 echo "== building"
-(cd "$root" && cargo build --quiet -p cnpg-i-hello-world -p cnpgi-wal-archive) || die "cargo build -p cnpg-i-hello-world -p cnpgi-wal-archive failed"
+# CNPGI_SKIP_CARGO_BUILD=1: use target/debug as it is (.ci/run built it).
+if [ -z "${CNPGI_SKIP_CARGO_BUILD:-}" ]; then
+  (cd "$root" && cargo build --quiet -p cnpg-i-hello-world -p cnpgi-wal-archive) || die "cargo build -p cnpg-i-hello-world -p cnpgi-wal-archive failed"
+fi
 hello="$root/target/debug/cnpg-i-hello-world"
 walarchive="$root/target/debug/cnpgi-wal-archive"
 (cd "$root/tests/interop" && GOTOOLCHAIN=local GONOSUMDB=github.com/cloudnative-pg GOFLAGS="-mod=mod -buildvcs=false" \

@@ -37,8 +37,10 @@ started=$(date +%s)
 if [ -z "${E2E_KUBECONFIG:-}" ]; then
   bash tests/e2e/build-kube.sh >/dev/null
 fi
-# E2E_SKIP_CARGO_BUILD=1: use target/debug as it is.
-if [ -z "${E2E_SKIP_CARGO_BUILD:-}" ]; then
+# CNPGI_SKIP_CARGO_BUILD=1: use target/debug as it is (.ci/run builds every
+# binary once; a `cargo build -p` of a few packages would resolve other
+# features and recompile part of the dependencies).
+if [ -z "${CNPGI_SKIP_CARGO_BUILD:-${E2E_SKIP_CARGO_BUILD:-}}" ]; then
   cargo build -q -p cnpgi-operator-cli -p cnpg-i-hello-world -p cnpgi-hooks-plugin
 fi
 

@@ -45,7 +45,10 @@ export GONOSUMDB="github.com/cloudnative-pg"
 export GOFLAGS="-mod=mod"
 
 echo "== building"
-(cd "$root" && cargo build --quiet -p cnpgi-operator-cli -p cnpg-i-hello-world -p cnpgi-dir-plugin)
+# CNPGI_SKIP_CARGO_BUILD=1: use target/debug as it is (.ci/run built it).
+if [ -z "${CNPGI_SKIP_CARGO_BUILD:-}" ]; then
+  (cd "$root" && cargo build --quiet -p cnpgi-operator-cli -p cnpg-i-hello-world -p cnpgi-dir-plugin)
+fi
 (cd "$here" && go build -o "$work/goplugin" ./goplugin && go build -o "$work/gohello" ./gohello && go build -o "$work/goclient" ./goclient \
   && go build -o "$work/goinstance" ./goinstance)
 

@@ -26,6 +26,8 @@ import os
 import sys
 import time
 
+import yaml
+
 import realkube
 from realkube import ApiError, Failure, wait_for
 
@@ -118,19 +120,19 @@ class Scenario(realkube.Scenario):
 
     def admitted(self, what, call):
         """Runs an API call that goes through the operator's webhooks, again
-        for up to 30 s while the webhook cannot be reached or answers that the
-        plugin cannot be reached (the moment between a Ready Pod and
-        kube-proxy's rules for its Service); returns its result or raises its
-        last ApiError. Each retry is printed."""
+        for up to 30 s while the API server cannot reach the webhook (the
+        moment between the operator's Ready Pods and kube-proxy's rules for
+        its Service); returns its result or raises its last ApiError. Each
+        retry is printed. A plugin that is not routable yet is not retried
+        here: the operator waits for a plugin that is arriving
+        (plugin_arriving checks it)."""
         deadline = time.monotonic() + 30
         while True:
             try:
                 return call()
             except ApiError as e:
-                # The plugin, or the webhook Service, not routed yet.
-                transient = ("is not ready" in str(e) and "cannot connect" in str(e)) or (
-                    "failed calling webhook" in str(e) and "connection refused" in str(e)
-                )
+                # The webhook's Service not routed yet.
+                transient = "failed calling webhook" in str(e) and "connection refused" in str(e)
                 if not transient or time.monotonic() > deadline:
                     raise
                 print(f"  ({what}: {str(e)[:160]}...; again in 2 s)", flush=True)
@@ -179,6 +181,47 @@ class Scenario(realkube.Scenario):
         params = created["spec"]["plugins"][0].get("parameters") or {}
         if "plugin-metadata" not in params.get("labels", ""):
             raise Failure(f"the mutating webhook did not default the plugin's parameters: {params}")
+
+    def plugin_documents(self):
+        """The hello-world plugin's Deployment and Service from manifest.yaml."""
+        with open(self.args.manifest) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d]
+        wanted = [d for d in docs if d["kind"] in ("Deployment", "Service") and d["metadata"]["name"] == "cnpg-i-hello-world"]
+        if len(wanted) != 2:
+            raise Failure(f"manifest.yaml has {len(wanted)} Deployment/Service named cnpg-i-hello-world, not 2")
+        return wanted
+
+    def plugin_arriving(self):
+        """A user installs a plugin and applies a Cluster in the same second:
+        the operator, which discovers the plugin's Service before its Pod
+        answers, waits for it instead of refusing the Cluster."""
+        documents = self.plugin_documents()
+        self.kubectl("-n", OPERATOR_NS, "delete", "deployment/cnpg-i-hello-world", "service/cnpg-i-hello-world", "--wait=true")
+        wait_for("the plugin's Pods are gone", lambda: not self.pods(OPERATOR_NS, "app.kubernetes.io/name=cnpg-i-hello-world"), timeout=90, interval=1)
+        obj = self.cluster_object({"first-annotation": "first-annotation-value"})
+        del obj["spec"]["plugins"][0]["parameters"]
+        obj["metadata"]["name"] = "arriving"
+
+        def forgotten():
+            try:
+                self.admitted("dry-run Cluster, plugin removed", lambda: self.api.create(obj, dry_run=True))
+            except ApiError as e:
+                return "is not registered" in str(e)
+            return False
+
+        wait_for("the operator forgot the removed plugin (a Cluster enabling it is refused as not registered)", forgotten, timeout=60, interval=1)
+        self.apply_objects(*documents)
+        started = time.monotonic()
+        try:
+            created = self.admitted("dry-run Cluster, plugin just installed", lambda: self.api.create(obj, dry_run=True))
+        except ApiError as e:
+            raise Failure(f"a Cluster applied right after installing the plugin was refused ({time.monotonic() - started:.1f} s later): {e}") from e
+        params = created["spec"]["plugins"][0].get("parameters") or {}
+        if "plugin-metadata" not in params.get("labels", ""):
+            raise Failure(f"admitted without the plugin's defaults: {params}")
+        print(f"  (admitted {time.monotonic() - started:.1f} s after the plugin's Deployment and Service were applied)", flush=True)
+        self.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/cnpg-i-hello-world", "--timeout=180s")
+        self.wait_plugin_endpoints()
 
     def cluster_created(self):
         self.admitted("Cluster", lambda: self.api.create(self.cluster_object({"first-annotation": "first-annotation-value"})))
@@ -297,6 +340,7 @@ class Scenario(realkube.Scenario):
             ("namespace with restricted Pod Security", self.test_namespace),
             ("the API server calls the validating webhook through its Service: invalid parameters refused", self.webhook_denies_mistake),
             ("the API server calls the mutating webhook through its Service: parameters defaulted", self.webhook_defaults),
+            ("the plugin reinstalled and a Cluster applied in the same second: admitted, not refused", self.plugin_arriving),
             ("a Cluster of 2 instances is created", self.cluster_created),
             ("instance Pods Running and Ready with the plugin's labels, annotations and running pauser sidecar", self.instances_running),
             ("PostgreSQL 15 answers psql in each instance Pod", self.postgres_answers),

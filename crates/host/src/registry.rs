@@ -21,6 +21,24 @@
 //! 4. **Forgotten.** [`Registry::remove`] (its Service was deleted, its
 //!    socket disappeared) stops the task and drops the channel.
 //!
+//! # Arriving plugins: a call waits instead of failing
+//!
+//! A plugin is often discovered a moment before it answers: its Service is
+//! there before its Pod is Ready, or its Pod is Ready before the Service's
+//! endpoints reach the node. A resource applied in that second (a user who
+//! installs a plugin and applies a Cluster at once) must not be refused for a
+//! plugin that is there. So a plugin that was discovered less than
+//! [`ARRIVAL_WINDOW`] ago and never answered yet is *arriving* (a new name
+//! is registered before its first probe, so it is arriving from the start):
+//! [`Registry::get_waiting`] probes it at once and again every
+//! [`ARRIVAL_RETRY`] until it is routable or the caller's patience runs out
+//! (the admission webhook gives it a few seconds, below the API server's
+//! webhook timeout). A plugin that answered before and stopped, or that never
+//! answered for longer than the window, fails at once as before: a broken
+//! plugin does not make every call wait. A name nobody registered is
+//! refused after [`UNKNOWN_GRACE`] (one second: a Service created a moment
+//! before the call is still being registered), naming what to check.
+//!
 //! Many readers look plugins up while discovery adds and removes them: the
 //! map and each plugin's state sit behind short, never-awaited locks.
 //!
@@ -49,7 +67,7 @@
 use std::{
     collections::{BTreeSet, HashMap},
     sync::{Arc, PoisonError, RwLock, Weak},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use cnpgi_proto::{
@@ -106,7 +124,9 @@ pub enum RegistryError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LookupError {
     /// No discovery source knows a plugin by that name.
-    #[error("plugin {name} is not registered")]
+    #[error(
+        "plugin {name} is not registered: no discovery source has found it (check the name, and that its Service carries the label cnpg.io/pluginName={name} in the operator's namespace, or that its socket is in the plugin directory)"
+    )]
     Unknown {
         /// The plugin name.
         name: String,
@@ -132,6 +152,8 @@ pub struct PluginState {
     pub last_error: Option<String>,
     /// The client's connection count when `info` was obtained.
     probed_connection: u64,
+    /// Whether the plugin was ever routable since it was registered.
+    ever_routable: bool,
 }
 
 impl PluginState {
@@ -150,6 +172,11 @@ pub struct Plugin {
     changes: Arc<watch::Sender<u64>>,
     state: RwLock<PluginState>,
     watcher: RwLock<Option<JoinHandle<()>>>,
+    /// When it was registered (for [`Plugin::is_arriving`]).
+    registered: Instant,
+    /// One refresh at a time: the watcher and waiting callers take turns, and
+    /// a caller that waited for another's refresh reads its outcome.
+    refreshing: tokio::sync::Mutex<()>,
 }
 
 /// A plugin that may be called now: its client and what it advertised.
@@ -182,6 +209,13 @@ impl Plugin {
         self.state.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    /// Registered less than [`ARRIVAL_WINDOW`] ago and never routable yet:
+    /// a call waits for it (see [`Registry::get_waiting`]).
+    pub fn is_arriving(&self) -> bool {
+        !self.state.read().unwrap_or_else(PoisonError::into_inner).ever_routable
+            && self.registered.elapsed() < ARRIVAL_WINDOW
+    }
+
     fn routable(&self) -> Result<Routable, LookupError> {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
         match (&state.info, state.ready) {
@@ -201,6 +235,7 @@ impl Plugin {
         let was_routable = state.is_routable();
         change(&mut state);
         let routable = state.is_routable();
+        state.ever_routable |= routable;
         self.metrics.set_ready(self.name(), routable);
         if was_routable != routable {
             notify(&self.changes);
@@ -217,8 +252,23 @@ impl Plugin {
     }
 
     /// One round of the plugin's life: probe when the connection is new (or
-    /// was never probed), then ask `Probe`.
+    /// was never probed), then ask `Probe`. Rounds do not overlap: a round
+    /// asked while another runs starts after it.
     pub async fn refresh(&self) {
+        let _turn = self.refreshing.lock().await;
+        self.refresh_round().await;
+    }
+
+    /// A round unless the plugin is routable, possibly because a round that
+    /// ran while this one waited for its turn made it so.
+    async fn refresh_unless_routable(&self) {
+        let _turn = self.refreshing.lock().await;
+        if !self.state().is_routable() {
+            self.refresh_round().await;
+        }
+    }
+
+    async fn refresh_round(&self) {
         let (probed, probed_connection) = {
             let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
             (state.info.is_some(), state.probed_connection)
@@ -364,8 +414,13 @@ impl Registry {
     }
 
     /// Registers a plugin found by `source` (e.g. `service/cnpg-system/hello`)
-    /// and starts probing it. The first round is done before the plugin is
-    /// published, so a reachable plugin is routable as soon as it is visible.
+    /// and starts probing it; returns once its first round is done.
+    ///
+    /// A new name is published at once, arriving: a call made during the
+    /// first round waits for it ([`Registry::get_waiting`]) instead of finding
+    /// no such plugin. A plugin that replaces the same source's (its Secret
+    /// rotated, its Service changed) is probed first, so calls keep going to
+    /// the old connection until the new one was tried.
     pub async fn add(&self, source: &str, client: PluginClient) -> Result<Arc<Plugin>, RegistryError> {
         let plugin = Arc::new(Plugin {
             client,
@@ -374,22 +429,44 @@ impl Registry {
             changes: self.changes.clone(),
             state: RwLock::default(),
             watcher: RwLock::default(),
+            registered: Instant::now(),
+            refreshing: tokio::sync::Mutex::new(()),
         });
-        self.check_duplicate(plugin.name(), source)?;
-        // Probe before publishing, so that lookups never see a plugin that
-        // was merely discovered.
+        let published_first = {
+            let mut plugins = self.plugins.write().unwrap_or_else(PoisonError::into_inner);
+            match plugins.get(plugin.name()) {
+                Some(existing) if existing.source != source => {
+                    return Err(duplicate(plugin.name(), &existing.source, source));
+                }
+                Some(_) => false,
+                None => {
+                    plugins.insert(plugin.name().to_owned(), plugin.clone());
+                    true
+                }
+            }
+        };
+        if published_first {
+            notify(&self.changes);
+        }
         plugin.refresh().await;
         let replaced = {
             let mut plugins = self.plugins.write().unwrap_or_else(PoisonError::into_inner);
-            if let Some(existing) = plugins.get(plugin.name())
-                && existing.source != source
-            {
+            match plugins.get(plugin.name()) {
+                // Published first and still there: nothing to replace.
+                Some(existing) if Arc::ptr_eq(existing, &plugin) => None,
+                // Published first, then forgotten (or replaced) while it was
+                // probed: its source no longer wants it.
+                _ if published_first => return Ok(plugin),
                 // Another source won the race while this one was probing.
-                return Err(duplicate(plugin.name(), &existing.source, source));
+                Some(existing) if existing.source != source => {
+                    return Err(duplicate(plugin.name(), &existing.source, source));
+                }
+                _ => plugins.insert(plugin.name().to_owned(), plugin.clone()),
             }
-            plugins.insert(plugin.name().to_owned(), plugin.clone())
         };
-        notify(&self.changes);
+        if !published_first {
+            notify(&self.changes);
+        }
         if let Some(old) = replaced {
             old.stop();
             tracing::info!(plugin = plugin.name(), source, "plugin connection rebuilt");
@@ -404,13 +481,6 @@ impl Registry {
         let task = tokio::spawn(watch(Arc::downgrade(&plugin), self.options.probe_interval));
         *plugin.watcher.write().unwrap_or_else(PoisonError::into_inner) = Some(task);
         Ok(plugin)
-    }
-
-    fn check_duplicate(&self, name: &str, source: &str) -> Result<(), RegistryError> {
-        match self.plugins.read().unwrap_or_else(PoisonError::into_inner).get(name) {
-            Some(existing) if existing.source != source => Err(duplicate(name, &existing.source, source)),
-            _ => Ok(()),
-        }
     }
 
     /// The options the registry was created with.
@@ -463,6 +533,73 @@ impl Registry {
             .routable()
     }
 
+    /// The plugin `name`, if it may be called now or becomes routable within
+    /// `patience` while it is arriving ([`Plugin::is_arriving`]): it is probed
+    /// at once, then every [`ARRIVAL_RETRY`]. Any other plugin is looked up
+    /// as with [`Registry::get`], without waiting. A plugin replaced meanwhile
+    /// (its Secret rotated) is followed under its name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use cnpgi_host::registry::{LookupError, Registry};
+    ///
+    /// let registry = Registry::default();
+    /// // Nobody has heard of it: refused at once, whatever the patience.
+    /// let error = registry.get_waiting("absent.example.com", Duration::from_secs(5)).await.unwrap_err();
+    /// assert!(matches!(error, LookupError::Unknown { .. }));
+    /// # }
+    /// ```
+    pub async fn get_waiting(&self, name: &str, patience: Duration) -> Result<Routable, LookupError> {
+        let deadline = Instant::now() + patience;
+        loop {
+            let plugin = match self.plugin(name) {
+                Some(plugin) => plugin,
+                None => {
+                    self.wait_registered(name, deadline.min(Instant::now() + UNKNOWN_GRACE))
+                        .await?
+                }
+            };
+            let error = match plugin.routable() {
+                Ok(routable) => return Ok(routable),
+                Err(error) => error,
+            };
+            if !plugin.is_arriving() || Instant::now() >= deadline {
+                return Err(if plugin.is_arriving() {
+                    waited(error, patience, plugin.registered.elapsed())
+                } else {
+                    error
+                });
+            }
+            let _ = tokio::time::timeout_at(deadline.into(), plugin.refresh_unless_routable()).await;
+            if plugin.state().is_routable() {
+                continue;
+            }
+            tokio::time::sleep_until(deadline.min(Instant::now() + ARRIVAL_RETRY).into()).await;
+        }
+    }
+
+    /// The plugin `name` once a discovery source registered it, or
+    /// [`LookupError::Unknown`] at `deadline`.
+    async fn wait_registered(&self, name: &str, deadline: Instant) -> Result<Arc<Plugin>, LookupError> {
+        let mut changes = self.changes.subscribe();
+        loop {
+            if let Some(plugin) = self.plugin(name) {
+                return Ok(plugin);
+            }
+            // The sender lives in `self`: `changed` cannot fail.
+            if tokio::time::timeout_at(deadline.into(), changes.changed())
+                .await
+                .is_err()
+            {
+                return self
+                    .plugin(name)
+                    .ok_or_else(|| LookupError::Unknown { name: name.to_owned() });
+            }
+        }
+    }
+
     /// Routable plugins advertising the Operator RPC `rpc`, sorted by name.
     pub fn with_operator_rpc(&self, rpc: RpcType) -> Vec<Routable> {
         self.routable_where(|info| info.has_operator_rpc(rpc))
@@ -495,6 +632,22 @@ fn notify(changes: &watch::Sender<u64>) {
     changes.send_modify(|count| *count = count.wrapping_add(1));
 }
 
+/// The lookup error of an arriving plugin that did not answer in time: the
+/// reason says how long the call waited and how new the plugin is.
+fn waited(error: LookupError, patience: Duration, age: Duration) -> LookupError {
+    match error {
+        LookupError::NotReady { name, reason } => LookupError::NotReady {
+            name,
+            reason: format!(
+                "{reason} (discovered {} s ago; the call waited {} ms for it to answer)",
+                age.as_secs(),
+                patience.as_millis()
+            ),
+        },
+        other => other,
+    }
+}
+
 fn duplicate(name: &str, existing_source: &str, new_source: &str) -> RegistryError {
     RegistryError::Duplicate {
         name: name.to_owned(),
@@ -502,6 +655,21 @@ fn duplicate(name: &str, existing_source: &str, new_source: &str) -> RegistryErr
         new_source: new_source.to_owned(),
     }
 }
+
+/// How long after its registration a plugin that never answered counts as
+/// arriving: long enough for a Deployment's rollout (image pull, start,
+/// readiness) after its Service, short enough that a plugin that never comes
+/// up stops holding calls.
+pub const ARRIVAL_WINDOW: Duration = Duration::from_secs(300);
+
+/// How long a call waits for a plugin nobody registered, in case a discovery
+/// source is registering it now (its Service was created a moment before the
+/// call): long enough for a watch event to arrive, short enough that a
+/// misspelt name is refused without a noticeable wait.
+pub const UNKNOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// How often a call waiting for an arriving plugin probes it again.
+pub const ARRIVAL_RETRY: Duration = Duration::from_millis(250);
 
 /// The first retry of a plugin that is not routable; retries double up to the
 /// probe interval.

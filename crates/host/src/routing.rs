@@ -23,6 +23,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     fmt,
     sync::Arc,
+    time::Duration,
 };
 
 pub use cnpgi_core::cluster::EnabledPlugin;
@@ -49,11 +50,27 @@ use serde_json::Value;
 
 use crate::registry::{LookupError, Registry, Routable};
 
-/// Which plugins may fail without failing the operation.
-#[derive(Debug, Clone, Default)]
+/// Which plugins may fail without failing the operation, and how long an
+/// operation waits for a plugin that is arriving.
+#[derive(Debug, Clone)]
 pub struct RoutingPolicy {
     /// Plugins skipped (with a warning) when unavailable or failing.
     pub fail_open: BTreeSet<String>,
+    /// How long an operation waits for an enabled plugin that was just
+    /// discovered and has not answered yet ([`Registry::get_waiting`]), before
+    /// failing as if it were not ready. Default 5 s: a resource applied right
+    /// after its plugin's rollout is not refused, and an admission webhook
+    /// still answers within the API server's 10 s.
+    pub arrival_wait: Duration,
+}
+
+impl Default for RoutingPolicy {
+    fn default() -> Self {
+        Self {
+            fail_open: BTreeSet::new(),
+            arrival_wait: Duration::from_secs(5),
+        }
+    }
 }
 
 /// Why an operation routed through plugins failed.
@@ -235,6 +252,18 @@ impl Router {
         }
     }
 
+    /// The policy routed with.
+    pub fn policy(&self) -> &RoutingPolicy {
+        &self.policy
+    }
+
+    /// This router, waiting at most `wait` for an arriving plugin
+    /// ([`RoutingPolicy::arrival_wait`]).
+    pub fn with_arrival_wait(mut self, wait: Duration) -> Self {
+        self.policy.arrival_wait = wait;
+        self
+    }
+
     /// Where the routed resources list their plugins.
     pub fn layout(&self) -> &dyn PluginLayout {
         &*self.layout
@@ -263,15 +292,20 @@ impl Router {
     }
 
     /// The enabled plugins of `resource` that can be called and have what
-    /// `wants` checks, in routing order.
-    fn targets(
+    /// `wants` checks, in routing order. An arriving plugin is waited for
+    /// ([`RoutingPolicy::arrival_wait`]).
+    async fn targets(
         &self,
         resource: &RoutedResource,
         wants: impl Fn(&Routable) -> bool,
     ) -> Result<Vec<(EnabledPlugin, Routable)>, RouteError> {
         let mut targets = Vec::new();
         for plugin in resource.enabled().iter().cloned() {
-            let routable = self.registry.get(&plugin.name).map_err(RouteError::from);
+            let routable = self
+                .registry
+                .get_waiting(&plugin.name, self.policy.arrival_wait)
+                .await
+                .map_err(RouteError::from);
             if let Some(routable) = self.tolerate(&plugin.name, routable)?
                 && wants(&routable)
             {
@@ -285,7 +319,9 @@ impl Router {
     /// it; the resource is the chain's working copy, and its encoding is what
     /// the first plugin is sent.
     pub async fn mutate(&self, resource: RoutedResource) -> Result<Patched, RouteError> {
-        let targets = self.targets(&resource, |r| r.info.has_operator_rpc(RpcType::MutateCluster))?;
+        let targets = self
+            .targets(&resource, |r| r.info.has_operator_rpc(RpcType::MutateCluster))
+            .await?;
         let RoutedResource { value, definition, .. } = resource;
         self.chain(
             targets,
@@ -377,7 +413,9 @@ impl Router {
     /// Asks every enabled plugin implementing `ValidateClusterCreate`; all
     /// the errors are returned together.
     pub async fn validate_create(&self, resource: &RoutedResource) -> Result<Vec<FieldError>, RouteError> {
-        let targets = self.targets(resource, |r| r.info.has_operator_rpc(RpcType::ValidateClusterCreate))?;
+        let targets = self
+            .targets(resource, |r| r.info.has_operator_rpc(RpcType::ValidateClusterCreate))
+            .await?;
         self.collect_errors(targets, service::operator::VALIDATE_CLUSTER_CREATE.method, |routable| {
             let request = routable.client.request(OperatorValidateClusterCreateRequest {
                 definition: resource.definition().to_vec(),
@@ -397,7 +435,9 @@ impl Router {
         old: &RoutedResource,
         new: &RoutedResource,
     ) -> Result<Vec<FieldError>, RouteError> {
-        let targets = self.targets(new, |r| r.info.has_operator_rpc(RpcType::ValidateClusterChange))?;
+        let targets = self
+            .targets(new, |r| r.info.has_operator_rpc(RpcType::ValidateClusterChange))
+            .await?;
         self.collect_errors(targets, service::operator::VALIDATE_CLUSTER_CHANGE.method, |routable| {
             let request = routable.client.request(OperatorValidateClusterChangeRequest {
                 old_cluster: old.definition().to_vec(),
@@ -422,7 +462,9 @@ impl Router {
         operation: Operation,
     ) -> Result<Patched, RouteError> {
         let (group, kind) = group_kind(&object);
-        let targets = self.targets(resource, |r| r.info.matches_lifecycle(&group, &kind, operation))?;
+        let targets = self
+            .targets(resource, |r| r.info.matches_lifecycle(&group, &kind, operation))
+            .await?;
         self.chain(
             targets,
             object,
@@ -458,7 +500,7 @@ impl Router {
     /// Returns the entries in routing order; `status` is the plugin's answer,
     /// or the previous status when it answered empty or was skipped.
     pub async fn set_status(&self, resource: &RoutedResource) -> Result<Vec<PluginStatusUpdate>, RouteError> {
-        let targets = self.targets(resource, |_| true)?;
+        let targets = self.targets(resource, |_| true).await?;
         let previous = self.layout.previous_statuses(resource.value());
         let mut updates: Vec<PluginStatusUpdate> = targets
             .iter()
@@ -523,10 +565,12 @@ impl Router {
     ) -> Result<BTreeMap<String, String>, RouteError> {
         use cnpgi_core::capabilities::{PostgresRpc, ServiceType};
         use cnpgi_proto::identity::v1::{EnrichConfigurationRequest, OperationType};
-        let targets = self.targets(resource, |r| {
-            r.info.has_service(ServiceType::Postgres)
-                && r.info.postgres_rpcs.contains(&PostgresRpc::EnrichConfiguration)
-        })?;
+        let targets = self
+            .targets(resource, |r| {
+                r.info.has_service(ServiceType::Postgres)
+                    && r.info.postgres_rpcs.contains(&PostgresRpc::EnrichConfiguration)
+            })
+            .await?;
         let mut result = configs.clone();
         if targets.is_empty() {
             return Ok(result);
@@ -603,7 +647,9 @@ impl Router {
         resource: &[u8],
     ) -> Result<HookOutcome, RouteError> {
         use cnpgi_proto::reconciler::v1::{ReconcilerHooksRequest, reconciler_hooks_result::Behavior};
-        let targets = self.targets(cluster, |r| r.info.reconciler_kinds.contains(&kind))?;
+        let targets = self
+            .targets(cluster, |r| r.info.reconciler_kinds.contains(&kind))
+            .await?;
         if targets.is_empty() {
             return Ok(HookOutcome::Continue);
         }

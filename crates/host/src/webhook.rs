@@ -88,7 +88,15 @@ pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
 /// `paths`, answering within `deadline` (keep it below the
 /// `timeoutSeconds` of the webhook configuration), accepting bodies of up
 /// to [`MAX_BODY_BYTES`]. Merge them into the operator's own axum router.
+///
+/// A plugin that is arriving (discovered, not answering yet) is waited for
+/// during at most three quarters of `deadline`
+/// ([`RoutingPolicy::arrival_wait`](crate::routing::RoutingPolicy::arrival_wait),
+/// lowered if needed), so that a plugin still not there is refused with its
+/// reason, not with a timeout.
 pub fn admission_routes(router: Router, paths: &AdmissionPaths, deadline: Duration) -> HttpRouter {
+    let wait = router.policy().arrival_wait.min(deadline.mul_f64(0.75));
+    let router = router.with_arrival_wait(wait);
     HttpRouter::new()
         .route(&paths.mutate, post(mutate))
         .route(&paths.validate, post(validate))

@@ -349,3 +349,195 @@ async fn plugin_changes_fire_when_a_plugin_comes_dies_and_comes_back() {
     .await
     .expect("the restarted plugin never became routable, or no change said so");
 }
+
+/// A registry whose own probing is slow (10 s): what a lookup gets comes from
+/// its own waiting, not from the background task.
+fn slow_registry() -> Registry {
+    Registry::new(cnpgi_host::registry::RegistryOptions {
+        probe_interval: Duration::from_secs(10),
+        ..Default::default()
+    })
+}
+
+fn socket_client(dir: &std::path::Path, name: &str) -> cnpgi_host::PluginClient {
+    let options = cnpgi_host::ClientOptions {
+        call_timeout: Duration::from_secs(2),
+        connect_timeout: Duration::from_secs(1),
+        ..Default::default()
+    };
+    cnpgi_host::PluginClient::new(name, cnpgi_host::Transport::Unix { path: dir.join(name) }, &options).unwrap()
+}
+
+#[tokio::test]
+async fn a_plugin_discovered_before_it_answers_is_waited_for_not_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = slow_registry();
+    // Discovered (its Service is there) while nothing listens yet.
+    registry.add("static", socket_client(dir.path(), HELLO)).await.unwrap();
+    let refused = registry.get(HELLO).unwrap_err();
+    assert!(matches!(refused, LookupError::NotReady { .. }), "{refused}");
+    assert!(registry.plugin(HELLO).unwrap().is_arriving());
+
+    // It starts listening 700 ms later: a call made now waits for it.
+    let path = dir.path().to_owned();
+    let starting = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        hello(&path).await
+    });
+    let started = std::time::Instant::now();
+    let routable = registry.get_waiting(HELLO, Duration::from_secs(8)).await.unwrap();
+    let waited = started.elapsed();
+    assert_eq!(routable.info.metadata.name, HELLO);
+    assert!(
+        waited >= Duration::from_millis(600),
+        "answered before the plugin listened: {waited:?}"
+    );
+    let plugin = starting.await.unwrap();
+    assert!(
+        !registry.plugin(HELLO).unwrap().is_arriving(),
+        "it answered once: no longer arriving"
+    );
+
+    // Once it answered, a plugin that goes away fails at once: a dead
+    // plugin does not hold every call for the whole patience.
+    plugin.stop().await.unwrap();
+    // The next probe runs on a new connection; make the registry see it.
+    registry.plugin(HELLO).unwrap().refresh().await;
+    let started = std::time::Instant::now();
+    let error = registry.get_waiting(HELLO, Duration::from_secs(8)).await.unwrap_err();
+    assert!(matches!(error, LookupError::NotReady { .. }), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "waited {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn an_arriving_plugin_that_never_answers_is_refused_after_the_patience_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = slow_registry();
+    registry.add("static", socket_client(dir.path(), HELLO)).await.unwrap();
+    let started = std::time::Instant::now();
+    let error = registry
+        .get_waiting(HELLO, Duration::from_millis(800))
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(800), "gave up early: {waited:?}");
+    assert!(waited < Duration::from_secs(4), "took {waited:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains(HELLO) && message.contains("waited 800 ms"),
+        "{message}"
+    );
+
+    // Nobody has heard of this one: refused after the short grace a
+    // discovery in flight gets, not the whole patience, naming what to check.
+    let started = std::time::Instant::now();
+    let error = registry
+        .get_waiting("absent.example.com", Duration::from_secs(8))
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(waited >= cnpgi_host::registry::UNKNOWN_GRACE, "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    assert!(
+        error.to_string().contains("cnpg.io/pluginName=absent.example.com"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_plugin_registered_a_moment_after_the_call_is_found_not_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let _plugin = hello(dir.path()).await;
+    let registry = Arc::new(slow_registry());
+    // Its Service was created just before the call; discovery registers it
+    // 300 ms later.
+    let adding = {
+        let registry = registry.clone();
+        let path = dir.path().to_owned();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            registry.add("static", socket_client(&path, HELLO)).await.unwrap();
+        })
+    };
+    let routable = registry.get_waiting(HELLO, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(routable.info.metadata.name, HELLO);
+    adding.await.unwrap();
+}
+
+/// An admission review of a Table enabling hello-world with valid parameters.
+fn valid_review() -> http::Request<axum::body::Body> {
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "2",
+            "kind": {"group": "example.com", "version": "v1", "kind": "Table"},
+            "resource": {"group": "example.com", "version": "v1", "resource": "tables"},
+            "operation": "CREATE",
+            "userInfo": {},
+            "object": serde_json::to_value(table(json!({"labels": "{\"a\": \"b\"}"}))).unwrap(),
+        }
+    });
+    http::Request::post("/mutate-table")
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(serde_json::to_vec(&review).unwrap()))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_webhook_admits_a_resource_applied_while_its_plugin_is_still_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Host::<Table>::new(HostOptions::default());
+    // Its address is known (a Service, here a static entry) before it listens.
+    host.discover(StaticList::new(vec![StaticPlugin {
+        name: HELLO.into(),
+        address: StaticAddress::Unix(dir.path().join(HELLO)),
+    }]));
+    host.ready().await;
+    assert!(
+        host.registry().get(HELLO).is_err(),
+        "not listening yet, not routable yet"
+    );
+    let paths = AdmissionPaths::new("Table", "/mutate-table", "/validate-table");
+    let app = host.admission_routes(&paths, Duration::from_secs(8));
+
+    let path = dir.path().to_owned();
+    let starting = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        hello(&path).await
+    });
+    let response = app.clone().oneshot(valid_review()).await.unwrap();
+    let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    let _plugin = starting.await.unwrap();
+}
+
+#[tokio::test]
+async fn the_webhook_refuses_a_plugin_that_never_starts_within_its_deadline_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Host::<Table>::new(HostOptions::default());
+    host.discover(StaticList::new(vec![StaticPlugin {
+        name: HELLO.into(),
+        address: StaticAddress::Unix(dir.path().join(HELLO)),
+    }]));
+    host.ready().await;
+    let paths = AdmissionPaths::new("Table", "/mutate-table", "/validate-table");
+    // A 2 s deadline: the wait for the plugin is cut to 1.5 s, so the answer
+    // is the plugin's reason, not a timeout.
+    let app = host.admission_routes(&paths, Duration::from_secs(2));
+    let started = std::time::Instant::now();
+    let response = app.oneshot(valid_review()).await.unwrap();
+    let waited = started.elapsed();
+    let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let message = body["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(HELLO) && message.contains("waited 1500 ms"),
+        "{message}"
+    );
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+}

@@ -443,6 +443,7 @@ fn plugin_side(args: &RunArgs) -> PluginSide {
         registry.clone(),
         RoutingPolicy {
             fail_open: args.fail_open.iter().cloned().collect::<BTreeSet<_>>(),
+            ..RoutingPolicy::default()
         },
     );
     PluginSide {

@@ -186,6 +186,7 @@ async fn a_patch_that_does_not_apply_fails_closed_or_is_skipped_when_fail_open()
         setup.registry.clone(),
         RoutingPolicy {
             fail_open: BTreeSet::from([BROKEN.to_owned()]),
+            ..RoutingPolicy::default()
         },
     );
     let patched = open

@@ -19,7 +19,7 @@
 # any exit. Prints one line per check, then `DatabaseTable e2e: N passed, M failed`.
 #
 # Usage: examples/database-table/tests/e2e.sh
-#   E2E_SKIP_CARGO_BUILD=1  use target/debug as it is
+#   CNPGI_SKIP_CARGO_BUILD=1  use target/debug as it is
 #   KEEP_E2E_WORKDIR=1      keep the work directory (logs, data) even on success
 #   CHECKS=REGEX            only the checks whose names match (tests/lib/checks.py)
 # Needs: Go >= 1.25 (first run: tests/e2e/build-kube.sh), cargo, openssl,
@@ -88,7 +88,7 @@ cp_install_traps
 
 # --- build ------------------------------------------------------------------------------------
 t0=$SECONDS
-if [ -z "${E2E_SKIP_CARGO_BUILD:-}" ]; then
+if [ -z "${CNPGI_SKIP_CARGO_BUILD:-${E2E_SKIP_CARGO_BUILD:-}}" ]; then
   echo "== building"
   (cd "$root" && cargo build -q -p cnpgi-example-database-table -p cnpgi-example-database-table-postgres) ||
     die "cargo build -p cnpgi-example-database-table -p cnpgi-example-database-table-postgres failed"
