@@ -26,9 +26,8 @@ import os
 import sys
 import time
 
-import yaml
-
 import realkube
+import yaml
 from realkube import ApiError, Failure, wait_for
 
 PLUGIN = "cnpg-i-hello-world.cloudnative-pg.io"
