@@ -59,7 +59,9 @@ if python3 "$here/wire_compat.py" "$work/upstream.bin" "$root/proto" >"$work/wir
 else
   grep -v '^ok' "$work/wire.txt"; fail "proto/ differs from upstream CNPG-I on the wire (above)"
 fi
-operator="$root/target/debug/cnpgi-operator"
+# Its resolved path: `restore` writes its own (resolved) path into
+# restore_command, and target/ may be a link (.ci/run's cached target).
+operator="$(readlink -f "$root/target/debug/cnpgi-operator")"
 hello="$root/target/debug/cnpg-i-hello-world"
 
 echo "== certificates"
