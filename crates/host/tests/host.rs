@@ -270,23 +270,7 @@ async fn the_admission_routes_deny_with_the_kind_and_field_path() {
     let paths = AdmissionPaths::new("Table", "/mutate-table", "/validate-table");
     let app = host.admission_routes(&paths, Duration::from_secs(5));
 
-    let review = json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "1",
-            "kind": {"group": "example.com", "version": "v1", "kind": "Table"},
-            "resource": {"group": "example.com", "version": "v1", "resource": "tables"},
-            "operation": "CREATE",
-            "userInfo": {},
-            "object": serde_json::to_value(table(json!({"labels": "{ oops"}))).unwrap(),
-        }
-    });
-    let request = http::Request::post("/validate-table")
-        .header("content-type", "application/json")
-        .body(axum::body::Body::from(serde_json::to_vec(&review).unwrap()))
-        .unwrap();
-    let response = app.oneshot(request).await.unwrap();
+    let response = app.oneshot(review("/validate-table", "{ oops")).await.unwrap();
     assert_eq!(response.status(), 200);
     let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(body["response"]["allowed"], false);
@@ -468,36 +452,46 @@ async fn a_plugin_registered_a_moment_after_the_call_is_found_not_refused() {
     adding.await.unwrap();
 }
 
-/// An admission review of a Table enabling hello-world with valid parameters.
-fn valid_review() -> http::Request<axum::body::Body> {
+/// A valid `labels` parameter of hello-world.
+const VALID_LABELS: &str = r#"{"a": "b"}"#;
+
+/// The admission review of creating a Table that enables hello-world with
+/// `labels`, posted to `path`.
+fn review(path: &str, labels: &str) -> http::Request<axum::body::Body> {
     let review = json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
-            "uid": "2",
+            "uid": "1",
             "kind": {"group": "example.com", "version": "v1", "kind": "Table"},
             "resource": {"group": "example.com", "version": "v1", "resource": "tables"},
             "operation": "CREATE",
             "userInfo": {},
-            "object": serde_json::to_value(table(json!({"labels": "{\"a\": \"b\"}"}))).unwrap(),
+            "object": serde_json::to_value(table(json!({"labels": labels}))).unwrap(),
         }
     });
-    http::Request::post("/mutate-table")
+    http::Request::post(path)
         .header("content-type", "application/json")
         .body(axum::body::Body::from(serde_json::to_vec(&review).unwrap()))
         .unwrap()
 }
 
+/// A host that knows hello-world's address in `dir` (a Service, here a
+/// static entry) before anything listens there, once discovery had its look.
+async fn host_before_hello_listens(dir: &std::path::Path) -> Host<Table> {
+    let host = Host::<Table>::new(HostOptions::default());
+    host.discover(StaticList::new(vec![StaticPlugin {
+        name: HELLO.into(),
+        address: StaticAddress::Unix(dir.join(HELLO)),
+    }]));
+    host.ready().await;
+    host
+}
+
 #[tokio::test]
 async fn the_webhook_admits_a_resource_applied_while_its_plugin_is_still_starting() {
     let dir = tempfile::tempdir().unwrap();
-    let host = Host::<Table>::new(HostOptions::default());
-    // Its address is known (a Service, here a static entry) before it listens.
-    host.discover(StaticList::new(vec![StaticPlugin {
-        name: HELLO.into(),
-        address: StaticAddress::Unix(dir.path().join(HELLO)),
-    }]));
-    host.ready().await;
+    let host = host_before_hello_listens(dir.path()).await;
     assert!(
         host.registry().get(HELLO).is_err(),
         "not listening yet, not routable yet"
@@ -510,7 +504,11 @@ async fn the_webhook_admits_a_resource_applied_while_its_plugin_is_still_startin
         tokio::time::sleep(Duration::from_millis(700)).await;
         hello(&path).await
     });
-    let response = app.clone().oneshot(valid_review()).await.unwrap();
+    let response = app
+        .clone()
+        .oneshot(review("/mutate-table", VALID_LABELS))
+        .await
+        .unwrap();
     let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(body["response"]["allowed"], true, "{body}");
     let _plugin = starting.await.unwrap();
@@ -519,18 +517,13 @@ async fn the_webhook_admits_a_resource_applied_while_its_plugin_is_still_startin
 #[tokio::test]
 async fn the_webhook_refuses_a_plugin_that_never_starts_within_its_deadline_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let host = Host::<Table>::new(HostOptions::default());
-    host.discover(StaticList::new(vec![StaticPlugin {
-        name: HELLO.into(),
-        address: StaticAddress::Unix(dir.path().join(HELLO)),
-    }]));
-    host.ready().await;
+    let host = host_before_hello_listens(dir.path()).await;
     let paths = AdmissionPaths::new("Table", "/mutate-table", "/validate-table");
     // A 2 s deadline: the wait for the plugin is cut to 1.5 s, so the answer
     // is the plugin's reason, not a timeout.
     let app = host.admission_routes(&paths, Duration::from_secs(2));
     let started = std::time::Instant::now();
-    let response = app.oneshot(valid_review()).await.unwrap();
+    let response = app.oneshot(review("/mutate-table", VALID_LABELS)).await.unwrap();
     let waited = started.elapsed();
     let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(body["response"]["allowed"], false, "{body}");
