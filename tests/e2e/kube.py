@@ -8,7 +8,9 @@ environment, and speaks JSON to the API server. Every error names the
 request that failed and what the server said.
 """
 
+import atexit
 import base64
+import contextlib
 import http.client
 import json
 import os
@@ -135,8 +137,11 @@ class Kube:
             data = entry.get(key + "-data")
             if not data:
                 return None
+            # The client's key among them: removed when this process ends,
+            # not left in /tmp.
             with tempfile.NamedTemporaryFile(prefix="kubeconfig-", delete=False) as f:
                 f.write(base64.b64decode(data))
+            atexit.register(_remove_quietly, f.name)
             return f.name
 
         return cls(
@@ -253,3 +258,8 @@ def load_yaml_documents(path):
 
     with open(path, encoding="utf-8") as f:
         return [doc for doc in yaml.safe_load_all(f) if doc]
+
+
+def _remove_quietly(path):
+    with contextlib.suppress(OSError):
+        os.remove(path)
