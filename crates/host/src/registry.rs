@@ -546,7 +546,7 @@ impl Registry {
     /// use cnpgi_host::registry::{LookupError, Registry};
     ///
     /// let registry = Registry::default();
-    /// // Nobody has heard of it: refused at once, whatever the patience.
+    /// // Nobody has heard of it: refused after UNKNOWN_GRACE, whatever the patience.
     /// let error = registry.get_waiting("absent.example.com", Duration::from_secs(5)).await.unwrap_err();
     /// assert!(matches!(error, LookupError::Unknown { .. }));
     /// # }
@@ -565,16 +565,15 @@ impl Registry {
                 Ok(routable) => return Ok(routable),
                 Err(error) => error,
             };
-            if !plugin.is_arriving() || Instant::now() >= deadline {
-                return Err(if plugin.is_arriving() {
-                    waited(error, patience, plugin.registered.elapsed())
-                } else {
-                    error
-                });
+            if !plugin.is_arriving() {
+                return Err(error);
+            }
+            if Instant::now() >= deadline {
+                return Err(waited(error, patience, plugin.registered.elapsed()));
             }
             let _ = tokio::time::timeout_at(deadline.into(), plugin.refresh_unless_routable()).await;
-            if plugin.state().is_routable() {
-                continue;
+            if let Ok(routable) = plugin.routable() {
+                return Ok(routable);
             }
             tokio::time::sleep_until(deadline.min(Instant::now() + ARRIVAL_RETRY).into()).await;
         }

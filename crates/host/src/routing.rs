@@ -292,20 +292,23 @@ impl Router {
     }
 
     /// The enabled plugins of `resource` that can be called and have what
-    /// `wants` checks, in routing order. An arriving plugin is waited for
-    /// ([`RoutingPolicy::arrival_wait`]).
+    /// `wants` checks, in routing order. Arriving plugins are waited for,
+    /// [`RoutingPolicy::arrival_wait`] in all (not each).
     async fn targets(
         &self,
         resource: &RoutedResource,
         wants: impl Fn(&Routable) -> bool,
     ) -> Result<Vec<(EnabledPlugin, Routable)>, RouteError> {
         let mut targets = Vec::new();
+        let mut patience = self.policy.arrival_wait;
         for plugin in resource.enabled().iter().cloned() {
+            let started = std::time::Instant::now();
             let routable = self
                 .registry
-                .get_waiting(&plugin.name, self.policy.arrival_wait)
+                .get_waiting(&plugin.name, patience)
                 .await
                 .map_err(RouteError::from);
+            patience = patience.saturating_sub(started.elapsed());
             if let Some(routable) = self.tolerate(&plugin.name, routable)?
                 && wants(&routable)
             {

@@ -56,7 +56,9 @@ finished=0
 as_user=()
 if [ "$(id -u)" = 0 ]; then
   user=cnpgi-wal
-  id "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
+  # (the local and s3 runs may start side by side: one of them creates it)
+  id "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user" ||
+    id "$user" >/dev/null
   chown "$user:" "$work"
   # setpriv execs (no intermediate process), so a recorded PID is the program's.
   as_user=(setpriv "--reuid=$(id -u "$user")" "--regid=$(id -g "$user")" --init-groups --)
