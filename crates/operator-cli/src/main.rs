@@ -18,10 +18,11 @@ mod plugins;
 mod render;
 mod run;
 mod signals;
+mod usage_errors;
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use cnpgi_process::logging;
 
 // Routing decodes, encodes and patches JSON on every call, which is
@@ -76,7 +77,13 @@ fn main() -> ExitCode {
     let (command, deprecated) =
         env_names::fall_back_on_deprecated(Cli::command(), &|name| std::env::var_os(name).is_some());
     env_names::remember(deprecated);
-    let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|error| error.exit());
+    // Not clap's `get_matches`: a usage error of `wal-restore` during a
+    // recovery must not exit 2 (see usage_errors).
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli: Cli = match usage_errors::parse(command, &args) {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     // `run` and `metrics` warn through their log set-up; the others now.
     match &cli.command {
         Command::Run(_) | Command::Metrics(_) => {}

@@ -9,7 +9,10 @@
 //! which makes PostgreSQL stop instead: the restore can be run again once the
 //! archive is repaired, with nothing lost. In standby mode (`standby.signal`)
 //! PostgreSQL promotes nothing on its own and goes on streaming, so a
-//! failure exits 1 there. Transient failures are retried first
+//! failure of a plugin exits 1 there. A command line, an environment or a
+//! Cluster file that cannot be used exits [`EXIT_ABORT_RECOVERY`] in both
+//! (it never mends itself; `crate::usage_errors` does the same for the
+//! command line's usage errors). Transient failures are retried first
 //! ([`RestoreArgs::retries`]).
 
 use std::{
@@ -188,6 +191,27 @@ impl Recovering {
         }
     }
 
+    /// The exit status of a command line, environment or Cluster file that
+    /// cannot be used, and what it does, for the message. In a recovery, or
+    /// in standby mode, it stops PostgreSQL: such a mistake never mends
+    /// itself, and a standby left without its archive may be promoted later
+    /// without the WAL only the archive has.
+    pub(crate) fn bad_input(self) -> (u8, &'static str) {
+        match self {
+            Self::Standby => (
+                EXIT_ABORT_RECOVERY,
+                "standby stopped rather than left without its archive: correct restore_command, its environment \
+                 or the Cluster file, then start PostgreSQL again",
+            ),
+            Self::Archive => (
+                EXIT_ABORT_RECOVERY,
+                "recovery aborted, not ended: correct restore_command, its environment or the Cluster file, then \
+                 start PostgreSQL again",
+            ),
+            Self::No => (2, "bad input"),
+        }
+    }
+
     /// The exit status of a failure that is not "not in the archive", and
     /// what it does, for the message.
     fn failure(self) -> (u8, &'static str) {
@@ -212,8 +236,8 @@ impl Recovering {
 /// Exit 0 once a plugin restored the file; 1 when none has it (every plugin
 /// answered `NOT_FOUND`: PostgreSQL ends recovery or tries streaming);
 /// otherwise, after retrying transient failures, 255 (PostgreSQL aborts the
-/// recovery) or, in standby mode, 1. Bad input is a failure too (2 when not
-/// recovering).
+/// recovery) or, in standby mode, 1. Bad input (an unusable Cluster file)
+/// exits 255 in a recovery or in standby mode, 2 otherwise.
 pub(crate) async fn restore(args: RestoreArgs) -> ExitCode {
     let recovering = match pgdata(args.pgdata.as_deref()) {
         Ok(dir) => Recovering::of(&dir),
@@ -223,10 +247,7 @@ pub(crate) async fn restore(args: RestoreArgs) -> ExitCode {
     let (cluster, destination) = match input {
         Ok(input) => input,
         Err(error) => {
-            let (code, effect) = match recovering {
-                Recovering::No => (2, "bad input"),
-                other => other.failure(),
-            };
+            let (code, effect) = recovering.bad_input();
             args.instance.report(
                 Severity::Error,
                 &format!("wal-restore {}: {error:#} ({effect}; exit {code})", args.name),
@@ -310,5 +331,9 @@ mod tests {
         assert_eq!(Recovering::of(dir.path()), Recovering::Standby);
         assert_eq!(Recovering::Standby.failure().0, 1);
         assert!(Recovering::Archive.failure().0 > 125);
+        // An unusable command line or Cluster file stops a standby too.
+        assert_eq!(Recovering::Standby.bad_input().0, EXIT_ABORT_RECOVERY);
+        assert_eq!(Recovering::Archive.bad_input().0, EXIT_ABORT_RECOVERY);
+        assert_eq!(Recovering::No.bad_input().0, 2);
     }
 }
