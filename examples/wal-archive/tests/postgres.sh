@@ -17,7 +17,12 @@
 #      of a stored segment flipped, or the store down, with and without a
 #      recovery target: PostgreSQL aborts the recovery (wal-restore exits
 #      255), never promotes with rows missing, and once the store is
-#      repaired, starting it again recovers every row.
+#      repaired, starting it again recovers every row;
+#   6. a restore_command with a misspelt flag, or one run by a PostgreSQL
+#      whose environment lacks the Cluster file (no --cluster, no
+#      CNPGI_CLUSTER), stops the recovery (wal-restore exits 255 with one
+#      line naming the mistake) instead of ending it after the base backup;
+#      corrected, started again, it recovers every row [local store only].
 #
 # Usage: tests/postgres.sh [local|s3]   (s3: a moto S3 server on loopback)
 # Needs: the binaries built by `cargo build -p cnpgi-wal-archive --bins --examples`,
@@ -600,6 +605,56 @@ fault_recovery damaged '{}' "$rows_fault_all"
 fault_recovery damaged "{\"targetTime\": \"$fault_target\"}" "$rows_fault_target"
 fault_recovery down '{}' "$rows_fault_all"
 fault_recovery down "{\"targetTime\": \"$fault_target\"}" "$rows_fault_target"
+
+# =====================================================================================================
+if [ "$mode" = local ]; then # the store plays no part in it
+  echo "== 6. a misspelt restore_command, or no Cluster file in PostgreSQL's environment, never ends a recovery"
+  # Every row is archived: section 5 waited for the segment of the last one.
+  rows_usage="$(sql "$port1" "SELECT count(*) FROM t")"
+  port6="$(free_port)"
+  restore_into usage '{}' || die "the restore (usage) failed"
+  cp "$work/usage/postgresql.auto.conf" "$work/usage.auto.conf"
+  # usage_fault TAG WHAT RESTORE-COMMAND SAYS: PostgreSQL, started with
+  # RESTORE-COMMAND (set after the restore's own) and without CNPGI_CLUSTER,
+  # must stop rather than promote, with SAYS in its log.
+  usage_fault() {
+    local what=$2 command=$3 says=$4 log="$work/usage-$1.log" i
+    cp "$work/usage.auto.conf" "$work/usage/postgresql.auto.conf"
+    echo "restore_command = '$command'" >>"$work/usage/postgresql.auto.conf"
+    datadirs+=("$work/usage")
+    run env -u CNPGI_CLUSTER "$pgbin/pg_ctl" -D "$work/usage" -l "$log" -W \
+      -o "-p $port6 -k $work/run -c listen_addresses=''" start >/dev/null 2>&1
+    for ((i = 0; i < 600; i++)); do
+      grep -q 'database system is shut down' "$log" 2>/dev/null && break
+      [ "$(sql "$port6" "SELECT NOT pg_is_in_recovery()" 2>/dev/null)" = t ] && break
+      sleep 0.1
+    done
+    for ((i = 0; i < 100; i++)); do [ -f "$work/usage/postmaster.pid" ] || break; sleep 0.1; done
+    if [ -f "$work/usage/postmaster.pid" ]; then
+      fail "$what: PostgreSQL ended the recovery ($(sql "$port6" "SELECT count(*) FROM t" 2>/dev/null) rows of $rows_usage)"
+      stop_pg "$work/usage" || true
+      return
+    fi
+    check "$what: PostgreSQL stops (restore_command exited 255)" \
+      grep -q 'could not restore file .* from archive: child process exited with exit code 255' "$log"
+    check "$what: its log names the mistake ($says)" grep -qF "$says" "$log"
+    check "$what: nothing promoted (recovery.signal kept, no new timeline)" \
+      bash -c "[ -f '$work/usage/recovery.signal' ] && ! ls '$work/usage/pg_wal' | grep -q '^00000002'"
+  }
+  usage_fault flag "a misspelt flag in restore_command" \
+    "$instance_cli wal-restore --clutser $work/cluster-usage.json --plugin-dir $work/sockets-usage %f %p" \
+    "wal-restore: unexpected argument '--clutser' found (did you mean '--cluster'?"
+  usage_fault env "no Cluster file in PostgreSQL's environment" \
+    "$instance_cli wal-restore --plugin-dir $work/sockets-usage %f %p" \
+    "wal-restore: no --cluster <FILE> and no CNPGI_CLUSTER in the environment"
+  cp "$work/usage.auto.conf" "$work/usage/postgresql.auto.conf"
+  start_pg "$work/usage" "$port6"
+  check "restore_command corrected, started again: the recovery finishes and promotes" recovered "$port6"
+  check "restore_command corrected: every row is there ($rows_usage)" \
+    test "$(sql "$port6" "SELECT count(*) FROM t")" = "$rows_usage"
+  stop_pg "$work/usage"
+  stop_plugin usage
+fi
 
 stop_pg "$work/pg1"
 finished=1
