@@ -8,11 +8,11 @@
 #
 # Usage: tests/e2e/build-kube.sh [--node]   (needs Go >= 1.25; cold: ~6.5 min on 2 cores)
 # --node also builds, in the same way and the same cache, what a real node
-# needs (tests/realkube): kube-scheduler, kubelet, kube-proxy and kubectl
+# needs (tests/realkube's kind node): kube-scheduler, kubelet, kube-proxy, kubectl and kubeadm
 #   $CACHE/<command>-<version>/<command>              (cold: ~5 min more)
 # Versions: KUBE_VERSION (default v1.34.4), ETCD_VERSION (default v3.6.16).
 # Prints the binaries' paths on stdout, one per line (etcd, kube-apiserver,
-# kube-controller-manager, then with --node kube-scheduler, kubelet, kube-proxy, kubectl).
+# kube-controller-manager, then with --node kube-scheduler, kubelet, kube-proxy, kubectl, kubeadm).
 set -euo pipefail
 
 kube_version="${KUBE_VERSION:-v1.34.4}"
@@ -117,7 +117,7 @@ build_kube() {
 # One `go build` for every missing command: they share most packages, and
 # one link step each is all a second command costs.
 commands=(kube-apiserver kube-controller-manager)
-if [ "$node" = 1 ]; then commands+=(kube-scheduler kubelet kube-proxy kubectl); fi
+if [ "$node" = 1 ]; then commands+=(kube-scheduler kubelet kube-proxy kubectl kubeadm); fi
 missing=()
 node_bins=()
 for cmd in "${commands[@]}"; do

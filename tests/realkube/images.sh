@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Builds the images the scenarios run, without any image registry, and writes
-# them as archives that tests/realkube/lib.sh's rk_import loads into the node:
-#   $RK_CACHE/images/cnpgi-operator_realkube.tar       docker build of ./Dockerfile, BIN=cnpgi-operator
-#   $RK_CACHE/images/cnpg-i-hello-world_realkube.tar   docker build of ./Dockerfile, BIN=cnpg-i-hello-world
-#   $RK_CACHE/images/cnpgi-wal-archive_realkube.tar    docker build of ./Dockerfile, BIN=cnpgi-wal-archive
-#   $RK_CACHE/images/localhost_postgresql_15.tar       Debian's postgresql-15, user postgres = 26:26
-#   $RK_CACHE/images/localhost_moto_<version>.tar      moto's S3 server on Debian's python3
+# Builds the images the scenarios run, without any image registry, into the
+# tests' dockerd (tests/realkube/dockerd.sh; started here when not running, and
+# then stopped on exit), where `kind load docker-image` and the node image
+# (tests/realkube/node-image.sh) find them:
+#   cnpgi-operator:$TAG, cnpg-i-hello-world:$TAG, cnpgi-wal-archive:$TAG
+#       ./Dockerfile, as `task images` builds them (the same build arguments, so
+#       the task's own build in `task local-kind-deploy` is BuildKit's cache)
+#   $RK_POSTGRES_IMAGE   Debian's postgresql-15, user postgres = 26:26
+#   $RK_MOTO_IMAGE       moto's S3 server on Debian's python3
+# (the last two also as archives in $RK_CACHE/images).
 #
-# The project's images come from its own Dockerfile, built by a dockerd from
-# Debian that this script starts (own data root under $RK_CACHE/docker, so
-# BuildKit's cargo caches survive between runs; no bridge, no iptables) and
-# stops by PID on any exit. The Dockerfile's FROM images are made here from
-# debootstrap roots of Debian $DEBIAN_SUITE (cached as tarballs under
-# $RK_CACHE/roots), under the names the Dockerfile uses:
+# The Dockerfile's FROM images are made here from debootstrap roots of Debian
+# $DEBIAN_SUITE (cached as tarballs under $RK_CACHE/roots), under the names the
+# Dockerfile uses:
 #   rust:<this machine's rustc X.Y>-bookworm  the root + gcc + this machine's
 #       Rust toolchain + the workspace's dependencies (`cargo vendor --locked`)
 #       as a source replacement, so `cargo build --locked` needs no network;
@@ -26,43 +26,17 @@ set -euo pipefail
 # shellcheck source=tests/realkube/lib.sh
 source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || rk_die "images.sh needs root (debootstrap, dockerd)"
-for b in debootstrap dockerd docker cargo rustc python3; do
+for b in debootstrap dockerd "$DOCKER_BIN" cargo rustc python3; do
   command -v "$b" >/dev/null || rk_die "missing $b (apt-get install debootstrap docker.io; cargo and rustc from rustup)"
 done
-DOCKER_BIN=${DOCKER_BIN:-/usr/bin/docker}   # the client of Debian's docker.io, the same release as dockerd
 TAG=${RK_IMAGE_TAG:-realkube}
 mkdir -p "$RK_CACHE/roots" "$RK_CACHE/images"
 work=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-realkube-images.XXXXXX")
-docker_exec_root=/run/cnpgi-realkube-docker
-docker_pid=
+started_dockerd=0
 cleanup() {
   local code=$?
-  local children pid
-  if [ -n "$docker_pid" ] && kill -0 "$docker_pid" 2>/dev/null; then
-    # dockerd's own containerd is its child, and may outlive it by a moment
-    children=$(pgrep -P "$docker_pid" || true)
-    kill -TERM "$docker_pid"
-    for _ in $(seq 100); do kill -0 "$docker_pid" 2>/dev/null || break; sleep 0.2; done
-    if kill -0 "$docker_pid" 2>/dev/null; then
-      rk_log "dockerd (pid $docker_pid) ignored SIGTERM for 20 s; killing it"
-      kill -KILL "$docker_pid"
-    fi
-    for pid in $children; do
-      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-      if kill -0 "$pid" 2>/dev/null; then
-        rk_log "dockerd's child $pid still runs 10 s after dockerd; killing it"
-        kill -KILL "$pid"
-      fi
-    done
-  fi
-  # (set -e still holds in this trap: nothing here may end it early)
-  awk '{print $2}' /proc/mounts | { grep -E "^($docker_exec_root|$RK_CACHE/docker)(/|\$)" || true; } | sort -r |
-    while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" || rk_log "cannot unmount $m"; done
-  rm -rf "$work" "$docker_exec_root"
-  if pgrep -f -- "$docker_exec_root" >/dev/null; then
-    rk_log "left behind: processes of dockerd's exec root $docker_exec_root: $(pgrep -af -- "$docker_exec_root" | tr '\n' ';')"
-    [ "$code" = 0 ] && code=1
-  fi
+  rm -rf "$work"
+  if [ "$started_dockerd" = 1 ]; then bash "$RK_DIR/dockerd.sh" stop || code=1; fi
   [ "$code" = 0 ] || rk_log "images.sh failed (exit $code)"
   exit "$code"
 }
@@ -143,19 +117,14 @@ PY
   rm -rf "$d" "$work/wheels"
 fi
 
-# --- dockerd, for the Dockerfile
-mkdir -p "$RK_CACHE/docker" "$docker_exec_root"
-dockerd --data-root "$RK_CACHE/docker" --exec-root "$docker_exec_root" \
-  --host "unix://$docker_exec_root/docker.sock" --pidfile "$docker_exec_root/docker.pid" \
-  --bridge none --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false \
-  --storage-driver overlay2 >"$work/dockerd.log" 2>&1 </dev/null &
-docker_pid=$!
-docker() { DOCKER_BUILDKIT=1 "$DOCKER_BIN" --host "unix://$docker_exec_root/docker.sock" "$@"; }
-for i in $(seq 100); do
-  docker version >/dev/null 2>&1 && break
-  kill -0 "$docker_pid" 2>/dev/null || { tail -n 20 "$work/dockerd.log" >&2; rk_die "dockerd exited"; }
-  [ "$i" = 100 ] && { tail -n 20 "$work/dockerd.log" >&2; rk_die "dockerd did not answer within 20 s"; }
-  sleep 0.2
+# --- the tests' dockerd
+if ! rk_docker version >/dev/null 2>&1; then
+  bash "$RK_DIR/dockerd.sh" start || rk_die "cannot start the tests' dockerd"
+  started_dockerd=1
+fi
+docker() { rk_docker "$@"; }
+for tar in "$pg_tar" "$moto_tar"; do
+  docker load -q -i "$tar" >/dev/null || rk_die "docker load -i $tar failed"
 done
 # image_key IMAGE: the key it was made with (a label), or nothing
 image_key() { docker image inspect -f '{{ index .Config.Labels "cnpgi.realkube.key" }}' "$1" 2>/dev/null || true; }
@@ -205,25 +174,18 @@ TOML
   rm -rf "$d"
 fi
 
-# --- the project's images, from its Dockerfile as users build them. The
-# Dockerfile's build stage compiles the three binaries at once and does not
-# depend on BIN: the first build compiles, the next two reuse its layer. The
-# tests build the `dev` profile (RK_CARGO_PROFILE; users' default is release,
-# whose thin LTO and single codegen unit cost minutes on 2 cores).
-profile=${RK_CARGO_PROFILE:-dev}
+# --- the project's images, from its Dockerfile with the arguments of `task
+# images` (RK_BINS and RK_CARGO_PROFILE are the task's BINS and CARGO_PROFILE):
+# the build stage compiles the three binaries at once and does not depend on
+# BIN, so the first build compiles and the others reuse its layer, as does the
+# task's own build later. The tests build the `dev` profile (users' default is
+# release, whose thin LTO and single codegen unit cost minutes on 2 cores).
 for bin in cnpgi-operator cnpg-i-hello-world cnpgi-wal-archive; do
   started=$(date +%s)
-  rk_log "docker build --build-arg BIN=$bin --build-arg CARGO_PROFILE=$profile --build-arg RUST_VERSION=$rust_minor -t $bin:$TAG ."
-  docker build --network none --build-arg "BIN=$bin" --build-arg "CARGO_PROFILE=$profile" \
-    --build-arg "RUST_VERSION=$rust_minor" -t "$bin:$TAG" "$RK_REPO" \
+  rk_log "docker build --build-arg BIN=$bin -t $bin:$TAG ."
+  docker build --build-arg "BINS=$RK_BINS" --build-arg "CARGO_PROFILE=$RK_CARGO_PROFILE" \
+    --build-arg "RUST_VERSION=$rust_minor" --build-arg "BIN=$bin" -t "$bin:$TAG" "$RK_REPO" \
     >"$work/build-$bin.log" 2>&1 || { tail -n 40 "$work/build-$bin.log" >&2; rk_die "docker build of $bin failed"; }
-  docker save -o "$RK_CACHE/images/${bin}_$TAG.tar.partial" "$bin:$TAG" || rk_die "docker save of $bin:$TAG failed"
-  mv "$RK_CACHE/images/${bin}_$TAG.tar.partial" "$RK_CACHE/images/${bin}_$TAG.tar"
   rk_log "$bin:$TAG built in $(( $(date +%s) - started )) s"
 done
 docker image prune -f >/dev/null 2>&1 || true
-echo "$RK_CACHE/images/cnpgi-operator_$TAG.tar"
-echo "$RK_CACHE/images/cnpg-i-hello-world_$TAG.tar"
-echo "$RK_CACHE/images/cnpgi-wal-archive_$TAG.tar"
-echo "$pg_tar"
-echo "$moto_tar"

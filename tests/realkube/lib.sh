@@ -6,20 +6,35 @@
 RK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RK_REPO="$(cd "$RK_DIR/../.." && pwd)"
 
-RK_STATE=${RK_STATE:-/tmp/cnpgi-realkube}          # certificates, etcd, logs, kubeconfig, pids
-RK_RUN=${RK_RUN:-/run/cnpgi-realkube}              # containerd socket and state, kubelet runtime files
-RK_LIB=${RK_LIB:-/var/lib/cnpgi-realkube}          # containerd root (image store), kubelet root, CNI
-RK_CACHE=${RK_CACHE:-$HOME/.cache/cnpgi-realkube}  # debootstrap roots and images, by version
-RK_BRIDGE=${RK_BRIDGE:-cnpgirk0}                   # the Pods' bridge; attached to no NIC
-RK_POD_CIDR=${RK_POD_CIDR:-10.244.0.0/24}
-RK_NODE_IP=${RK_NODE_IP:-10.244.0.1}               # the bridge's address: node IP and API server address
-RK_SVC_CIDR=${RK_SVC_CIDR:-10.96.0.0/16}
-RK_SVC_IP=${RK_SVC_IP:-10.96.0.1}                  # the `kubernetes` Service
-RK_DNS_IP=${RK_DNS_IP:-10.96.0.10}                 # the kube-dns Service (CoreDNS)
-RK_ETCD_PORT=${RK_ETCD_PORT:-32379}
-RK_ETCD_PEER_PORT=${RK_ETCD_PEER_PORT:-32380}
-RK_API_PORT=${RK_API_PORT:-36443}
-RK_NODE_NAME=${RK_NODE_NAME:-cnpgi-realkube}
+RK_STATE=${RK_STATE:-/tmp/cnpgi-realkube}          # kubeconfig, host state to put back, logs
+RK_CACHE=${RK_CACHE:-$HOME/.cache/cnpgi-realkube}  # debootstrap roots, image archives, dockerd's data root
+
+# The dockerd of these tests (tests/realkube/dockerd.sh): Debian's docker.io
+# with its own data root (images, BuildKit's cargo caches, kind's node), exec
+# root and socket; its own bridge for `docker build` and user networks (kind's)
+# from a pool nothing else uses; no iptables rules, no IP forwarding, no
+# masquerade: nothing it runs reaches beyond this machine.
+RK_DOCKER_ROOT=${RK_DOCKER_ROOT:-$RK_CACHE/docker}
+RK_DOCKER_EXEC=${RK_DOCKER_EXEC:-/run/cnpgi-realkube-docker}
+RK_DOCKER_BRIDGE=${RK_DOCKER_BRIDGE:-cnpgirk0}
+RK_DOCKER_BRIDGE_CIDR=${RK_DOCKER_BRIDGE_CIDR:-10.212.0.1/24}
+RK_DOCKER_POOL=${RK_DOCKER_POOL:-10.213.0.0/16}
+# The client of the same release as that dockerd (a newer docker CLI without
+# buildx refuses BuildKit builds against it); kind calls `docker` from PATH.
+DOCKER_BIN=${DOCKER_BIN:-/usr/bin/docker}
+export DOCKER_HOST="unix://$RK_DOCKER_EXEC/docker.sock"
+export DOCKER_BUILDKIT=1
+# The kind cluster (tests/realkube/up.sh): `task local-kind-deploy` makes it
+# from the node image tests/realkube/node-image.sh builds here.
+KIND_CLUSTER=${KIND_CLUSTER:-cnpgi}
+RK_KIND_BASE_IMAGE=${RK_KIND_BASE_IMAGE:-localhost/kind-base:bookworm}
+RK_KIND_NODE_IMAGE=${RK_KIND_NODE_IMAGE:-localhost/kind-node:v1.34.4}
+RK_BIN=$RK_STATE/bin                               # docker (Debian's client) and kind, first in PATH
+# The project's images: `task images` with these BINS and CARGO_PROFILE
+# (images.sh builds the same, so the task's build is BuildKit's cache).
+RK_IMAGE_TAG=${RK_IMAGE_TAG:-realkube}
+RK_BINS=${RK_BINS:-cnpgi-operator cnpg-i-hello-world cnpgi-wal-archive}
+RK_CARGO_PROFILE=${RK_CARGO_PROFILE:-dev}
 
 KUBE_VERSION=${KUBE_VERSION:-v1.34.4}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
@@ -27,14 +42,20 @@ COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
 # from v1.12 on, cmd/controller and cmd/cainjector are separate modules that
 # are not published on the Go module proxy (only github.com/cert-manager/cert-manager is).
 CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-v1.11.5}
+# kind and what its node image holds besides the Kubernetes binaries
+# (tests/realkube/build-kind-tools.sh). kind v0.33.0 is the newest the Go
+# module proxy serves; v0.29's `kind load` fails against containerd 2.3
+# ("unknown containerd config version: 4").
+KIND_VERSION=${KIND_VERSION:-v0.33.0}
+CRICTL_VERSION=${CRICTL_VERSION:-v1.34.0}
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.3.4}
+LPP_VERSION=${LPP_VERSION:-v0.0.30}
 DEBIAN_SUITE=${DEBIAN_SUITE:-bookworm}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
-# Images that no Dockerfile of this project builds (tests/realkube/mkimage.py).
-# The pause image keeps its upstream name: the hello-world plugin's sidecar
-# names it, and it is also the Pods' sandbox image.
+# Images that no Dockerfile of this project builds (mkimage.py, node-image.sh).
+# The pause image keeps its upstream name: the hello-world plugin's sidecar names it.
 RK_PAUSE_IMAGE=registry.k8s.io/pause:3.10
-RK_COREDNS_IMAGE=localhost/coredns:$COREDNS_VERSION
 RK_CM_CONTROLLER_IMAGE=localhost/cert-manager-controller:$CERT_MANAGER_VERSION
 RK_CM_CAINJECTOR_IMAGE=localhost/cert-manager-cainjector:$CERT_MANAGER_VERSION
 RK_POSTGRES_IMAGE=${RK_POSTGRES_IMAGE:-localhost/postgresql:15}
@@ -48,30 +69,23 @@ RK_MOTO_IMAGE=${RK_MOTO_IMAGE:-localhost/moto:$MOTO_VERSION}
 rk_log() { echo "realkube: $*" >&2; }
 rk_die() { rk_log "$*"; exit 1; }
 
-# The node's containerd, in the k8s.io namespace the kubelet uses.
-rk_ctr() { ctr --address "$RK_RUN/containerd.sock" -n k8s.io "$@"; }
-
-# The admin kubeconfig of the running node, and kubectl built with the node.
+# The kind cluster's admin kubeconfig (kept out of the user's ~/.kube/config),
+# and kubectl of the cluster's version.
 RK_KUBECONFIG="$RK_STATE/kubeconfig"
 rk_kubectl_bin() { echo "${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}/kubectl-$KUBE_VERSION/kubectl"; }
 rk_kubectl() { "$(rk_kubectl_bin)" --kubeconfig "$RK_KUBECONFIG" "$@"; }
 
-# rk_pid NAME: the PID up.sh recorded for NAME.
-rk_pid() { awk -v n="$1" '$1 == n {print $2}' "$RK_STATE/pids" 2>/dev/null; }
-
-# rk_ours PID: true when PID is alive and its command line names one of our
-# directories (a PID reused by an unrelated process is never signalled).
-rk_ours() {
-  [ -n "$1" ] && [ -r "/proc/$1/cmdline" ] &&
-    tr '\0' ' ' <"/proc/$1/cmdline" | grep -qE -- "$RK_STATE/|$RK_RUN/|$RK_LIB/"
+# rk_docker ARGS...: Debian's docker client against the tests' dockerd.
+rk_docker() { "$DOCKER_BIN" "$@"; }
+# rk_tools_path: PATH with the kind, docker and kubectl the scripts use first.
+rk_tools_path() {
+  local cache=${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}
+  mkdir -p "$RK_BIN"
+  ln -sf "$DOCKER_BIN" "$RK_BIN/docker"
+  ln -sf "$cache/kind-$KIND_VERSION/kind" "$RK_BIN/kind"
+  ln -sf "$(rk_kubectl_bin)" "$RK_BIN/kubectl"
+  echo "$RK_BIN:$PATH"
 }
 
-# rk_import TAR...: loads image archives into the node's containerd.
-rk_import() {
-  local tar
-  for tar in "$@"; do
-    [ -s "$tar" ] || rk_die "image archive $tar is missing"
-    rk_ctr images import "$tar" >/dev/null ||
-      rk_die "containerd could not import $tar"
-  done
-}
+# rk_image_archive IMAGE: where an image made without Docker is cached as an archive.
+rk_image_archive() { echo "$RK_CACHE/images/$(tr '/:' '__' <<<"$1").tar"; }

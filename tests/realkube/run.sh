@@ -1,36 +1,41 @@
 #!/usr/bin/env bash
-# The real-node tests of issue 25, on this machine:
-#   1. images.sh   the project's images from its Dockerfile (docker build:
-#                  cnpgi-operator, cnpg-i-hello-world, cnpgi-wal-archive), a
-#                  PostgreSQL 15 image from Debian's packages and moto's S3
-#                  server; cnpg.sh the real CloudNativePG's operator image;
-#   2. up.sh       a one-node Kubernetes v1.34 (containerd, kubelet, CoreDNS,
-#                  cert-manager, a default StorageClass with hostPath
-#                  PersistentVolumes), then the images loaded into its containerd;
+# The real-cluster tests, on kind as users run it:
+#   1. what the cluster needs, built here from Debian's packages and the Go module
+#      proxy, cached by version (each step is a no-op when cached):
+#        tests/e2e/build-kube.sh --node, build-addons.sh, build-kind-tools.sh
+#                       Kubernetes v1.34, CoreDNS, cert-manager, kind, containerd 2, ...
+#        images.sh      the project's images from its Dockerfile, PostgreSQL's and
+#                       moto's (in the tests' dockerd, tests/realkube/dockerd.sh)
+#        cnpg.sh image  the real CloudNativePG's operator image
+#        node-image.sh  kind's node image, every image above but the project's preloaded
+#   2. up.sh       `task local-kind-deploy` with the local node image and cert-manager:
+#                  the kind cluster, the operator and the hello-world plugin, the sample
+#                  Cluster (the README's quick start, run as written);
 #   3. the manifests as users build them (`task manifest`, CloudNativePG's
 #      config/default, the plugins' kustomizations), and the scenarios against
 #      the cluster's kubeconfig:
+#        scenario_quick_start.py    0. what the quick start left: the sample Cluster's Pods patched
 #        scenario_operator.py       1. cnpgi-operator as users install it
 #        scenario_cloudnative_pg.py 2. the real CloudNativePG with the hello-world plugin
 #        scenario_wal_archive.py    3. WAL archiving, a backup and a recovery through
 #                                      the wal-archive plugin, on CloudNativePG
-#   4. down.sh     on any exit: nothing left running or configured.
+#   4. down.sh     on any exit: the cluster deleted, the host as it was.
 # Each scenario prints one line per check and `N passed, M failed`; the run
 # exits non-zero on any failure, including a down.sh that could not undo
 # everything. Keeps the cluster's logs of a failed run (the path is printed).
 #
 # REALKUBE_KUBECONFIG=FILE runs the scenarios against that cluster instead
-# (kind: .github/workflows/ci.yml): no image is built and no node is started;
-# the cluster needs cert-manager, cluster DNS and a default StorageClass, and
-# its nodes the images (`kind load docker-image`): cnpgi-operator,
-# cnpg-i-hello-world and cnpgi-wal-archive tagged RK_IMAGE_TAG (default
-# realkube), RK_POSTGRES_IMAGE, RK_CNPG_IMAGE and RK_MOTO_IMAGE (see lib.sh).
-# RK_SCENARIOS="operator cloudnative-pg wal-archive" picks scenarios.
+# (a kind cluster made with kind's own node image: .github/workflows/ci.yml):
+# nothing is built and no cluster is started; the cluster needs
+# `task local-kind-deploy` done, cert-manager, cluster DNS and a default
+# StorageClass, and its nodes the images (`kind load docker-image`):
+# cnpgi-operator, cnpg-i-hello-world and cnpgi-wal-archive tagged RK_IMAGE_TAG
+# (default realkube), RK_POSTGRES_IMAGE, RK_CNPG_IMAGE and RK_MOTO_IMAGE (lib.sh).
+# RK_SCENARIOS="quick-start operator cloudnative-pg wal-archive" picks scenarios.
 #
 #   sudo bash tests/realkube/run.sh
-# Needs root, Debian packages (containerd runc docker.io iptables conntrack
-# containernetworking-plugins debootstrap), Go >= 1.25, cargo, python3 with
-# PyYAML and pip, task (go-task) and kustomize.
+# Needs root, Debian packages (docker.io runc iptables debootstrap jq gcc),
+# Go >= 1.26, cargo, python3 with PyYAML and pip, task (go-task) and kustomize.
 set -euo pipefail
 # shellcheck source=tests/realkube/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -42,8 +47,8 @@ if ! python3 -c 'import yaml' 2>/dev/null; then
   python3 -m pip install -q --disable-pip-version-check -r tests/e2e/requirements.txt ||
     rk_die "python3 needs PyYAML: pip install -r tests/e2e/requirements.txt failed"
 fi
-TAG=${RK_IMAGE_TAG:-realkube}
-export RK_IMAGE_TAG=$TAG
+TAG=$RK_IMAGE_TAG
+export RK_IMAGE_TAG
 started=$(date +%s)
 work=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-realkube-run.XXXXXX")
 
@@ -67,14 +72,16 @@ manifests() {
     kustomize build . >"$work/wal-archive.yaml") || rk_die "cannot build examples/wal-archive/manifests"
 }
 
-# scenarios KUBECONFIG: the three scenarios in order (the wal-archive one uses
+# scenarios KUBECONFIG: the scenarios in order (the wal-archive one uses
 # the CloudNativePG the second installs), each run whatever the previous gave.
-# RK_SCENARIOS (default "operator cloudnative-pg wal-archive") picks some.
+# RK_SCENARIOS (default "quick-start operator cloudnative-pg wal-archive") picks some.
 scenarios() {
   local kubeconfig=$1 rc=0 s t
-  for s in ${RK_SCENARIOS:-operator cloudnative-pg wal-archive}; do
+  for s in ${RK_SCENARIOS:-quick-start operator cloudnative-pg wal-archive}; do
     t=$(date +%s)
     case "$s" in
+    quick-start)
+      python3 "$RK_DIR/scenario_quick_start.py" --kubeconfig "$kubeconfig" || rc=1 ;;
     operator)
       python3 "$RK_DIR/scenario_operator.py" --kubeconfig "$kubeconfig" \
         --manifest "$work/manifest.yaml" --postgres-image "$RK_POSTGRES_IMAGE" || rc=1 ;;
@@ -102,25 +109,15 @@ if [ -n "${REALKUBE_KUBECONFIG:-}" ]; then
   exit "$rc"
 fi
 
-images_started=$(date +%s)
-mapfile -t tars < <(bash "$RK_DIR/images.sh") || rk_die "building the images failed"
-[ "${#tars[@]}" = 5 ] || rk_die "images.sh printed ${#tars[@]} archives, not 5"
-cnpg_tar=$(bash "$RK_DIR/cnpg.sh" image) || rk_die "building CloudNativePG's image failed"
-tars+=("$cnpg_tar")
-rk_log "images ready in $(( $(date +%s) - images_started )) s"
-
-cluster_up=0
+[ "$(id -u)" = 0 ] || rk_die "run.sh needs root (dockerd, kind's privileged node, debootstrap)"
 finish() {
   local code=$? down=0
   trap - EXIT
-  if [ "$cluster_up" = 1 ] || [ -e "$RK_STATE/pids" ]; then
-    if [ "$code" != 0 ] && [ -d "$RK_STATE" ]; then
-      mkdir -p "$work/cluster"
-      cp "$RK_STATE"/*.log "$work/cluster/" 2>/dev/null || true
-      cp -r "$RK_LIB/pod-logs" "$work/cluster/" 2>/dev/null || true
-    fi
-    bash "$RK_DIR/down.sh" || down=1
+  if [ "$code" != 0 ] && rk_docker version >/dev/null 2>&1 &&
+    PATH=$(rk_tools_path) kind get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
+    PATH=$(rk_tools_path) kind export logs --name "$KIND_CLUSTER" "$work/cluster" >/dev/null 2>&1 || true
   fi
+  bash "$RK_DIR/down.sh" || down=1
   if [ "$down" = 1 ]; then
     rk_log "FAIL: down.sh left something behind (listed above)"
     [ "$code" = 0 ] && code=1
@@ -137,9 +134,15 @@ trap finish EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-cluster_up=1
-bash "$RK_DIR/up.sh" >/dev/null || rk_die "the cluster did not start"
-rk_import "${tars[@]}"
-rk_log "images loaded into the node"
+built=$(date +%s)
+bash "$RK_REPO/tests/e2e/build-kube.sh" --node >/dev/null || rk_die "cannot build the Kubernetes binaries"
+bash "$RK_DIR/build-addons.sh" >/dev/null || rk_die "cannot build the add-ons (CoreDNS, cert-manager)"
+bash "$RK_DIR/build-kind-tools.sh" || rk_die "cannot build kind and its node's tools"
+bash "$RK_DIR/dockerd.sh" start || rk_die "cannot start the tests' dockerd"
+bash "$RK_DIR/images.sh" || rk_die "building the images failed"
+bash "$RK_DIR/cnpg.sh" image >/dev/null || rk_die "building CloudNativePG's image failed"
+bash "$RK_DIR/node-image.sh" || rk_die "building kind's node image failed"
+rk_log "images ready in $(( $(date +%s) - built )) s"
+bash "$RK_DIR/up.sh" || rk_die "task local-kind-deploy did not bring the cluster up"
 manifests
 KUBECTL="$(rk_kubectl_bin)" scenarios "$RK_KUBECONFIG"
