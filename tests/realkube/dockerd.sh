@@ -14,6 +14,11 @@ source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || rk_die "dockerd.sh needs root"
 pidfile=$RK_DOCKER_EXEC/docker.pid
 running() { [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+if [ "$RK_UPSTREAM_IMAGES" = 1 ]; then
+  # The machine's own Docker is used (it reaches the registries): nothing to start or stop.
+  [ "${1:-}" != start ] || rk_docker version >/dev/null 2>&1 || rk_die "RK_UPSTREAM_IMAGES=1 uses the machine's Docker, which does not answer"
+  exit 0
+fi
 
 case "${1:-}" in
 start)
@@ -31,6 +36,8 @@ start)
     ip link set "$RK_DOCKER_BRIDGE" up
   fi
   install -m 0755 "$RK_DIR/kind/runc-capfix" "$RK_DOCKER_EXEC/runc-capfix"
+  RUNC_REAL=$(command -v runc)   # the wrapper's runc, inherited through dockerd
+  export RUNC_REAL
   echo '{}' >"$RK_DOCKER_EXEC/daemon.json"
   # setsid: its own session, so a Ctrl-C of the script that started it does not stop it
   # halfway; dockerd.sh stop (or down.sh) does.

@@ -26,7 +26,9 @@ set -euo pipefail
 # shellcheck source=tests/realkube/lib.sh
 source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || rk_die "images.sh needs root (debootstrap, dockerd)"
-for b in debootstrap dockerd "$DOCKER_BIN" cargo rustc python3; do
+tools=("$DOCKER_BIN" python3)
+[ "$RK_UPSTREAM_IMAGES" = 1 ] || tools+=(debootstrap dockerd cargo rustc)
+for b in "${tools[@]}"; do
   command -v "$b" >/dev/null || rk_die "missing $b (apt-get install debootstrap docker.io; cargo and rustc from rustup)"
 done
 TAG=${RK_IMAGE_TAG:-realkube}
@@ -64,6 +66,7 @@ root() {
 # unpack TAR DIR
 unpack() { mkdir -p "$2" && tar -C "$2" --numeric-owner -xf "$1"; }
 
+if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
 # --- PostgreSQL 15 from Debian: postgres is 26:26 (CloudNativePG's uid, the
 # instance Pods' runAsUser), no cluster of the package's own.
 pg_tar="$RK_CACHE/images/$(tr '/:' '__' <<<"$RK_POSTGRES_IMAGE").tar"
@@ -117,18 +120,23 @@ PY
   rm -rf "$d" "$work/wheels"
 fi
 
+fi
 # --- the tests' dockerd
 if ! rk_docker version >/dev/null 2>&1; then
   bash "$RK_DIR/dockerd.sh" start || rk_die "cannot start the tests' dockerd"
   started_dockerd=1
 fi
 docker() { rk_docker "$@"; }
-for tar in "$pg_tar" "$moto_tar"; do
-  docker load -q -i "$tar" >/dev/null || rk_die "docker load -i $tar failed"
-done
+if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
+  for tar in "$pg_tar" "$moto_tar"; do
+    docker load -q -i "$tar" >/dev/null || rk_die "docker load -i $tar failed"
+  done
+fi
 # image_key IMAGE: the key it was made with (a label), or nothing
 image_key() { docker image inspect -f '{{ index .Config.Labels "cnpgi.realkube.key" }}' "$1" 2>/dev/null || true; }
 
+build_args=()
+if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
 # --- the runtime stage's base
 runtime=gcr.io/distroless/cc-debian12:nonroot
 runtime_root=$(root base "ca-certificates")
@@ -174,6 +182,8 @@ TOML
   rm -rf "$d"
 fi
 
+build_args=(--build-arg "RUST_VERSION=$rust_minor")
+fi
 # --- the project's images, from its Dockerfile with the arguments of `task
 # images` (RK_BINS and RK_CARGO_PROFILE are the task's BINS and CARGO_PROFILE):
 # the build stage compiles the three binaries at once and does not depend on
@@ -184,7 +194,7 @@ for bin in cnpgi-operator cnpg-i-hello-world cnpgi-wal-archive; do
   started=$(date +%s)
   rk_log "docker build --build-arg BIN=$bin -t $bin:$TAG ."
   docker build --build-arg "BINS=$RK_BINS" --build-arg "CARGO_PROFILE=$RK_CARGO_PROFILE" \
-    --build-arg "RUST_VERSION=$rust_minor" --build-arg "BIN=$bin" -t "$bin:$TAG" "$RK_REPO" \
+    "${build_args[@]}" --build-arg "BIN=$bin" -t "$bin:$TAG" "$RK_REPO" \
     >"$work/build-$bin.log" 2>&1 || { tail -n 40 "$work/build-$bin.log" >&2; rk_die "docker build of $bin failed"; }
   rk_log "$bin:$TAG built in $(( $(date +%s) - started )) s"
 done

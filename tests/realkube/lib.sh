@@ -9,6 +9,13 @@ RK_REPO="$(cd "$RK_DIR/../.." && pwd)"
 RK_STATE=${RK_STATE:-/tmp/cnpgi-realkube}          # kubeconfig, host state to put back, logs
 RK_CACHE=${RK_CACHE:-$HOME/.cache/cnpgi-realkube}  # debootstrap roots, image archives, dockerd's data root
 
+# Where the images come from. 0 (default): built on this machine, which reaches
+# no image registry (kind's node image, cert-manager's manifest, the Dockerfile's
+# FROM images, PostgreSQL, moto, CloudNativePG). 1 (the GitHub workflow): from
+# their registries through the machine's own Docker, as a user with internet
+# gets them; the rest of the run is the same.
+RK_UPSTREAM_IMAGES=${RK_UPSTREAM_IMAGES:-0}
+
 # The dockerd of these tests (tests/realkube/dockerd.sh): Debian's docker.io
 # with its own data root (images, BuildKit's cargo caches, kind's node), exec
 # root and socket; its own bridge for `docker build` and user networks (kind's)
@@ -22,13 +29,18 @@ RK_DOCKER_POOL=${RK_DOCKER_POOL:-10.213.0.0/16}
 # The client of the same release as that dockerd (a newer docker CLI without
 # buildx refuses BuildKit builds against it); kind calls `docker` from PATH.
 DOCKER_BIN=${DOCKER_BIN:-/usr/bin/docker}
-export DOCKER_HOST="unix://$RK_DOCKER_EXEC/docker.sock"
+if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
+  export DOCKER_HOST="unix://$RK_DOCKER_EXEC/docker.sock"
+else
+  DOCKER_BIN=$(command -v docker || echo docker)   # the machine's Docker, which reaches the registries
+fi
 export DOCKER_BUILDKIT=1
 # The kind cluster (tests/realkube/up.sh): `task local-kind-deploy` makes it
 # from the node image tests/realkube/node-image.sh builds here.
 KIND_CLUSTER=${KIND_CLUSTER:-cnpgi}
 RK_KIND_BASE_IMAGE=${RK_KIND_BASE_IMAGE:-localhost/kind-base:bookworm}
-RK_KIND_NODE_IMAGE=${RK_KIND_NODE_IMAGE:-localhost/kind-node:v1.34.4}
+RK_KIND_NODE_IMAGE=localhost/kind-node:v1.34.4
+[ "$RK_UPSTREAM_IMAGES" = 0 ] || RK_KIND_NODE_IMAGE=""   # kind's own (Docker Hub)
 RK_BIN=$RK_STATE/bin                               # docker (Debian's client) and kind, first in PATH
 # The project's images: `task images` with these BINS and CARGO_PROFILE
 # (images.sh builds the same, so the task's build is BuildKit's cache).
@@ -58,12 +70,17 @@ DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 RK_PAUSE_IMAGE=registry.k8s.io/pause:3.10
 RK_CM_CONTROLLER_IMAGE=localhost/cert-manager-controller:$CERT_MANAGER_VERSION
 RK_CM_CAINJECTOR_IMAGE=localhost/cert-manager-cainjector:$CERT_MANAGER_VERSION
-RK_POSTGRES_IMAGE=${RK_POSTGRES_IMAGE:-localhost/postgresql:15}
-# The real CloudNativePG (tests/realkube/cnpg.sh), its operator image built here.
+# The real CloudNativePG (tests/realkube/cnpg.sh), its operator image built here,
+# and the S3 store of the wal-archive scenario: moto's server.
 CNPG_VERSION=${CNPG_VERSION:-v1.30.0}
-RK_CNPG_IMAGE=${RK_CNPG_IMAGE:-localhost/cloudnative-pg:$CNPG_VERSION}
-# The S3 store of the wal-archive scenario: moto's server (tests/realkube/moto.sh).
 MOTO_VERSION=${MOTO_VERSION:-5.2.1}
+if [ "$RK_UPSTREAM_IMAGES" = 1 ]; then   # the same software, from its registries
+  RK_POSTGRES_IMAGE=${RK_POSTGRES_IMAGE:-ghcr.io/cloudnative-pg/postgresql:15}
+  RK_CNPG_IMAGE=${RK_CNPG_IMAGE:-ghcr.io/cloudnative-pg/cloudnative-pg:${CNPG_VERSION#v}}
+  RK_MOTO_IMAGE=${RK_MOTO_IMAGE:-motoserver/moto:$MOTO_VERSION}
+fi
+RK_POSTGRES_IMAGE=${RK_POSTGRES_IMAGE:-localhost/postgresql:15}
+RK_CNPG_IMAGE=${RK_CNPG_IMAGE:-localhost/cloudnative-pg:$CNPG_VERSION}
 RK_MOTO_IMAGE=${RK_MOTO_IMAGE:-localhost/moto:$MOTO_VERSION}
 
 rk_log() { echo "realkube: $*" >&2; }
@@ -72,18 +89,24 @@ rk_die() { rk_log "$*"; exit 1; }
 # The kind cluster's admin kubeconfig (kept out of the user's ~/.kube/config),
 # and kubectl of the cluster's version.
 RK_KUBECONFIG="$RK_STATE/kubeconfig"
-rk_kubectl_bin() { echo "${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}/kubectl-$KUBE_VERSION/kubectl"; }
+rk_kubectl_bin() {
+  local built=${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}/kubectl-$KUBE_VERSION/kubectl
+  if [ -x "$built" ] || [ "$RK_UPSTREAM_IMAGES" = 0 ]; then echo "$built"; else command -v kubectl; fi
+}
 rk_kubectl() { "$(rk_kubectl_bin)" --kubeconfig "$RK_KUBECONFIG" "$@"; }
 
-# rk_docker ARGS...: Debian's docker client against the tests' dockerd.
+# rk_docker ARGS...: the docker client of the tests' dockerd.
 rk_docker() { "$DOCKER_BIN" "$@"; }
-# rk_tools_path: PATH with the kind, docker and kubectl the scripts use first.
+# rk_tools_path: PATH with the kind, docker and kubectl the scripts use first
+# (those built here; with RK_UPSTREAM_IMAGES=1, the machine's own).
 rk_tools_path() {
-  local cache=${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}
+  local kind=${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}/kind-$KIND_VERSION/kind
   mkdir -p "$RK_BIN"
-  ln -sf "$DOCKER_BIN" "$RK_BIN/docker"
-  ln -sf "$cache/kind-$KIND_VERSION/kind" "$RK_BIN/kind"
   ln -sf "$(rk_kubectl_bin)" "$RK_BIN/kubectl"
+  if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
+    ln -sf "$DOCKER_BIN" "$RK_BIN/docker"
+    ln -sf "$kind" "$RK_BIN/kind"
+  fi
   echo "$RK_BIN:$PATH"
 }
 

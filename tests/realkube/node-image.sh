@@ -21,8 +21,6 @@
 #              writes kindnetd's CNI configuration for the node's podCIDR, which is
 #              all kindnetd does on a one-node cluster
 #   CoreDNS    $COREDNS_VERSION, tagged as the version kubeadm names
-#   ghcr.io/cloudnative-pg/postgresql:17  the Debian PostgreSQL 15 image: the image
-#              name the sample Cluster's instance Pods default to
 # The result is cached: it is remade when a version, this script or a file of
 # tests/realkube/kind changes (the key is in $RK_CACHE/kind-node-image.key).
 #
@@ -199,7 +197,6 @@ image "$RK_CM_CAINJECTOR_IMAGE" localhost/cnpgi-kind-root:base "$CM_CAINJECTOR" 
 for tar in "$cnpg_tar" "$(rk_image_archive "$RK_POSTGRES_IMAGE")" "$(rk_image_archive "$RK_MOTO_IMAGE")"; do
   docker load -q -i "$tar" >/dev/null || rk_die "docker load -i $tar failed"
 done
-docker tag "$RK_POSTGRES_IMAGE" ghcr.io/cloudnative-pg/postgresql:17
 
 k=$w/tgz/kubernetes
 mkdir -p "$k/server/bin"
@@ -210,8 +207,7 @@ cp "$KUBEADM" "$(kbin kubelet)" "$(kbin kubectl)" "$k/server/bin/"
 # pulls the others (kind/archive-repositories-first.py).
 docker save -o "$w/all.tar" "registry.k8s.io/kube-apiserver:$KUBE_VERSION" "$ETCD_IMAGE" "$COREDNS_IMAGE" \
   "$PAUSE_IMAGE" "$SANDBOX_IMAGE" "$RK_PAUSE_IMAGE" "$KINDNETD_IMAGE" "$LPP_IMAGE" "$LPH_IMAGE" \
-  "$RK_CM_CONTROLLER_IMAGE" "$RK_CM_CAINJECTOR_IMAGE" "$RK_CNPG_IMAGE" "$RK_POSTGRES_IMAGE" \
-  ghcr.io/cloudnative-pg/postgresql:17 "$RK_MOTO_IMAGE" || rk_die "docker save of the node's images failed"
+  "$RK_CM_CONTROLLER_IMAGE" "$RK_CM_CAINJECTOR_IMAGE" "$RK_CNPG_IMAGE" "$RK_POSTGRES_IMAGE" "$RK_MOTO_IMAGE" || rk_die "docker save of the node's images failed"
 python3 "$RK_DIR/kind/archive-repositories-first.py" "$w/all.tar" "$k/server/bin/kube-apiserver.tar" >/dev/null ||
   rk_die "cannot rewrite the images' archive for kind"
 rm -f "$w/all.tar"

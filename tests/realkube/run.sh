@@ -135,13 +135,17 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 built=$(date +%s)
-bash "$RK_REPO/tests/e2e/build-kube.sh" --node >/dev/null || rk_die "cannot build the Kubernetes binaries"
-bash "$RK_DIR/build-addons.sh" >/dev/null || rk_die "cannot build the add-ons (CoreDNS, cert-manager)"
-bash "$RK_DIR/build-kind-tools.sh" || rk_die "cannot build kind and its node's tools"
+if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
+  bash "$RK_REPO/tests/e2e/build-kube.sh" --node >/dev/null || rk_die "cannot build the Kubernetes binaries"
+  bash "$RK_DIR/build-addons.sh" >/dev/null || rk_die "cannot build the add-ons (CoreDNS, cert-manager)"
+  bash "$RK_DIR/build-kind-tools.sh" || rk_die "cannot build kind and its node's tools"
+fi
 bash "$RK_DIR/dockerd.sh" start || rk_die "cannot start the tests' dockerd"
 bash "$RK_DIR/images.sh" || rk_die "building the images failed"
-bash "$RK_DIR/cnpg.sh" image >/dev/null || rk_die "building CloudNativePG's image failed"
-bash "$RK_DIR/node-image.sh" || rk_die "building kind's node image failed"
+if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
+  bash "$RK_DIR/cnpg.sh" image >/dev/null || rk_die "building CloudNativePG's image failed"
+  bash "$RK_DIR/node-image.sh" || rk_die "building kind's node image failed"
+fi
 rk_log "images ready in $(( $(date +%s) - built )) s"
 bash "$RK_DIR/up.sh" || rk_die "task local-kind-deploy did not bring the cluster up"
 manifests
