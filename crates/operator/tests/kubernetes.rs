@@ -25,6 +25,23 @@ const NAMESPACE: &str = "cnpgi-system";
 const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
 const SERVICES: &str = "/api/v1/namespaces/cnpgi-system/services";
 const SECRETS: &str = "/api/v1/namespaces/cnpgi-system/secrets";
+const ENDPOINT_SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/cnpgi-system/endpointslices";
+
+/// An EndpointSlice of the Service `hello-world` with one endpoint.
+fn endpoint_slice(ready: bool) -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "hello-world-abcde",
+            "namespace": NAMESPACE,
+            "labels": {"kubernetes.io/service-name": "hello-world"},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.244.0.7"], "conditions": {"ready": ready}}],
+        "ports": [{"port": 9090, "protocol": "TCP"}],
+    })
+}
 
 fn service(port: &str) -> Value {
     let service = Service {
@@ -81,6 +98,7 @@ async fn services_are_connected_repaired_rotated_and_forgotten() {
     let port = plugin.tcp_address().unwrap().port().to_string();
 
     let api = FakeApiServer::new();
+    api.collection(ENDPOINT_SLICES);
     api.seed(SERVICES, service(&port));
     api.seed(
         SECRETS,
@@ -115,8 +133,8 @@ async fn services_are_connected_repaired_rotated_and_forgotten() {
     assert!(api.recorded("POST", "/apis/events.k8s.io/").is_empty());
     let first = registry.plugin(HELLO).unwrap();
     assert_eq!(first.source(), format!("kubernetes-services:{NAMESPACE}/hello-world"));
-    eventually("both watches are open", Duration::from_secs(10), async || {
-        api.watches.load(Ordering::SeqCst) >= 2
+    eventually("the three watches are open", Duration::from_secs(10), async || {
+        api.watches.load(Ordering::SeqCst) >= 3
     })
     .await;
 
@@ -182,4 +200,110 @@ async fn services_are_connected_repaired_rotated_and_forgotten() {
     )
     .await;
     discovery.abort();
+}
+
+/// A plugin whose Pods are still starting when its Service appears is probed
+/// again as soon as the Service gets a ready endpoint, not at the registry's
+/// next retry of an unreachable plugin (after 1, 3, 7, 15 s... from its
+/// registration, up to the probe interval): installed with the resources
+/// that use it, it is routable as soon as it can answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_is_probed_when_its_service_gets_a_ready_endpoint() {
+    let plugin = TestPlugin::start_tls_with(
+        cnpg_i_hello_world::server(),
+        TestCertificates::generate("hello-world").unwrap(),
+    )
+    .await
+    .unwrap();
+    let certs = plugin.certificates().unwrap();
+    let plugin_address = plugin.tcp_address().unwrap();
+    // The Service's address refuses connections (the Pods are starting) until
+    // a forwarder to the plugin listens there.
+    let front = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let front_port = front.local_addr().unwrap().port();
+    drop(front);
+
+    let api = FakeApiServer::new();
+    api.collection(ENDPOINT_SLICES);
+    api.seed(SERVICES, service(&front_port.to_string()));
+    api.seed(
+        SECRETS,
+        secret(
+            "hello-world-client-tls",
+            &[("tls.crt", &certs.client.cert_pem), ("tls.key", &certs.client.key_pem)],
+        ),
+    );
+    api.seed(
+        SECRETS,
+        secret("hello-world-server-tls", &[("tls.crt", &certs.server.cert_pem)]),
+    );
+    let url = api.clone().start().await;
+    let mut source = KubernetesServices::new(
+        FakeApiServer::client(&url, NAMESPACE),
+        NAMESPACE,
+        "cnpgi-operator",
+        ClientOptions::default(),
+    );
+    source.dial_overrides.insert(
+        format!("hello-world.{NAMESPACE}.svc:{front_port}"),
+        format!("127.0.0.1:{front_port}"),
+    );
+    let registry = Arc::new(Registry::new(RegistryOptions {
+        probe_interval: Duration::from_secs(3600),
+        ..RegistryOptions::default()
+    }));
+    let discovery = tokio::spawn(Box::new(source).run(registry.clone()));
+    eventually(
+        "the plugin is registered, not routable (nothing listens yet)",
+        Duration::from_secs(10),
+        async || registry.plugin(HELLO).is_some_and(|p| !p.state().is_routable()),
+    )
+    .await;
+    let registered = tokio::time::Instant::now();
+    eventually("the three watches are open", Duration::from_secs(10), async || {
+        api.watches.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    // Past the registry's retries at 1, 3 and 7 s; the next is at 15 s.
+    tokio::time::sleep_until(registered + Duration::from_secs(8)).await;
+
+    // The plugin's Pod starts listening.
+    let forwarder = tokio::net::TcpListener::bind(("127.0.0.1", front_port)).await.unwrap();
+    let probes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = probes.clone();
+    let forwarding = tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = forwarder.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(plugin_address).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    // An endpoint that is not ready yet: nothing probes the plugin.
+    api.push(ENDPOINT_SLICES, "ADDED", endpoint_slice(false));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        probes.load(Ordering::SeqCst),
+        0,
+        "the plugin was probed before its Service had a ready endpoint"
+    );
+
+    // The endpoint turns ready (10 s after the registration): probed at
+    // once, well before the registry's own retry at 15 s.
+    api.push(ENDPOINT_SLICES, "MODIFIED", endpoint_slice(true));
+    eventually(
+        "the plugin is routable right after its endpoint turned ready",
+        Duration::from_secs(3),
+        async || registry.get(HELLO).is_ok(),
+    )
+    .await;
+    assert!(
+        registered.elapsed() < Duration::from_secs(15),
+        "routable only {:?} after its registration: the registry's own retry may have done it",
+        registered.elapsed()
+    );
+    discovery.abort();
+    forwarding.abort();
 }

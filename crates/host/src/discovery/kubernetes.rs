@@ -16,6 +16,11 @@
 //! or of either Secret rebuilds the connection. A Service that is not
 //! usable (missing annotation, bad port, missing Secret, bad PEM) is logged,
 //! reported as an Event on the Service, and retried; other plugins carry on.
+//!
+//! The Services' EndpointSlices are watched too: when a registered plugin
+//! that is not routable yet (its Pods were starting) gets a ready endpoint,
+//! it is probed at once, not at the registry's next interval, so a plugin
+//! installed with the resources that use it is routable as soon as it can be.
 
 use std::{
     collections::{BTreeMap, hash_map::DefaultHasher},
@@ -26,7 +31,10 @@ use std::{
 };
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::{
+    core::v1::{Secret, Service},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
@@ -52,6 +60,8 @@ pub const SERVER_SECRET_ANNOTATION: &str = "cnpg.io/pluginServerSecret";
 pub const PORT_ANNOTATION: &str = "cnpg.io/pluginPort";
 /// Optional annotation with the name to verify in the server certificate.
 pub const SERVER_NAME_ANNOTATION: &str = "cnpg.io/pluginServerName";
+/// The label naming the Service an EndpointSlice belongs to (Kubernetes').
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// What a plugin Service asks for, read from its label and annotations.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -401,7 +411,25 @@ struct Registrations {
 enum WakeUp {
     Service(Box<Result<watcher::Event<Service>, watcher::Error>>),
     Secret(Box<Result<watcher::Event<Secret>, watcher::Error>>),
+    Endpoints(Box<Result<watcher::Event<EndpointSlice>, watcher::Error>>),
     Retry,
+}
+
+/// The Service an EndpointSlice of an add or change belongs to, when it
+/// lists a ready endpoint: the moment a plugin behind it can answer.
+fn ready_service(event: &watcher::Event<EndpointSlice>) -> Option<&str> {
+    let (watcher::Event::Apply(slice) | watcher::Event::InitApply(slice)) = event else {
+        return None;
+    };
+    let ready = slice
+        .endpoints
+        .iter()
+        .flatten()
+        .any(|endpoint| endpoint.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false));
+    if !ready {
+        return None;
+    }
+    slice.labels().get(SERVICE_NAME_LABEL).map(String::as_str)
 }
 
 impl DiscoverySource for KubernetesServices {
@@ -419,13 +447,17 @@ impl DiscoverySource for KubernetesServices {
             let secret_events = watcher(secrets, watcher::Config::default())
                 .default_backoff()
                 .map(|event| WakeUp::Secret(Box::new(event)));
+            let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &self.namespace);
+            let endpoint_events = watcher(slices, watcher::Config::default().labels(SERVICE_NAME_LABEL))
+                .default_backoff()
+                .map(|event| WakeUp::Endpoints(Box::new(event)));
             let retries = futures_util::stream::unfold(self.retry_interval, |interval| async move {
                 tokio::time::sleep(interval).await;
                 Some((WakeUp::Retry, interval))
             });
             let mut inputs = std::pin::pin!(futures_util::stream::select(
                 futures_util::stream::select(service_events, secret_events),
-                retries,
+                futures_util::stream::select(endpoint_events, retries),
             ));
             let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
             let mut catalog = ServiceCatalog::default();
@@ -447,6 +479,16 @@ impl DiscoverySource for KubernetesServices {
                             continue;
                         }
                     },
+                    WakeUp::Endpoints(event) => {
+                        match *event {
+                            Ok(event) => probe_if_arriving(&registry, &registrations, ready_service(&event)),
+                            Err(error) => {
+                                tracing::warn!(%error, "Kubernetes watch of EndpointSlices failed; retrying with backoff");
+                            }
+                        }
+                        // Endpoints change no registration.
+                        continue;
+                    }
                     // Nothing changed, but Services in error get another attempt.
                     WakeUp::Retry if registrations.reported.is_empty() => continue,
                     WakeUp::Retry => {}
@@ -469,6 +511,26 @@ impl DiscoverySource for KubernetesServices {
             }
         })
     }
+}
+
+/// Probes at once the plugin registered for `service`, when there is one and
+/// it is not routable yet: its Service just got a ready endpoint. In the
+/// background: the watches go on meanwhile.
+fn probe_if_arriving(registry: &Registry, registrations: &Registrations, service: Option<&str>) {
+    let Some((plugin, _)) = service.and_then(|service| registrations.registered.get(service)) else {
+        return;
+    };
+    let Some(plugin) = registry.plugin(plugin) else {
+        return;
+    };
+    if plugin.state().is_routable() {
+        return;
+    }
+    tracing::debug!(
+        plugin = plugin.name(),
+        "plugin Service has a ready endpoint: probing it now"
+    );
+    tokio::spawn(async move { plugin.refresh().await });
 }
 
 /// Applies the difference between the plugin Services the catalog resolves
@@ -716,5 +778,41 @@ mod tests {
         assert_eq!(catalog.resolve_services().len(), 1);
         catalog.apply_service(watcher::Event::InitDone);
         assert!(catalog.resolve_services().is_empty());
+    }
+
+    fn slice(service: Option<&str>, ready: &[Option<bool>]) -> EndpointSlice {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "s",
+                "labels": service.map(|s| serde_json::json!({SERVICE_NAME_LABEL: s})).unwrap_or_default(),
+            },
+            "addressType": "IPv4",
+            "endpoints": ready
+                .iter()
+                .map(|r| serde_json::json!({"addresses": ["10.0.0.1"], "conditions": {"ready": r}}))
+                .collect::<Vec<_>>(),
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_slice_with_a_ready_endpoint_names_its_service() {
+        let event = watcher::Event::Apply(slice(Some("hello"), &[Some(false), Some(true)]));
+        assert_eq!(ready_service(&event), Some("hello"));
+        let event = watcher::Event::InitApply(slice(Some("hello"), &[Some(true)]));
+        assert_eq!(ready_service(&event), Some("hello"));
+    }
+
+    #[test]
+    fn no_ready_endpoint_a_deletion_or_no_service_label_names_nothing() {
+        // Unknown readiness counts as not ready, as kube-proxy counts it.
+        for ready in [&[][..], &[Some(false)], &[None]] {
+            assert_eq!(ready_service(&watcher::Event::Apply(slice(Some("hello"), ready))), None);
+        }
+        assert_eq!(
+            ready_service(&watcher::Event::Delete(slice(Some("hello"), &[Some(true)]))),
+            None
+        );
+        assert_eq!(ready_service(&watcher::Event::Apply(slice(None, &[Some(true)]))), None);
     }
 }
