@@ -66,7 +66,8 @@ root() {
 # unpack TAR DIR
 unpack() { mkdir -p "$2" && tar -C "$2" --numeric-owner -xf "$1"; }
 
-if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
+# debian_images: PostgreSQL's and moto's images, as archives (pg_tar, moto_tar)
+debian_images() {
 # --- PostgreSQL 15 from Debian: postgres is 26:26 (CloudNativePG's uid, the
 # instance Pods' runAsUser), no cluster of the package's own.
 pg_tar="$RK_CACHE/images/$(tr '/:' '__' <<<"$RK_POSTGRES_IMAGE").tar"
@@ -119,8 +120,9 @@ PY
     --entrypoint /usr/local/bin/moto-server >/dev/null || rk_die "cannot write the image $RK_MOTO_IMAGE"
   rm -rf "$d" "$work/wheels"
 fi
+}
+[ "$RK_UPSTREAM_IMAGES" = 1 ] || debian_images
 
-fi
 # --- the tests' dockerd
 if ! rk_docker version >/dev/null 2>&1; then
   bash "$RK_DIR/dockerd.sh" start || rk_die "cannot start the tests' dockerd"
@@ -136,7 +138,8 @@ fi
 image_key() { docker image inspect -f '{{ index .Config.Labels "cnpgi.realkube.key" }}' "$1" 2>/dev/null || true; }
 
 build_args=()
-if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
+# local_bases: the Dockerfile's FROM images, made here (no registry serves them)
+local_bases() {
 # --- the runtime stage's base
 runtime=gcr.io/distroless/cc-debian12:nonroot
 runtime_root=$(root base "ca-certificates")
@@ -181,8 +184,10 @@ TOML
     --change "LABEL cnpgi.realkube.key=$builder_key" - "$builder" >/dev/null || rk_die "docker import of $builder failed"
   rm -rf "$d"
 fi
-
-build_args=(--build-arg "RUST_VERSION=$rust_minor")
+}
+if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
+  local_bases
+  build_args=(--build-arg "RUST_VERSION=$rust_minor")
 fi
 # --- the project's images, from its Dockerfile with the arguments of `task
 # images` (RK_BINS and RK_CARGO_PROFILE are the task's BINS and CARGO_PROFILE):

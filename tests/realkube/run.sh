@@ -19,6 +19,8 @@
 #        scenario_cloudnative_pg.py 2. the real CloudNativePG with the hello-world plugin
 #        scenario_wal_archive.py    3. WAL archiving, a backup and a recovery through
 #                                      the wal-archive plugin, on CloudNativePG
+#        scenario_faults.py         4. faults (the sidecar SIGKILLed, the store down, the
+#                                      node's runtime restarted), each proven lossless
 #   4. down.sh     on any exit: the cluster deleted, the host as it was.
 # Each scenario prints one line per check and `N passed, M failed`; the run
 # exits non-zero on any failure, including a down.sh that could not undo
@@ -31,7 +33,9 @@
 # StorageClass, and its nodes the images (`kind load docker-image`):
 # cnpgi-operator, cnpg-i-hello-world and cnpgi-wal-archive tagged RK_IMAGE_TAG
 # (default realkube), RK_POSTGRES_IMAGE, RK_CNPG_IMAGE and RK_MOTO_IMAGE (lib.sh).
-# RK_SCENARIOS="quick-start operator cloudnative-pg wal-archive" picks scenarios.
+# RK_SCENARIOS="quick-start operator cloudnative-pg wal-archive faults" runs
+# those, in order (by default all, in two lanes side by side); faults runs
+# commands on the node: RK_NODE_EXEC (default: docker exec into kind's node).
 #
 #   sudo bash tests/realkube/run.sh
 # Needs root, Debian packages (docker.io runc iptables debootstrap jq gcc),
@@ -72,30 +76,54 @@ manifests() {
     kustomize build . >"$work/wal-archive.yaml") || rk_die "cannot build examples/wal-archive/manifests"
 }
 
-# scenarios KUBECONFIG: the scenarios in order (the wal-archive one uses
-# the CloudNativePG the second installs), each run whatever the previous gave.
-# RK_SCENARIOS (default "quick-start operator cloudnative-pg wal-archive") picks some.
+# scenario NAME KUBECONFIG: runs one scenario against the cluster.
+scenario() {
+  local s=$1 kubeconfig=$2 rc=0 t=$SECONDS
+  case "$s" in
+  quick-start)
+    python3 "$RK_DIR/scenario_quick_start.py" --kubeconfig "$kubeconfig" || rc=1 ;;
+  operator)
+    python3 "$RK_DIR/scenario_operator.py" --kubeconfig "$kubeconfig" \
+      --manifest "$work/manifest.yaml" --postgres-image "$RK_POSTGRES_IMAGE" || rc=1 ;;
+  cloudnative-pg)
+    python3 "$RK_DIR/scenario_cloudnative_pg.py" --kubeconfig "$kubeconfig" --cnpg-manifest "$work/cnpg.yaml" \
+      --plugin-manifest "$work/hello-world.yaml" --postgres-image "$RK_POSTGRES_IMAGE" || rc=1 ;;
+  wal-archive)
+    python3 "$RK_DIR/scenario_wal_archive.py" --kubeconfig "$kubeconfig" --cnpg-manifest "$work/cnpg.yaml" \
+      --plugin-manifest "$work/wal-archive.yaml" --postgres-image "$RK_POSTGRES_IMAGE" \
+      --moto-image "$RK_MOTO_IMAGE" || rc=1 ;;
+  faults)
+    # It acts on the node itself (SIGKILL to a container, restarting containerd
+    # and the kubelet), the last only once the other lane is done (lanes below).
+    python3 "$RK_DIR/scenario_faults.py" --kubeconfig "$kubeconfig" \
+      --node-exec "${RK_NODE_EXEC:-$DOCKER_BIN exec $KIND_CLUSTER-control-plane}" \
+      --cnpg-manifest "$work/cnpg.yaml" --plugin-manifest "$work/wal-archive.yaml" \
+      --postgres-image "$RK_POSTGRES_IMAGE" --moto-image "$RK_MOTO_IMAGE" \
+      ${RK_NODE_ALONE_AFTER:+--node-alone-after "$RK_NODE_ALONE_AFTER"} || rc=1 ;;
+  *) rk_log "unknown scenario $s"; rc=1 ;;
+  esac
+  rk_log "scenario $s took $(( SECONDS - t )) s"
+  return "$rc"
+}
+
+# scenarios KUBECONFIG: RK_SCENARIOS in order, each run whatever the previous
+# gave. By default, two lanes side by side (the scenarios mostly wait on
+# PostgreSQL and the API server): quick-start, operator, cloudnative-pg; and
+# wal-archive, faults, whose restart of the node's runtime waits for the first
+# lane to end. Each lane's output is printed when it ends.
 scenarios() {
-  local kubeconfig=$1 rc=0 s t
-  for s in ${RK_SCENARIOS:-quick-start operator cloudnative-pg wal-archive}; do
-    t=$(date +%s)
-    case "$s" in
-    quick-start)
-      python3 "$RK_DIR/scenario_quick_start.py" --kubeconfig "$kubeconfig" || rc=1 ;;
-    operator)
-      python3 "$RK_DIR/scenario_operator.py" --kubeconfig "$kubeconfig" \
-        --manifest "$work/manifest.yaml" --postgres-image "$RK_POSTGRES_IMAGE" || rc=1 ;;
-    cloudnative-pg)
-      python3 "$RK_DIR/scenario_cloudnative_pg.py" --kubeconfig "$kubeconfig" --cnpg-manifest "$work/cnpg.yaml" \
-        --plugin-manifest "$work/hello-world.yaml" --postgres-image "$RK_POSTGRES_IMAGE" || rc=1 ;;
-    wal-archive)
-      python3 "$RK_DIR/scenario_wal_archive.py" --kubeconfig "$kubeconfig" --cnpg-manifest "$work/cnpg.yaml" \
-        --plugin-manifest "$work/wal-archive.yaml" --postgres-image "$RK_POSTGRES_IMAGE" \
-        --moto-image "$RK_MOTO_IMAGE" || rc=1 ;;
-    *) rk_log "unknown scenario $s"; rc=1 ;;
-    esac
-    rk_log "scenario $s took $(( $(date +%s) - t )) s"
-  done
+  local kubeconfig=$1 rc=0 s lane_a
+  if [ -n "${RK_SCENARIOS:-}" ]; then
+    for s in $RK_SCENARIOS; do scenario "$s" "$kubeconfig" || rc=1; done
+    return "$rc"
+  fi
+  ( rc=0; for s in quick-start operator cloudnative-pg; do scenario "$s" "$kubeconfig" || rc=1; done
+    touch "$work/lane-a.done"; exit "$rc" ) >"$work/lane-a.log" 2>&1 &
+  lane_a=$!
+  ( rc=0; for s in wal-archive faults; do RK_NODE_ALONE_AFTER="$work/lane-a.done" scenario "$s" "$kubeconfig" || rc=1; done
+    exit "$rc" ) >"$work/lane-b.log" 2>&1 || rc=1
+  wait "$lane_a" || rc=1
+  cat "$work/lane-a.log" "$work/lane-b.log"
   return "$rc"
 }
 
