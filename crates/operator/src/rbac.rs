@@ -77,6 +77,14 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["list", "watch"],
         scope: Scope::OperatorNamespace,
     },
+    // The plugin Services' EndpointSlices: a plugin is probed as soon as it
+    // has a ready endpoint.
+    Permission {
+        group: "discovery.k8s.io",
+        resource: "endpointslices",
+        verbs: &["list", "watch"],
+        scope: Scope::OperatorNamespace,
+    },
     // Leader election: the Lease of `crate::leader`, in the operator's namespace.
     Permission {
         group: "coordination.k8s.io",
