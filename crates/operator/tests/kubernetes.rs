@@ -82,6 +82,26 @@ fn secret(name: &str, data: &[(&str, &str)]) -> Value {
     value
 }
 
+/// A fake API server holding the plugin Service `hello-world` (on `port`),
+/// its client and server Secrets, and no EndpointSlice yet.
+fn plugin_api(port: &str, certs: &TestCertificates) -> FakeApiServer {
+    let api = FakeApiServer::new();
+    api.collection(ENDPOINT_SLICES);
+    api.seed(SERVICES, service(port));
+    api.seed(
+        SECRETS,
+        secret(
+            "hello-world-client-tls",
+            &[("tls.crt", &certs.client.cert_pem), ("tls.key", &certs.client.key_pem)],
+        ),
+    );
+    api.seed(
+        SECRETS,
+        secret("hello-world-server-tls", &[("tls.crt", &certs.server.cert_pem)]),
+    );
+    api
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn services_are_connected_repaired_rotated_and_forgotten() {
     let _ = tracing_subscriber::fmt()
@@ -97,20 +117,7 @@ async fn services_are_connected_repaired_rotated_and_forgotten() {
     let certs = plugin.certificates().unwrap();
     let port = plugin.tcp_address().unwrap().port().to_string();
 
-    let api = FakeApiServer::new();
-    api.collection(ENDPOINT_SLICES);
-    api.seed(SERVICES, service(&port));
-    api.seed(
-        SECRETS,
-        secret(
-            "hello-world-client-tls",
-            &[("tls.crt", &certs.client.cert_pem), ("tls.key", &certs.client.key_pem)],
-        ),
-    );
-    api.seed(
-        SECRETS,
-        secret("hello-world-server-tls", &[("tls.crt", &certs.server.cert_pem)]),
-    );
+    let api = plugin_api(&port, certs);
     let url = api.clone().start().await;
     let client = FakeApiServer::client(&url, NAMESPACE);
     let mut source = KubernetesServices::new(client, NAMESPACE, "cnpgi-operator", ClientOptions::default());
@@ -223,20 +230,7 @@ async fn a_plugin_is_probed_when_its_service_gets_a_ready_endpoint() {
     let front_port = front.local_addr().unwrap().port();
     drop(front);
 
-    let api = FakeApiServer::new();
-    api.collection(ENDPOINT_SLICES);
-    api.seed(SERVICES, service(&front_port.to_string()));
-    api.seed(
-        SECRETS,
-        secret(
-            "hello-world-client-tls",
-            &[("tls.crt", &certs.client.cert_pem), ("tls.key", &certs.client.key_pem)],
-        ),
-    );
-    api.seed(
-        SECRETS,
-        secret("hello-world-server-tls", &[("tls.crt", &certs.server.cert_pem)]),
-    );
+    let api = plugin_api(&front_port.to_string(), certs);
     let url = api.clone().start().await;
     let mut source = KubernetesServices::new(
         FakeApiServer::client(&url, NAMESPACE),
