@@ -50,10 +50,12 @@ RK_CARGO_PROFILE=${RK_CARGO_PROFILE:-dev}
 
 KUBE_VERSION=${KUBE_VERSION:-v1.34.4}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
-# The newest cert-manager release whose commands are in its main Go module:
-# from v1.12 on, cmd/controller and cmd/cainjector are separate modules that
-# are not published on the Go module proxy (only github.com/cert-manager/cert-manager is).
-CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-v1.11.5}
+# The cert-manager users install: Taskfile.yml's CERT_MANAGER_VERSION, one
+# home for both. It is the newest release whose commands are in its main Go
+# module: from v1.12 on, cmd/controller and cmd/cainjector are separate modules
+# that the Go module proxy does not serve (only github.com/cert-manager/cert-manager).
+CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-$(sed -n 's/^  CERT_MANAGER_VERSION: *//p' "$RK_REPO/Taskfile.yml")}
+[ -n "$CERT_MANAGER_VERSION" ] || { echo "tests/realkube/lib.sh: no CERT_MANAGER_VERSION in $RK_REPO/Taskfile.yml" >&2; exit 1; }
 # kind and what its node image holds besides the Kubernetes binaries
 # (tests/realkube/build-kind-tools.sh). kind v0.33.0 is the newest the Go
 # module proxy serves; v0.29's `kind load` fails against containerd 2.3
