@@ -9,6 +9,7 @@ which stops the scenario still run). KUBECTL names the kubectl binary.
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -78,6 +79,17 @@ class Scenario:
         if proc.returncode != 0:
             raise Failure(f"`kubectl {' '.join(args)}` exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-800:]}")
         return proc.stdout
+
+    def node(self, *args, timeout=120):
+        """Runs a command on the node (--node-exec: `docker exec <node>`);
+        returns its output."""
+        node_exec = getattr(self.args, "node_exec", None)
+        if not node_exec:
+            raise Failure("this check runs commands on the node: give --node-exec")
+        proc = subprocess.run([*shlex.split(node_exec), *args], capture_output=True, text=True, timeout=timeout, check=False)
+        if proc.returncode != 0:
+            raise Failure(f"on the node, `{' '.join(args)}` exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-400:]}")
+        return proc.stdout.strip()
 
     def apply_objects(self, *objects):
         """`kubectl apply` of objects given as dicts."""

@@ -20,7 +20,8 @@
 #        scenario_wal_archive.py    3. WAL archiving, a backup and a recovery through
 #                                      the wal-archive plugin, on CloudNativePG
 #        scenario_faults.py         4. faults (the sidecar SIGKILLed, the store down, the
-#                                      node's runtime restarted), each proven lossless
+#                                      plugin's certificates rotated, the node's runtime
+#                                      restarted), each proven lossless
 #   4. down.sh     on any exit: the cluster deleted, the host as it was.
 # Each scenario prints one line per check and `N passed, M failed`; the run
 # exits non-zero on any failure, including a down.sh that could not undo
@@ -78,13 +79,16 @@ manifests() {
 
 # scenario NAME KUBECONFIG: runs one scenario against the cluster.
 scenario() {
-  local s=$1 kubeconfig=$2 rc=0 t=$SECONDS
+  local s=$1 kubeconfig=$2 rc=0 t=$SECONDS node_exec=${RK_NODE_EXEC:-$DOCKER_BIN exec $KIND_CLUSTER-control-plane}
   case "$s" in
   quick-start)
     python3 "$RK_DIR/scenario_quick_start.py" --kubeconfig "$kubeconfig" || rc=1 ;;
   operator)
+    # It cuts the network on the node (iptables), and creates $work/timed-done
+    # once its plugin-arrival check is done (lanes below).
     python3 "$RK_DIR/scenario_operator.py" --kubeconfig "$kubeconfig" \
-      --manifest "$work/manifest.yaml" --postgres-image "$RK_POSTGRES_IMAGE" || rc=1 ;;
+      --manifest "$work/manifest.yaml" --postgres-image "$RK_POSTGRES_IMAGE" \
+      --node-exec "$node_exec" --timed-done "$work/timed-done" || rc=1 ;;
   cloudnative-pg)
     python3 "$RK_DIR/scenario_cloudnative_pg.py" --kubeconfig "$kubeconfig" --cnpg-manifest "$work/cnpg.yaml" \
       --plugin-manifest "$work/hello-world.yaml" --postgres-image "$RK_POSTGRES_IMAGE" || rc=1 ;;
@@ -94,12 +98,12 @@ scenario() {
       --moto-image "$RK_MOTO_IMAGE" || rc=1 ;;
   faults)
     # It acts on the node itself (SIGKILL to a container, restarting containerd
-    # and the kubelet), the last only once the other lane is done (lanes below).
-    python3 "$RK_DIR/scenario_faults.py" --kubeconfig "$kubeconfig" \
-      --node-exec "${RK_NODE_EXEC:-$DOCKER_BIN exec $KIND_CLUSTER-control-plane}" \
+    # and the kubelet), the last only once the other lanes are done (below).
+    python3 "$RK_DIR/scenario_faults.py" --kubeconfig "$kubeconfig" --node-exec "$node_exec" \
       --cnpg-manifest "$work/cnpg.yaml" --plugin-manifest "$work/wal-archive.yaml" \
       --postgres-image "$RK_POSTGRES_IMAGE" --moto-image "$RK_MOTO_IMAGE" \
-      ${RK_NODE_ALONE_AFTER:+--node-alone-after "$RK_NODE_ALONE_AFTER"} || rc=1 ;;
+      ${RK_PLUGIN_ALONE_AFTER:+--plugin-alone-after $RK_PLUGIN_ALONE_AFTER} \
+      ${RK_NODE_ALONE_AFTER:+--node-alone-after $RK_NODE_ALONE_AFTER} || rc=1 ;;
   *) rk_log "unknown scenario $s"; rc=1 ;;
   esac
   rk_log "scenario $s took $(( SECONDS - t )) s"
@@ -107,30 +111,34 @@ scenario() {
 }
 
 # scenarios KUBECONFIG: RK_SCENARIOS in order, each run whatever the previous
-# gave. By default, two lanes side by side (the scenarios mostly wait on
-# PostgreSQL and the API server): quick-start, operator, cloudnative-pg; and,
-# once operator's timed checks are done, wal-archive and faults, whose restart
-# of the node's runtime waits for the first lane to end. Each lane's output is
-# printed when it ends.
+# gave. By default, three lanes side by side (the scenarios mostly wait on
+# PostgreSQL and the API server): A quick-start, operator, cloudnative-pg;
+# B wal-archive; C faults. B and C start once operator's plugin-arrival check
+# is done (a plugin installed and used in the same second must be admitted:
+# its Pod's start is not to be slowed by their PostgreSQL instances); faults
+# rotates the wal-archive plugin's certificates once B is done, and restarts
+# the node's runtime once A and B are done. Each lane's output
+# is printed when it ends.
 scenarios() {
-  local kubeconfig=$1 rc=0 s lane_a
+  local kubeconfig=$1 rc=0 s lane_a lane_b
   if [ -n "${RK_SCENARIOS:-}" ]; then
     for s in $RK_SCENARIOS; do scenario "$s" "$kubeconfig" || rc=1; done
     return "$rc"
   fi
-  ( rc=0; for s in quick-start operator; do scenario "$s" "$kubeconfig" || rc=1; done
-    touch "$work/lane-a.timed-done"
-    scenario cloudnative-pg "$kubeconfig" || rc=1
+  ( rc=0; for s in quick-start operator cloudnative-pg; do scenario "$s" "$kubeconfig" || rc=1; done
     touch "$work/lane-a.done"; exit "$rc" ) >"$work/lane-a.log" 2>&1 &
   lane_a=$!
-  # The second lane starts once the timed checks of the first are done (a
-  # plugin installed and used in the same second must be admitted: its Pod's
-  # start is not to be slowed by other scenarios' PostgreSQL instances).
-  ( while [ ! -e "$work/lane-a.timed-done" ] && kill -0 "$lane_a" 2>/dev/null; do sleep 1; done
-    rc=0; for s in wal-archive faults; do RK_NODE_ALONE_AFTER="$work/lane-a.done" scenario "$s" "$kubeconfig" || rc=1; done
-    exit "$rc" ) >"$work/lane-b.log" 2>&1 || rc=1
+  after_timed() {
+    while [ ! -e "$work/timed-done" ] && kill -0 "$lane_a" 2>/dev/null; do sleep 1; done
+  }
+  ( after_timed; rc=0; scenario wal-archive "$kubeconfig" || rc=1
+    touch "$work/lane-b.done"; exit "$rc" ) >"$work/lane-b.log" 2>&1 &
+  lane_b=$!
+  ( after_timed; RK_PLUGIN_ALONE_AFTER="$work/lane-b.done" RK_NODE_ALONE_AFTER="$work/lane-a.done $work/lane-b.done" \
+      scenario faults "$kubeconfig" ) >"$work/lane-c.log" 2>&1 || rc=1
   wait "$lane_a" || rc=1
-  cat "$work/lane-a.log" "$work/lane-b.log"
+  wait "$lane_b" || rc=1
+  cat "$work/lane-a.log" "$work/lane-b.log" "$work/lane-c.log"
   return "$rc"
 }
 

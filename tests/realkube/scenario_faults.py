@@ -18,21 +18,32 @@ The faults:
 2. the object store unreachable for two minutes under write load (its Service
    selects no Pod): archiving fails and is retried, WAL stays in pg_wal,
    `ContinuousArchiving` turns False, then True once the store is back;
-3. the node's container runtime and kubelet restarted: the Pods come back, the
+3. the plugin's server and client certificates renewed by cert-manager (new
+   keys) under writes: the plugin takes them without a restart once the
+   kubelet refreshes its mounted Secrets (the window in which CloudNativePG's
+   calls to it fail, measured), archiving is not affected;
+4. the node's container runtime and kubelet restarted: the Pods come back, the
    plugin is reached again, archiving resumes.
 Each prints what it measured: the time to recover and the archiver's failures.
+The operator-side faults (its leader deleted mid-roll, the network to a plugin
+cut) are in scenario_operator.py; the store's volume full is tried on a real
+PostgreSQL in examples/wal-archive/tests/postgres.sh.
 
     scenario_faults.py --kubeconfig FILE --node-exec "docker exec cnpgi-control-plane" \\
         --postgres-image localhost/postgresql:15 --moto-image localhost/moto:5.2.1
 """
 
 import argparse
+import base64
+import contextlib
 import json
 import os
 import re
-import shlex
+import socket
+import ssl
 import subprocess
 import sys
+import tempfile
 import time
 
 import scenario_wal_archive as wa
@@ -43,6 +54,59 @@ CLUSTER = "faults"
 # scenario_wal_archive's helpers (moto, backups, the archive's keys) work in
 # its module's namespace: this scenario's own, so a stopped store stops only it.
 wa.NS = NS
+
+
+# The writer's loop (Faults.writer): until the epoch `until`, a row per
+# transaction, a WAL switch every 200 rows, 20 ms apart.
+WRITE_LEDGER = """
+create procedure write_ledger(until double precision) language plpgsql as $$
+declare n int := 0;
+begin
+  while extract(epoch from clock_timestamp()) < until loop
+    insert into ledger default values;
+    commit;
+    n := n + 1;
+    if n % 200 = 0 then perform pg_switch_wal(); end if;
+    perform pg_sleep(0.02);
+  end loop;
+end $$
+"""
+
+
+# The plugin's cert-manager Certificates and their Secrets (examples/wal-archive/manifests).
+SERVER_CERTIFICATE, SERVER_SECRET = "cnpgi-wal-archive-server", "cnpgi-wal-archive-server-tls"
+CLIENT_CERTIFICATE, CLIENT_SECRET = "cnpgi-wal-archive-client", "cnpgi-wal-archive-client-tls"
+
+
+def pem_der(pem):
+    """The first certificate of a PEM bundle, as DER."""
+    return ssl.PEM_cert_to_DER_cert(pem[: pem.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----")])
+
+
+def tls_handshake(port, client_cert, client_key):
+    """Connects to 127.0.0.1:port as a CNPG-I client with this certificate:
+    TLS 1.3, ALPN h2. Returns the server's certificate (DER) once the server
+    has accepted the client's (its HTTP/2 SETTINGS frame read); raises OSError
+    (ssl.SSLError among them) otherwise. The server's certificate is compared
+    by the caller, not verified here."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["h2"])
+    with tempfile.TemporaryDirectory() as d:
+        cert, key = os.path.join(d, "tls.crt"), os.path.join(d, "tls.key")
+        for path, pem in ((cert, client_cert), (key, client_key)):
+            with open(path, "w") as f:
+                f.write(pem)
+        ctx.load_cert_chain(cert, key)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, ctx.wrap_socket(raw, server_hostname="cnpgi-wal-archive") as tls:
+        served = tls.getpeercert(binary_form=True)
+        tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+        frame = tls.recv(9)
+        if len(frame) < 9 or frame[3] != 4:
+            raise ConnectionError(f"no HTTP/2 SETTINGS frame from the plugin (got {frame!r})")
+        return served
 
 
 def next_segment(name):
@@ -59,7 +123,6 @@ class Faults(wa.Scenario):
 
     def __init__(self, args):
         super().__init__(args)
-        self.node_exec = shlex.split(args.node_exec)
         self.base_wal = None
         self.recoveries = 0
 
@@ -69,15 +132,16 @@ class Faults(wa.Scenario):
         return self.primary(CLUSTER)
 
     def writer(self, seconds):
-        """Starts committing rows in the primary for `seconds`, one insert per
-        transaction, a WAL switch every 200 rows (a few segments a minute);
-        returns the process and when its loop ends in the Pod."""
+        """Starts committing rows in the primary for `seconds`: one session
+        inserting a row per transaction (about 40 a second), a WAL switch
+        every 200 rows (about 12 segments a minute), started again if its
+        connection is lost; returns the process and when its loop ends in
+        the Pod. One session, not a psql per row: the node's two cores are
+        shared with the other scenarios."""
         script = (
             f"end=$(( $(date +%s) + {seconds} )); "
             "while [ $(date +%s) -lt $end ]; do "
-            "psql -h /controller/run -U postgres -qAt -v ON_ERROR_STOP=1 "
-            "-c 'insert into ledger default values' "
-            "-c 'select pg_switch_wal() from ledger having count(*) % 200 = 0' >/dev/null || sleep 1; done"
+            "psql -h /controller/run -U postgres -qAt -v ON_ERROR_STOP=1 -c \"call write_ledger($end)\" >/dev/null || sleep 1; done"
         )
         cmd = [self.kubectl_bin, "--kubeconfig", self.kubeconfig, "-n", NS, "exec", self.primary_pod(), "-c", "postgres", "--", "sh", "-c", script]
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), time.time() + seconds
@@ -93,12 +157,6 @@ class Faults(wa.Scenario):
             proc.kill()
             raise Failure("the writer did not stop") from None
         time.sleep(max(0, ends - time.time()) + 3)
-
-    def node(self, *args, timeout=120):
-        proc = subprocess.run([*self.node_exec, *args], capture_output=True, text=True, timeout=timeout, check=False)
-        if proc.returncode != 0:
-            raise Failure(f"on the node, `{' '.join(args)}` exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-400:]}")
-        return proc.stdout.strip()
 
     def kill_sidecar(self):
         """SIGKILL to the plugin's sidecar process of the primary, from the
@@ -181,6 +239,7 @@ class Faults(wa.Scenario):
         self.wait_healthy(CLUSTER, 1)
         self.wait_sidecars(CLUSTER, 1)
         self.psql(NS, self.primary_pod(), "create table ledger (id bigserial primary key, at timestamptz not null default clock_timestamp())")
+        self.psql(NS, self.primary_pod(), WRITE_LEDGER)
         self.switch_and_wait_archived(CLUSTER)
         self.wait_archiving(CLUSTER)
         status = self.backup(CLUSTER, f"{CLUSTER}-base")
@@ -253,16 +312,108 @@ class Faults(wa.Scenario):
         )
         self.proof("the store down for two minutes")
 
+    def certificates_rotated(self):
+        """cert-manager renews the plugin's server and client certificates
+        (new keys: rotationPolicy Always) while rows are written. CloudNativePG
+        pins the new Secrets at once; the plugin Pod sees them when the kubelet
+        refreshes its mounted Secrets and re-reads them on its next connection,
+        without a restart. Between the two, calls from the operator to the
+        plugin fail: the documented window. Archiving (over the sidecar's
+        Unix socket) is not affected at all."""
+        # The wal-archive scenario calls the same plugin: rotate once it ended.
+        self.wait_files("the wal-archive scenario done", self.args.plugin_alone_after)
+        (pod,) = self.live_pods(wa.CNPG_NS, "app.kubernetes.io/name=cnpgi-wal-archive")
+        restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
+        old = {name: self.secret_pems(name) for name in (SERVER_SECRET, CLIENT_SECRET)}
+        with self.port_forward(wa.CNPG_NS, pod["metadata"]["name"], 9090) as port:
+            # The probe works: the current pins connect.
+            served = tls_handshake(port, *old[CLIENT_SECRET][:2])
+            if served != pem_der(old[SERVER_SECRET][0]):
+                raise Failure("before the rotation, the plugin serves a certificate other than its Secret's")
+            _, failed_before, _ = self.archiver()
+            proc = self.writer(45)
+            time.sleep(5)
+            for certificate in (SERVER_CERTIFICATE, CLIENT_CERTIFICATE):
+                self.renew(wa.CNPG_NS, certificate)
+
+            def renewed():
+                pems = {name: self.secret_pems(name) for name in (SERVER_SECRET, CLIENT_SECRET)}
+                same = [name for name in pems if pems[name][0] == old[name][0] or pems[name][1] == old[name][1]]
+                if same:
+                    raise Failure(f"certificate or key unchanged in {same}")
+                return pems
+
+            new = wait_for("cert-manager issued new certificates and keys into both Secrets", renewed, timeout=90, interval=1)
+            rotated_at = time.time()
+            server_der = pem_der(new[SERVER_SECRET][0])
+
+            def serves_new():
+                try:
+                    served = tls_handshake(port, *new[CLIENT_SECRET][:2])
+                except OSError as e:
+                    raise Failure(f"the new client certificate is not accepted yet: {e}") from e
+                if served != server_der:
+                    raise Failure("the plugin still serves its previous certificate")
+                return True
+
+            wait_for("the plugin serves the new certificate and accepts the new client certificate", serves_new, timeout=240, interval=1)
+            window = time.time() - rotated_at
+            try:
+                tls_handshake(port, *old[CLIENT_SECRET][:2])
+            except OSError:
+                pass
+            else:
+                raise Failure("after the rotation, the plugin still accepts the previous client certificate")
+        (after,) = self.live_pods(wa.CNPG_NS, "app.kubernetes.io/name=cnpgi-wal-archive")
+        restarts_after = sum(c.get("restartCount", 0) for c in after["status"].get("containerStatuses", []))
+        if after["metadata"]["uid"] != pod["metadata"]["uid"] or restarts_after != restarts:
+            names = f"{pod['metadata']['name']} -> {after['metadata']['name']}"
+            raise Failure(f"the plugin Pod was restarted or replaced ({names}, restarts {restarts} -> {restarts_after})")
+        self.wait_writer(proc)
+        self.switch_and_wait_archived(CLUSTER)
+        _, failed, _ = self.archiver()
+        if failed != failed_before:
+            raise Failure(f"{failed - failed_before} archive attempts failed during the rotation (the sidecar's socket needs no certificate)")
+        print(f"  (certificates rotated: the plugin took the new ones {window:.0f} s after their Secrets changed, without a restart;"
+              " no archive attempt failed)", flush=True)
+        # The proof's recovery Cluster gets its Pods patched by the plugin: CloudNativePG's calls work with the new pins.
+        self.proof("the plugin's certificates rotated")
+
+    def secret_pems(self, name):
+        data = self.api.get(f"/api/v1/namespaces/{wa.CNPG_NS}/secrets/{name}")["data"]
+        return base64.b64decode(data["tls.crt"]).decode(), base64.b64decode(data["tls.key"]).decode()
+
+    def renew(self, ns, certificate):
+        """What `cmctl renew` does: the Certificate's Issuing condition set."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        condition = {"type": "Issuing", "status": "True", "reason": "ManuallyTriggered", "message": "renewal asked by scenario_faults.py"}
+        condition["lastTransitionTime"] = now
+        self.kubectl("-n", ns, "patch", f"certificates.cert-manager.io/{certificate}", "--subresource=status", "--type=json",
+                     "-p", json.dumps([{"op": "add", "path": "/status/conditions/-", "value": condition}]))
+
+    @contextlib.contextmanager
+    def port_forward(self, ns, pod, port):
+        """`kubectl port-forward` to the Pod's port; yields the local port."""
+        proc = subprocess.Popen([self.kubectl_bin, "--kubeconfig", self.kubeconfig, "-n", ns, "port-forward", f"pod/{pod}", f":{port}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = proc.stdout.readline()
+            m = re.search(r"127\.0\.0\.1:(\d+) ->", line)
+            if not m:
+                raise Failure(f"kubectl port-forward to {pod}: {line.strip() or proc.stderr.read()[-300:]}")
+            yield int(m.group(1))
+        finally:
+            proc.kill()
+            proc.wait()
+
+    def wait_files(self, what, files, timeout=1200):
+        if files:
+            wait_for(f"{what} ({' '.join(files)})", lambda: all(os.path.exists(f) for f in files), timeout=timeout, interval=2)
+
     def runtime_restarted(self):
         # Every Pod of the node is affected: other scenarios running side by
         # side finish first.
-        if self.args.node_alone_after:
-            wait_for(
-                f"the other scenarios done ({self.args.node_alone_after})",
-                lambda: os.path.exists(self.args.node_alone_after),
-                timeout=1200,
-                interval=2,
-            )
+        self.wait_files("the other scenarios done", self.args.node_alone_after)
         proc = self.writer(40)
         time.sleep(10)
         restarted_at = time.time()
@@ -303,6 +454,7 @@ class Faults(wa.Scenario):
             ("a Cluster archiving to its own S3 store, a base backup", self.setup),
             ("the plugin's sidecar SIGKILLed three times while archiving: nothing lost", self.sidecar_killed),
             ("the object store down for two minutes under writes: ContinuousArchiving False then True, nothing lost", self.store_down),
+            ("the plugin's certificates rotated by cert-manager under writes: taken without a restart, nothing lost", self.certificates_rotated),
             ("the node's containerd and kubelet restarted: Pods back, archiving resumes, nothing lost", self.runtime_restarted),
         ]
         return self.run_steps(steps, fatal=(self.setup,))
@@ -312,7 +464,10 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     p.add_argument("--node-exec", required=True, help="the command prefix that runs a command on the node (docker exec <node>)")
-    p.add_argument("--node-alone-after", help="a file whose existence says the scenarios beside this one ended (before the runtime is restarted)")
+    p.add_argument("--plugin-alone-after", nargs="*", default=[], metavar="FILE",
+                   help="files whose existence says the other scenarios using the wal-archive plugin ended (before its certificates rotate)")
+    p.add_argument("--node-alone-after", nargs="*", default=[], metavar="FILE",
+                   help="files whose existence says the scenarios beside this one ended (before the runtime is restarted)")
     p.add_argument("--cnpg-manifest", required=True, help="CloudNativePG's config/default (tests/realkube/cnpg.sh manifest)")
     p.add_argument("--plugin-manifest", required=True, help="examples/wal-archive/manifests, image set")
     p.add_argument("--postgres-image", required=True, help="the instances' PostgreSQL image, present on the nodes")

@@ -193,7 +193,15 @@ class Scenario(realkube.Scenario):
     def plugin_arriving(self):
         """A user installs a plugin and applies a Cluster in the same second:
         the operator, which discovers the plugin's Service before its Pod
-        answers, waits for it instead of refusing the Cluster."""
+        answers, waits for it instead of refusing the Cluster. Then
+        --timed-done FILE is created (scenarios that load the node start)."""
+        try:
+            self.arrive()
+        finally:
+            if self.args.timed_done:
+                open(self.args.timed_done, "a").close()
+
+    def arrive(self):
         documents = self.plugin_documents()
         self.kubectl("-n", OPERATOR_NS, "delete", "deployment/cnpg-i-hello-world", "service/cnpg-i-hello-world", "--wait=true")
         wait_for("the plugin's Pods are gone", lambda: not self.pods(OPERATOR_NS, "app.kubernetes.io/name=cnpg-i-hello-world"), timeout=90, interval=1)
@@ -321,6 +329,126 @@ class Scenario(realkube.Scenario):
         self.wait_instances({"first-annotation": "after-the-plugin-rolled"}, f"the new leader recreates {victim}", exclude_uids={old})
         self.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/cnpgi-operator", "--timeout=180s")
 
+    def set_annotations(self, annotations):
+        """A parameter change of the Cluster's plugin (its Pods' annotations)."""
+        self.admitted(
+            "parameter change",
+            lambda: self.api.merge_patch(
+                f"/apis/cnpgi.io/v1/namespaces/{NS}/clusters/{CLUSTER}",
+                {"spec": {"plugins": [self.cluster_object(annotations)["spec"]["plugins"][0]]}},
+            ),
+        )
+
+    def leader_deleted_while_rolling(self):
+        """Fault 5 of issue 32: the leader dies while it rolls the Cluster's
+        Pods. Its successor finishes the roll: both Pods end patched, none
+        is lost, none is made twice (never a third instance, never two live
+        Pods of one instance)."""
+        old = {p["metadata"]["uid"] for p in self.instance_pods()}
+        holder = self.lease_holder()
+        annotations = {"first-annotation": "rolled-across-a-failover"}
+        self.set_annotations(annotations)
+
+        def rolling():
+            pods = self.pods(NS, f"{CLUSTER_LABEL}={CLUSTER}")
+            return any(p["metadata"].get("deletionTimestamp") or p["metadata"]["uid"] not in old for p in pods)
+
+        wait_for("the roll starts (a Pod deleted or replaced)", rolling, timeout=60, interval=0.2)
+        self.api.delete(f"/api/v1/namespaces/{OPERATOR_NS}/pods/{holder}")
+        deleted_at = time.monotonic()
+        seen, most_live = set(), 0
+
+        def done():
+            nonlocal most_live
+            pods = self.pods(NS, f"{CLUSTER_LABEL}={CLUSTER}")
+            live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+            names = [p["metadata"]["name"] for p in live]
+            seen.update(p["metadata"]["name"] for p in pods)
+            most_live = max(most_live, len(live))
+            if len(names) != len(set(names)):
+                raise Failure(f"two live Pods of one instance: {sorted(names)}")
+            problems = [p for pod in live for p in self.hello_world_problems(pod, annotations)]
+            problems += [f"{p['metadata']['name']} is the Pod from before the change" for p in live if p["metadata"]["uid"] in old]
+            if len(live) != 2 or problems:
+                raise Failure(f"{len(live)} live instance Pods {sorted(names)}; " + "; ".join(problems))
+            return True
+
+        wait_for("both Pods rolled and patched after the leader's deletion", done, timeout=240, interval=0.5)
+        extra = seen - {f"{CLUSTER}-1", f"{CLUSTER}-2"}
+        if extra or most_live > 2:
+            raise Failure(f"instances made beyond the Cluster's 2: Pods {sorted(seen)}, at most {most_live} live at once")
+        new_holder = self.lease_holder()
+        if new_holder == holder:
+            raise Failure(f"the Lease is still held by the deleted {holder}")
+        print(f"  (leader {holder} deleted mid-roll; {new_holder} finished it {time.monotonic() - deleted_at:.0f} s later;"
+              f" Pods seen {sorted(seen)}, at most {most_live} live at once)", flush=True)
+        self.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/cnpgi-operator", "--timeout=180s")
+
+    def network_cut(self):
+        """Fault 6 of issue 32: the network from the operator to the plugin
+        cut for a minute (packets to the plugin Pod's gRPC port dropped on the
+        node). Admission fails closed, as documented for a plugin not listed
+        in --fail-open, with an answer naming the plugin before the API
+        server's timeout; the running Pods are left alone; a Pod deleted
+        meanwhile is recreated, patched, once the network heals."""
+        (plugin_pod,) = self.live_pods(OPERATOR_NS, "app.kubernetes.io/name=cnpg-i-hello-world")
+        ip = plugin_pod["status"]["podIP"]
+        rule = ["FORWARD", "-d", ip, "-p", "tcp", "--dport", "9090", "-j", "DROP"]
+        before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in self.instance_pods()}
+        self.node("iptables", "-I", *rule)
+        cut_at = time.monotonic()
+        try:
+            self.during_cut(before)
+        finally:
+            remaining = 60 - (time.monotonic() - cut_at)
+            if remaining > 0:
+                time.sleep(remaining)
+            self.node("iptables", "-D", *rule)
+        healed_at = time.monotonic()
+        annotations = {"first-annotation": "rolled-across-a-failover"}
+        pods = self.wait_instances(
+            annotations, f"{CLUSTER}-1 recreated and patched once the network healed", timeout=120, exclude_uids={before[f"{CLUSTER}-1"]}
+        )
+        if before[f"{CLUSTER}-2"] not in {p["metadata"]["uid"] for p in pods}:
+            raise Failure(f"{CLUSTER}-2 was replaced: a plugin out of reach must leave running Pods alone")
+        print(f"  (cut 60 s; {CLUSTER}-1 recreated {time.monotonic() - healed_at:.0f} s after the network healed)", flush=True)
+
+    def during_cut(self, before):
+        obj = self.cluster_object({"first-annotation": "first-annotation-value"})
+        obj["metadata"]["name"] = "during-cut"
+
+        def refused():
+            started = time.monotonic()
+            try:
+                self.api.create(obj, dry_run=True)
+            except ApiError as e:
+                took = time.monotonic() - started
+                if PLUGIN not in str(e) or "mcluster.cnpgi.io" not in str(e):
+                    raise Failure(f"refused, but not by the operator naming the plugin: {e}") from e
+                if took >= 10:
+                    raise Failure(f"refused after {took:.1f} s, at the API server's webhook timeout: {e}") from e
+                return f"{took:.1f} s: {str(e)[:200]}"
+            raise Failure("a Cluster enabling the unreachable plugin was admitted (it fails closed by default)")
+
+        # The first call may still find the plugin ready (the cut not yet noticed):
+        # it then waits for the call's own deadline.
+        answer = wait_for("a Cluster enabling the cut-off plugin refused, fast, naming it", refused, timeout=40, interval=2)
+        print(f"  (admission during the cut: refused in {answer})", flush=True)
+        self.api.delete(f"/api/v1/namespaces/{NS}/pods/{CLUSTER}-1")
+        time.sleep(20)
+        pods = self.instance_pods()
+        running = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+        if running.get(f"{CLUSTER}-2") != before[f"{CLUSTER}-2"] or not all(self.ready(p) for p in pods if p["metadata"]["name"] == f"{CLUSTER}-2"):
+            raise Failure(f"{CLUSTER}-2 was not left running during the cut: {running}")
+        # A Pod is made only with the plugins' patch: none while the plugin is out of reach.
+        if any(p["metadata"]["name"] == f"{CLUSTER}-1" for p in pods):
+            raise Failure(f"{CLUSTER}-1 was recreated while its plugin was out of reach (without the plugin's patch)")
+        status = self.cluster().get("status") or {}
+        if PLUGIN not in str(status.get("phaseReason", "")):
+            raise Failure(f"the Cluster's status does not name the plugin out of reach: phase {status.get('phase')!r}, reason {status.get('phaseReason')!r}")
+        reason = str(status.get("phaseReason"))[:160]
+        print(f"  (during the cut: {CLUSTER}-2 left running, {CLUSTER}-1 not recreated; phase {status.get('phase')!r}: {reason})", flush=True)
+
     def explain_commands(self):
         return [
             ("get", "pods", "-A", "-o", "wide"),
@@ -348,6 +476,8 @@ class Scenario(realkube.Scenario):
             ("a deleted instance Pod stops on SIGTERM and is recreated, patched and Running", self.killed_pod_recreated),
             ("the plugin Deployment rolled: the operator reaches the new plugin Pod, a parameter change rolls the Pods", self.plugin_rolled),
             ("the leader Pod deleted: another replica takes the Lease and reconciles", self.leader_failover),
+            ("the leader Pod deleted during a rolling update: every Pod ends patched, none lost or made twice", self.leader_deleted_while_rolling),
+            ("the network to the plugin cut for a minute: admission refused fast, running Pods left alone, reconciles resume", self.network_cut),
         ]
         return self.run_steps(steps, fatal=(self.apply_manifest, self.operator_ready, self.cluster_created))
 
@@ -357,6 +487,8 @@ def main():
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     p.add_argument("--manifest", required=True, help="manifest.yaml from `task manifest`")
     p.add_argument("--postgres-image", required=True, help="the instances' PostgreSQL image, present on the nodes")
+    p.add_argument("--timed-done", help="a file created once the plugin-arrival check (whose Pod start must not be slowed) is done")
+    p.add_argument("--node-exec", help="the command prefix that runs a command on the node (docker exec <node>), for the network cut")
     args = p.parse_args()
     if not args.kubeconfig:
         sys.exit("scenario_operator.py: no kubeconfig (--kubeconfig or KUBECONFIG)")
