@@ -34,7 +34,7 @@ pub(crate) async fn check(args: CheckArgs) -> ExitCode {
     let cluster = match &args.cluster {
         None => None,
         Some(path) => match crate::render::read_input(path)
-            .and_then(|text| crate::render::parse_yaml(path, &text))
+            .and_then(|text| crate::yaml::parse_yaml(path, &text))
             .map_err(|e| format!("{e:#}"))
         {
             Ok(cluster) => Some(cluster),

@@ -19,6 +19,7 @@ mod render;
 mod run;
 mod signals;
 mod usage_errors;
+mod yaml;
 
 use std::process::ExitCode;
 

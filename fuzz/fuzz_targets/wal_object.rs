@@ -1,0 +1,16 @@
+//! What a store returns for a WAL file (the wal-archive plugin's object
+//! format: a header, then zstd), and the first bytes of a file PostgreSQL
+//! asks to archive: decoded or refused, never a panic, never more memory
+//! than the content announced (bounded by libFuzzer's -malloc_limit_mb).
+#![no_main]
+
+use cnpgi_core::wal_segment::check_segment;
+use cnpgi_wal_archive::storage::object::{decode, header};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = header(data);
+    let _ = decode(data, "000000010000000000000003");
+    let _ = check_segment(data.len() as u64, data, Some(16 << 20));
+    let _ = check_segment(16 << 20, data, None);
+});
