@@ -10,9 +10,13 @@ fuzz_target!(|data: &[u8]| {
     let _ = decode_object(data, "Pod");
     let Ok(cluster) = decode_cluster(data) else { return };
     for plugin in cluster.enabled_plugins() {
-        let _ = cluster.plugin(&plugin.name);
-        let _ = cluster.plugin_status(&plugin.name);
+        let _ = cluster.plugin(&plugin.name).map(|entry| entry.parameters().len());
+        if let Some(status) = cluster.plugin_status(&plugin.name) {
+            let _ = status.status_json();
+        }
     }
-    let _ = cluster.status_json();
-    let _ = cluster.to_json_value();
+    let value = cluster.to_json_value().expect("a decoded Cluster serialises");
+    // What a plugin sends back decodes again.
+    let again = serde_json::to_vec(&value).unwrap();
+    decode_cluster(&again).expect("a decoded Cluster, serialised, decodes again");
 });

@@ -46,7 +46,7 @@ for target in $targets; do
   mkdir -p "$found/$target"
   started=$SECONDS
   if cargo +nightly fuzz run --fuzz-dir fuzz --dev "$target" "$found/$target" "fuzz/corpus/$target" -- \
-    -max_total_time="$seconds" -timeout=10 -malloc_limit_mb=1024 -rss_limit_mb=2048 -max_len=65536 \
+    -max_total_time="$seconds" -timeout=10 -malloc_limit_mb=256 -rss_limit_mb=2048 -max_len=65536 \
     -print_final_stats=1 >"$found/$target.log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$found/$target.log")
     echo "ok   fuzz $target: ${runs:-?} inputs in $((SECONDS - started)) s, no crash"

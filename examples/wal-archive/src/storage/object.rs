@@ -36,6 +36,9 @@ const SKIPPABLE_MAGIC: u32 = 0x184D_2A5C;
 const MAX_HEADER: usize = 4096;
 /// The largest WAL file accepted (PostgreSQL's maximum segment size is 1 GiB).
 pub const MAX_CONTENT: u64 = 1024 * 1024 * 1024;
+/// The most [`decode`] reserves before decompressing: 16 MiB, PostgreSQL's
+/// default segment size (larger files grow the buffer as they decompress).
+const PREALLOCATE_AT_MOST: u64 = 16 * 1024 * 1024;
 
 /// The header of a stored object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,7 +186,10 @@ pub fn decode(stored: &[u8], name: &str) -> Result<(Header, Vec<u8>), ObjectErro
             found: header.name,
         });
     }
-    let mut content = Vec::with_capacity(header.size as usize);
+    // The header is the store's word, not a promise: reserve at most a WAL
+    // segment's usual size up front (a damaged or forged header claiming up
+    // to MAX_CONTENT would otherwise cost that memory before a byte is read).
+    let mut content = Vec::with_capacity(header.size.min(PREALLOCATE_AT_MOST) as usize);
     let mut decoder = zstd::stream::read::Decoder::new(&stored[offset..]).map_err(ObjectError::Decompress)?;
     // Never inflate past the announced size (plus one byte, to notice more).
     std::io::copy(&mut std::io::Read::take(&mut decoder, header.size + 1), &mut content)
@@ -247,6 +253,25 @@ mod tests {
             decode(&stored, "000000010000000000000004"),
             Err(ObjectError::WrongName { .. })
         ));
+    }
+
+    #[test]
+    fn a_header_announcing_more_than_the_data_is_refused_without_reserving_it() {
+        // Found by fuzz/fuzz_targets/wal_object.rs (its corpus keeps the input,
+        // claims-900-mb, and its -malloc_limit_mb fails a reservation of the
+        // announced size): a header claiming 900 MB in front of 100 bytes.
+        let content = vec![b'x'; 100];
+        let mut header_value = header(&encode(NAME, &content, 1).unwrap()).unwrap().0;
+        header_value.size = 900_000_000;
+        let lying = encode_with_header(&header_value, &content, 1).unwrap();
+        match decode(&lying, NAME) {
+            Err(ObjectError::Checksum {
+                expected_size,
+                found_size,
+                ..
+            }) => assert_eq!((expected_size, found_size), (900_000_000, 100)),
+            other => panic!("expected a checksum error, got {other:?}"),
+        }
     }
 
     #[test]
