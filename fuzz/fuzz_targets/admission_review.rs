@@ -24,7 +24,10 @@ struct Fixture {
 fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
         let router = Router::new(std::sync::Arc::new(Registry::default()), RoutingPolicy::default())
             .with_arrival_wait(Duration::ZERO);
         let paths = AdmissionPaths::new("Cluster", "/mutate", "/validate");
@@ -36,7 +39,9 @@ fn fixture() -> &'static Fixture {
 fuzz_target!(|data: &[u8]| {
     let fixture = fixture();
     // The first byte picks the handler, the rest is the body.
-    let Some((which, body)) = data.split_first() else { return };
+    let Some((which, body)) = data.split_first() else {
+        return;
+    };
     let path = if which % 2 == 0 { "/mutate" } else { "/validate" };
     let request = Request::post(path)
         .header("content-type", "application/json")
@@ -44,5 +49,8 @@ fuzz_target!(|data: &[u8]| {
         .unwrap();
     let response = fixture.runtime.block_on(fixture.app.clone().oneshot(request)).unwrap();
     let status = response.status().as_u16();
-    assert!(matches!(status, 200 | 400 | 413 | 415 | 422), "unexpected status {status}");
+    assert!(
+        matches!(status, 200 | 400 | 413 | 415 | 422),
+        "unexpected status {status}"
+    );
 });

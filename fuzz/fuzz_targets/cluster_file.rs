@@ -14,6 +14,9 @@ mod yaml;
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     if let Err(error) = yaml::parse_yaml(Path::new("cluster.yaml"), text) {
-        assert!(format!("{error:#}").contains("cluster.yaml"), "the error does not name the file: {error:#}");
+        assert!(
+            format!("{error:#}").contains("cluster.yaml"),
+            "the error does not name the file: {error:#}"
+        );
     }
 });

@@ -13,13 +13,19 @@ fuzz_target!(|data: &[u8]| {
         Some(at) => (&data[..at], &data[at + 1..]),
         None => (&b"{}"[..], data),
     };
-    let Ok(object) = serde_json::from_slice::<Value>(object) else { return };
+    let Ok(object) = serde_json::from_slice::<Value>(object) else {
+        return;
+    };
     let Ok(patch) = parse_patch(patch) else { return };
     let before = object.clone();
     if let Ok(after) = patched(&object, &patch) {
         assert_eq!(object, before, "patched() changed its input");
         // The diff of the two, applied to the first, gives the second.
         let diff = create_patch(&object, &after);
-        assert_eq!(patched(&object, &diff).ok().as_ref(), Some(&after), "create_patch does not round-trip");
+        assert_eq!(
+            patched(&object, &diff).ok().as_ref(),
+            Some(&after),
+            "create_patch does not round-trip"
+        );
     }
 });
