@@ -35,7 +35,7 @@
 # cnpgi-operator, cnpg-i-hello-world and cnpgi-wal-archive tagged RK_IMAGE_TAG
 # (default realkube), RK_POSTGRES_IMAGE, RK_CNPG_IMAGE and RK_MOTO_IMAGE (lib.sh).
 # RK_SCENARIOS="quick-start operator cloudnative-pg wal-archive faults" runs
-# those, in order (by default all, in two lanes side by side); faults runs
+# those, in order (by default all, in three lanes side by side); faults runs
 # commands on the node: RK_NODE_EXEC (default: docker exec into kind's node).
 #
 #   sudo bash tests/realkube/run.sh

@@ -325,45 +325,45 @@ class Faults(wa.Scenario):
         (pod,) = self.live_pods(wa.CNPG_NS, "app.kubernetes.io/name=cnpgi-wal-archive")
         restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
         old = {name: self.secret_pems(name) for name in (SERVER_SECRET, CLIENT_SECRET)}
-        with self.port_forward(wa.CNPG_NS, pod["metadata"]["name"], 9090) as port:
-            # The probe works: the current pins connect.
-            served = tls_handshake(port, *old[CLIENT_SECRET][:2])
-            if served != pem_der(old[SERVER_SECRET][0]):
-                raise Failure("before the rotation, the plugin serves a certificate other than its Secret's")
-            _, failed_before, _ = self.archiver()
-            proc = self.writer(45)
-            time.sleep(5)
-            for certificate in (SERVER_CERTIFICATE, CLIENT_CERTIFICATE):
-                self.renew(wa.CNPG_NS, certificate)
+        plugin = pod["metadata"]["name"]
+        # The probe works: the current pins connect.
+        served = self.handshake(plugin, *old[CLIENT_SECRET][:2])
+        if served != pem_der(old[SERVER_SECRET][0]):
+            raise Failure("before the rotation, the plugin serves a certificate other than its Secret's")
+        _, failed_before, _ = self.archiver()
+        proc = self.writer(45)
+        time.sleep(5)
+        for certificate in (SERVER_CERTIFICATE, CLIENT_CERTIFICATE):
+            self.renew(wa.CNPG_NS, certificate)
 
-            def renewed():
-                pems = {name: self.secret_pems(name) for name in (SERVER_SECRET, CLIENT_SECRET)}
-                same = [name for name in pems if pems[name][0] == old[name][0] or pems[name][1] == old[name][1]]
-                if same:
-                    raise Failure(f"certificate or key unchanged in {same}")
-                return pems
+        def renewed():
+            pems = {name: self.secret_pems(name) for name in (SERVER_SECRET, CLIENT_SECRET)}
+            same = [name for name in pems if pems[name][0] == old[name][0] or pems[name][1] == old[name][1]]
+            if same:
+                raise Failure(f"certificate or key unchanged in {same}")
+            return pems
 
-            new = wait_for("cert-manager issued new certificates and keys into both Secrets", renewed, timeout=90, interval=1)
-            rotated_at = time.time()
-            server_der = pem_der(new[SERVER_SECRET][0])
+        new = wait_for("cert-manager issued new certificates and keys into both Secrets", renewed, timeout=90, interval=1)
+        rotated_at = time.time()
+        server_der = pem_der(new[SERVER_SECRET][0])
 
-            def serves_new():
-                try:
-                    served = tls_handshake(port, *new[CLIENT_SECRET][:2])
-                except OSError as e:
-                    raise Failure(f"the new client certificate is not accepted yet: {e}") from e
-                if served != server_der:
-                    raise Failure("the plugin still serves its previous certificate")
-                return True
-
-            wait_for("the plugin serves the new certificate and accepts the new client certificate", serves_new, timeout=240, interval=1)
-            window = time.time() - rotated_at
+        def serves_new():
             try:
-                tls_handshake(port, *old[CLIENT_SECRET][:2])
-            except OSError:
-                pass
-            else:
-                raise Failure("after the rotation, the plugin still accepts the previous client certificate")
+                served = self.handshake(plugin, *new[CLIENT_SECRET][:2])
+            except OSError as e:
+                raise Failure(f"the new client certificate is not accepted yet: {e}") from e
+            if served != server_der:
+                raise Failure("the plugin still serves its previous certificate")
+            return True
+
+        wait_for("the plugin serves the new certificate and accepts the new client certificate", serves_new, timeout=240, interval=1)
+        window = time.time() - rotated_at
+        try:
+            self.handshake(plugin, *old[CLIENT_SECRET][:2])
+        except OSError:
+            pass
+        else:
+            raise Failure("after the rotation, the plugin still accepts the previous client certificate")
         (after,) = self.live_pods(wa.CNPG_NS, "app.kubernetes.io/name=cnpgi-wal-archive")
         restarts_after = sum(c.get("restartCount", 0) for c in after["status"].get("containerStatuses", []))
         if after["metadata"]["uid"] != pod["metadata"]["uid"] or restarts_after != restarts:
@@ -378,6 +378,13 @@ class Faults(wa.Scenario):
               " no archive attempt failed)", flush=True)
         # The proof's recovery Cluster gets its Pods patched by the plugin: CloudNativePG's calls work with the new pins.
         self.proof("the plugin's certificates rotated")
+
+    def handshake(self, pod, client_cert, client_key):
+        """tls_handshake with the plugin Pod's gRPC port, through a `kubectl
+        port-forward` of its own (kubectl ends a port-forward whose connection
+        the Pod reset, as the plugin does when it refuses a certificate)."""
+        with self.port_forward(wa.CNPG_NS, pod, 9090) as port:
+            return tls_handshake(port, client_cert, client_key)
 
     def secret_pems(self, name):
         data = self.api.get(f"/api/v1/namespaces/{wa.CNPG_NS}/secrets/{name}")["data"]
