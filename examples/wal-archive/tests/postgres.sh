@@ -409,21 +409,24 @@ check "after the kill: every archived segment is stored whole and identical (no 
   every_done_segment_is_stored "$work/pg1" "$cluster1" "$sockets1"
 check "after the kill: no name stored twice" test -z "$(store_names pg1 | uniq -d)"
 
+# archive_failed_since COUNT: until pg_stat_archiver counts more failed
+# archive_command runs than COUNT (10 s at most).
+archive_failed_since() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    [ "$(sql "$port1" "SELECT failed_count > $1 FROM pg_stat_archiver")" = t ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 # b) The store unwritable (a local directory made read-only).
 if [ "$mode" = local ]; then
   chmod -R a-w "$destination/pg1/wals"
   failed_before="$(sql "$port1" "SELECT failed_count FROM pg_stat_archiver")"
   sql "$port1" "INSERT INTO t (phase) VALUES ('read-only')"
   stuck="$(sql "$port1" "SELECT pg_walfile_name(pg_switch_wal())")"
-  unwritable_fails() {
-    local i
-    for ((i = 0; i < 100; i++)); do
-      [ "$(sql "$port1" "SELECT failed_count > $failed_before FROM pg_stat_archiver")" = t ] && return 0
-      sleep 0.1
-    done
-    return 1
-  }
-  check "store unwritable: archive_command fails" unwritable_fails
+  check "store unwritable: archive_command fails" archive_failed_since "$failed_before"
   check "store unwritable: the plugin says why (Permission denied, naming the store)" \
     grep -q "archive failed.*Permission denied" "$work/plugin-instance.log"
   chmod -R u+w "$destination/pg1/wals"
@@ -436,15 +439,7 @@ if [ -n "$store_volume" ]; then
   failed_before="$(sql "$port1" "SELECT failed_count FROM pg_stat_archiver")"
   sql "$port1" "INSERT INTO t (phase, pad) SELECT 'volume-full', repeat('f', 200) FROM generate_series(1, 2000)" >/dev/null
   full="$(sql "$port1" "SELECT pg_walfile_name(pg_switch_wal())")"
-  full_fails() {
-    local i
-    for ((i = 0; i < 100; i++)); do
-      [ "$(sql "$port1" "SELECT failed_count > $failed_before FROM pg_stat_archiver")" = t ] && return 0
-      sleep 0.1
-    done
-    return 1
-  }
-  check "store's volume full: archive_command fails, PostgreSQL keeps $full" full_fails
+  check "store's volume full: archive_command fails, PostgreSQL keeps $full" archive_failed_since "$failed_before"
   check "store's volume full: the plugin says why (No space left on device)" \
     grep -q "archive failed.*No space left on device" "$work/plugin-instance.log"
   # What a failed write leaves: nothing but whole objects (object_store's
