@@ -1,7 +1,8 @@
 //! What a store returns for a WAL file (the wal-archive plugin's object
 //! format: a header, then zstd), and the first bytes of a file PostgreSQL
-//! asks to archive: decoded or refused, never a panic, never more memory
-//! than the content announced (bounded by libFuzzer's -malloc_limit_mb).
+//! asks to archive: decoded or refused, never a panic, and never a
+//! reservation of the size a forged header announces (libFuzzer's
+//! -malloc_limit_mb fails one; see the corpus' `claims-900-mb`).
 #![no_main]
 
 use cnpgi_core::wal_segment::check_segment;

@@ -39,6 +39,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import socket
 import ssl
 import subprocess
@@ -81,6 +82,11 @@ CLIENT_CERTIFICATE, CLIENT_SECRET = "cnpgi-wal-archive-client", "cnpgi-wal-archi
 def pem_der(pem):
     """The first certificate of a PEM bundle, as DER."""
     return ssl.PEM_cert_to_DER_cert(pem[: pem.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----")])
+
+
+def restart_count(pod):
+    """Container restarts of a Pod, all containers."""
+    return sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
 
 
 def tls_handshake(port, client_cert, client_key):
@@ -323,7 +329,7 @@ class Faults(wa.Scenario):
         # The wal-archive scenario calls the same plugin: rotate once it ended.
         self.wait_files("the wal-archive scenario done", self.args.plugin_alone_after)
         (pod,) = self.live_pods(wa.CNPG_NS, "app.kubernetes.io/name=cnpgi-wal-archive")
-        restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
+        restarts = restart_count(pod)
         old = {name: self.secret_pems(name) for name in (SERVER_SECRET, CLIENT_SECRET)}
         plugin = pod["metadata"]["name"]
         # The probe works: the current pins connect.
@@ -365,7 +371,7 @@ class Faults(wa.Scenario):
         else:
             raise Failure("after the rotation, the plugin still accepts the previous client certificate")
         (after,) = self.live_pods(wa.CNPG_NS, "app.kubernetes.io/name=cnpgi-wal-archive")
-        restarts_after = sum(c.get("restartCount", 0) for c in after["status"].get("containerStatuses", []))
+        restarts_after = restart_count(after)
         if after["metadata"]["uid"] != pod["metadata"]["uid"] or restarts_after != restarts:
             names = f"{pod['metadata']['name']} -> {after['metadata']['name']}"
             raise Failure(f"the plugin Pod was restarted or replaced ({names}, restarts {restarts} -> {restarts_after})")
@@ -402,12 +408,14 @@ class Faults(wa.Scenario):
     def port_forward(self, ns, pod, port):
         """`kubectl port-forward` to the Pod's port; yields the local port."""
         proc = subprocess.Popen([self.kubectl_bin, "--kubeconfig", self.kubeconfig, "-n", ns, "port-forward", f"pod/{pod}", f":{port}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            line = proc.stdout.readline()
+            # kubectl prints the local port at once, or fails: 30 s at most.
+            ready, _, _ = select.select([proc.stdout], [], [], 30)
+            line = proc.stdout.readline() if ready else ""
             m = re.search(r"127\.0\.0\.1:(\d+) ->", line)
             if not m:
-                raise Failure(f"kubectl port-forward to {pod}: {line.strip() or proc.stderr.read()[-300:]}")
+                raise Failure(f"kubectl port-forward to {pod}: {line.strip() or 'no local port within 30 s'}")
             yield int(m.group(1))
         finally:
             proc.kill()
