@@ -4,7 +4,7 @@
 # tests/e2e/cnpg/build.sh, hosting plugins built with cnpgi-rs (the Rust
 # hello-world) and with upstream's Go machinery (tests/interop/goplugin), on a
 # real etcd + kube-apiserver + kube-controller-manager on loopback
-# (tests/e2e/lib/control-plane.sh):
+# (tests/lib/control-plane.sh):
 #
 #   A. plugins as sidecars: Unix sockets in PLUGIN_SOCKET_DIR (also the
 #      wal-archive plugin: advertised, its sidecar injected into the Pod);
@@ -35,8 +35,8 @@ cnpg_dir="$here/cnpg"
 
 # This test plays the kubelet itself, so it needs its own control plane.
 unset E2E_KUBECONFIG
-# shellcheck source=lib/control-plane.sh
-source "$here/lib/control-plane.sh"
+# shellcheck source=../lib/control-plane.sh
+source "$here/../lib/control-plane.sh"
 
 work="$(mktemp -d)"
 CNPG_VERSION="${CNPG_VERSION:-v1.30.0}"

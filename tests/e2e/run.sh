@@ -21,8 +21,8 @@
 # Needs: Go >= 1.25 (first run), openssl, curl, python3 with PyYAML.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-# shellcheck source=tests/e2e/lib/control-plane.sh
-source tests/e2e/lib/control-plane.sh
+# shellcheck source=tests/lib/control-plane.sh
+source tests/lib/control-plane.sh
 
 for tool in openssl curl python3; do
   command -v "$tool" >/dev/null 2>&1 || { echo "e2e: $tool is required" >&2; exit 1; }

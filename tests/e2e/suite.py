@@ -11,6 +11,7 @@ Service with mutual TLS, and the sample Clusters. Prints one line per check,
 
 import argparse
 import base64
+import itertools
 import json
 import os
 import re
@@ -18,17 +19,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
-import functools
-import itertools
-import operator
-
+import pki
 from checks import Checks
 from kube import ApiError, Kube, load_yaml_documents, resource_path
+from net import free_port, http_get
+from waits import Failure, wait_for
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PLUGIN = "cnpg-i-hello-world.cloudnative-pg.io"
@@ -41,10 +38,6 @@ FIELD_MANAGER = "cnpgi-operator"
 PLUGIN_SERVICE = "cnpg-i-hello-world"
 LEASE = "cnpgi-operator-leader"
 LEASE_SECONDS = 6
-
-
-class Failure(Exception):
-    """A check failed; the message says what was expected and what was seen."""
 
 
 class Abort(Exception):
@@ -109,38 +102,6 @@ def on_signal(signum, _frame):
     raise SystemExit(128 + signum)
 
 
-# --------------------------------------------------------------------------
-# Certificates, made with openssl.
-
-
-def openssl(*args):
-    result = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise Abort(f"openssl {' '.join(args[:2])} failed: {result.stderr.strip()}")
-
-
-def self_signed(path, cn, ext):
-    """A self-signed leaf, like cert-manager's selfSigned issuer makes."""
-    openssl(
-        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", path + ".key", "-out", path + ".crt", "-days", "2", "-subj", f"/CN={cn}",
-        *functools.reduce(operator.iadd, (["-addext", e] for e in ext), []),
-    )  # fmt: skip
-
-
-def ca_signed(path, cn, ext, ca):
-    openssl(
-        "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", path + ".key", "-out", path + ".csr", "-subj", f"/CN={cn}",
-    )  # fmt: skip
-    with open(path + ".ext", "w", encoding="utf-8") as f:
-        f.write("\n".join(ext) + "\n")
-    openssl(
-        "x509", "-req", "-in", path + ".csr", "-CA", ca + ".crt", "-CAkey", ca + ".key", "-CAcreateserial",
-        "-days", "2", "-sha256", "-extfile", path + ".ext", "-out", path + ".crt",
-    )  # fmt: skip
-
-
 def read(path, mode="r"):
     with open(path, mode) as f:
         return f.read()
@@ -150,44 +111,6 @@ def b64(data):
     if isinstance(data, str):
         data = data.encode()
     return base64.b64encode(data).decode()
-
-
-# --------------------------------------------------------------------------
-# Polling.
-
-
-def wait_for(what, probe, timeout=30.0, interval=0.25):
-    """Calls probe() until it returns a true value; raises Failure naming
-    `what` and the last thing seen (value or exception) on timeout."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        try:
-            value = probe()
-            if value:
-                return value
-            last = value
-        except (ApiError, Failure, KeyError, IndexError, TypeError, ValueError) as e:
-            last = f"{type(e).__name__}: {e}"
-        if time.monotonic() > deadline:
-            raise Failure(f"{what}: not true after {timeout:.0f}s (last seen: {str(last)[:600]})")
-        time.sleep(interval)
-
-
-def free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_get(url, timeout=2):
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 # --------------------------------------------------------------------------
@@ -226,7 +149,7 @@ class Suite:
         """Runs one named check; a set-up check (`setup`) runs even when
         CHECKS does not select it, and its failure aborts the run, as the
         checks after it need it."""
-        passed = self.checks.check(name, fn, expected=(Failure, ApiError, Abort), setup=setup)
+        passed = self.checks.check(name, fn, expected=(Failure, ApiError, Abort, pki.PkiError), setup=setup)
         if setup and not passed:
             raise Abort(f"{name} failed; the checks after it cannot run")
         return passed
@@ -388,22 +311,15 @@ class Suite:
             raise Failure("the operator's token may list Secrets outside its namespace: not the shipped RBAC")
 
     def setup_webhooks(self):
-        pki = os.path.join(self.work, "webhook-pki")
-        os.makedirs(pki, exist_ok=True)
-        self_signed(
-            os.path.join(pki, "ca"), "cnpgi-e2e-webhook-ca", ["basicConstraints=critical,CA:TRUE", "keyUsage=critical,keyCertSign"]
-        )
-        ca_signed(
-            os.path.join(pki, "tls"),
-            "cnpgi-webhook",
-            ["subjectAltName=IP:127.0.0.1", "extendedKeyUsage=serverAuth"],
-            os.path.join(pki, "ca"),
-        )
+        pki_dir = os.path.join(self.work, "webhook-pki")
+        os.makedirs(pki_dir, exist_ok=True)
+        ca_crt, _ = pki.ca(pki_dir, "ca", "/CN=cnpgi-e2e-webhook-ca")
+        crt, key = pki.leaf(pki_dir, "tls", "/CN=cnpgi-webhook", "IP:127.0.0.1", "serverAuth", ca="ca")
         self.webhook_dir = os.path.join(self.work, "webhook-certs")
         os.makedirs(self.webhook_dir, exist_ok=True)
-        os.replace(os.path.join(pki, "tls.crt"), os.path.join(self.webhook_dir, "tls.crt"))
-        os.replace(os.path.join(pki, "tls.key"), os.path.join(self.webhook_dir, "tls.key"))
-        ca_bundle = b64(read(os.path.join(pki, "ca.crt"), "rb"))
+        os.replace(crt, os.path.join(self.webhook_dir, "tls.crt"))
+        os.replace(key, os.path.join(self.webhook_dir, "tls.key"))
+        ca_bundle = b64(read(ca_crt, "rb"))
         for obj in load_yaml_documents(os.path.join(ROOT, "manifests", "operator", "webhooks.yaml")):
             obj["metadata"].pop("annotations", None)
             for hook in obj["webhooks"]:
@@ -1009,18 +925,11 @@ class Suite:
     # -- plugin behind a Service
 
     def make_plugin_certs(self, generation):
+        # Self-signed leaves, as cert-manager's selfSigned issuer makes them.
         base = os.path.join(self.tls_dir, generation)
         os.makedirs(base, exist_ok=True)
-        self_signed(
-            os.path.join(base, "server"),
-            PLUGIN_SERVICE,
-            [f"subjectAltName=DNS:{PLUGIN_SERVICE}", "extendedKeyUsage=serverAuth", "basicConstraints=critical,CA:FALSE"],
-        )
-        self_signed(
-            os.path.join(base, "client"),
-            f"{PLUGIN_SERVICE}-client",
-            ["extendedKeyUsage=clientAuth", "basicConstraints=critical,CA:FALSE"],
-        )
+        pki.leaf(base, "server", f"/CN={PLUGIN_SERVICE}", f"DNS:{PLUGIN_SERVICE}", "serverAuth")
+        pki.leaf(base, "client", f"/CN={PLUGIN_SERVICE}-client", "", "clientAuth")
 
     def apply_plugin_secrets(self, generation):
         base = os.path.join(self.tls_dir, generation)

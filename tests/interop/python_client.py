@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Calls the hello-world plugin binary the way the CloudNativePG operator does,
 with a gRPC client generated independently (grpcio-tools) from this
-repository's proto/ and certificates made by openssl, not by the Rust code.
+repository's proto/ and certificates made by openssl (tests/lib/pki.py), not
+by the Rust code.
 
 Usage: python_client.py PATH_TO_cnpg-i-hello-world
 Needs: grpcio, grpcio-tools (pip), openssl (CLI).
@@ -11,11 +12,9 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 import grpc
 from grpc_tools import protoc
@@ -24,7 +23,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PLUGIN = "cnpg-i-hello-world.cloudnative-pg.io"
 SERVICE_NAME = "cnpg-i-hello-world"
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
-from checks import Checks  # noqa: E402 (tests/lib is found through ROOT)
+import pki  # noqa: E402 (tests/lib is found through ROOT)
+from checks import Checks  # noqa: E402
+from net import free_port  # noqa: E402
+from waits import wait_for  # noqa: E402
 
 CHECKS = Checks("interop")
 
@@ -40,21 +42,6 @@ def generate_stubs(out):
     if code != 0:
         sys.exit(f"protoc failed on {files}")
     sys.path.insert(0, out)
-
-
-def self_signed(directory, stem, subject, extra):
-    """A self-signed leaf, as cert-manager's selfSigned issuer makes them."""
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-         "-keyout", f"{directory}/{stem}.key", "-out", f"{directory}/{stem}.crt", "-days", "30",
-         "-subj", f"/CN={subject}", *extra],
-        check=True, capture_output=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def exercise(ch, label, identity, identity_grpc, operator, operator_grpc, lifecycle, lifecycle_grpc):
@@ -151,10 +138,10 @@ def main():
         import operator_pb2 as operator
         import operator_pb2_grpc as operator_grpc
 
-        self_signed(work, "server", SERVICE_NAME,
-                    ["-addext", f"subjectAltName=DNS:{SERVICE_NAME}", "-addext", "extendedKeyUsage=serverAuth"])
-        self_signed(work, "client", "cnpg-operator", ["-addext", "extendedKeyUsage=clientAuth"])
-        self_signed(work, "stranger", "cnpg-operator", ["-addext", "extendedKeyUsage=clientAuth"])
+        # Self-signed leaves, as cert-manager's selfSigned issuer makes them.
+        pki.leaf(work, "server", f"/CN={SERVICE_NAME}", f"DNS:{SERVICE_NAME}", "serverAuth", days=30)
+        pki.leaf(work, "client", "/CN=cnpg-operator", "", "clientAuth", days=30)
+        pki.leaf(work, "stranger", "/CN=cnpg-operator", "", "clientAuth", days=30)
 
         # Over mutual TLS, as a remote plugin behind a Service.
         port = free_port()
@@ -197,9 +184,7 @@ def main():
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         processes.append(process)
         socket_path = os.path.join(sockets, PLUGIN)
-        deadline = time.monotonic() + 20
-        while not os.path.exists(socket_path) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for("the plugin's socket", lambda: os.path.exists(socket_path), timeout=20, interval=0.05)
         ch = grpc.insecure_channel(f"unix://{socket_path}")
         grpc.channel_ready_future(ch).result(timeout=20)
         try:

@@ -14,19 +14,13 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-import kube  # noqa: E402
-from checks import Checks  # noqa: E402
-from kube import ApiError, Kube  # noqa: E402 - ApiError is re-exported for the scenarios
-from suite import Failure, wait_for  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from checks import Checks
+from kube import ApiError, Kube
+from waits import Failure, wait_for
 
+# tests/lib's names the scenarios use, re-exported: they import only from this directory.
 __all__ = ["ApiError", "Failure", "Kube", "Scenario", "delete_and_time", "wait_for"]
-
-# CloudNativePG's kinds, for Kube.create (the e2e suite's table has cnpgi.io's).
-for _kind, _plural in (("Cluster", "clusters"), ("Backup", "backups")):
-    kube.RESOURCES[("postgresql.cnpg.io/v1", _kind)] = ("/apis/postgresql.cnpg.io/v1", _plural, True)
 
 
 class Scenario:

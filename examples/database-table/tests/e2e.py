@@ -12,7 +12,7 @@
 
 Prints one line per check (tests/lib/checks.py) and appends it to --results.
 The API server and its admin credentials come from E2E_SERVER, E2E_CA,
-E2E_CERT and E2E_KEY (tests/e2e/kube.py); PostgreSQL is queried through the
+E2E_CERT and E2E_KEY (tests/lib/kube.py); PostgreSQL is queried through the
 psql wrapper e2e.sh wrote in --workdir. Waits poll until a deadline.
 """
 
@@ -24,13 +24,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
-sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 from checks import Checks  # noqa: E402 (tests/lib is found through ROOT)
-from kube import ApiError, Kube, load_yaml_documents, resource_path  # noqa: E402 (tests/e2e: the one API client)
+from kube import ApiError, Kube, load_yaml_documents, resource_path  # noqa: E402
+from waits import Failure, wait_for  # noqa: E402
 
 NAMESPACE = "tables"
 SYSTEM_NAMESPACE = "database-table-system"
@@ -42,23 +41,17 @@ WEBHOOK = "database-table-operator"
 RESERVED_MESSAGE = '"user" is a reserved word in SQL: choose another name'
 
 
-class Failure(Exception):
-    """A check failed: the message says what was expected and what was seen."""
-
-
 def wait(what, probe, timeout=60):
-    """Polls `probe()` -> (done, seen) until done; else Failure naming what was last seen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            done, seen = probe()
-        except (ApiError, subprocess.CalledProcessError, KeyError, TypeError) as e:
-            done, seen = False, f"{type(e).__name__}: {e}"
-        if done:
-            return seen
-        if time.monotonic() >= deadline:
-            raise Failure(f"{what}: not within {timeout} s; last seen: {seen}")
-        time.sleep(0.5)
+    """Polls `probe()` -> (done, seen) until done, and returns `seen`; else
+    Failure naming what was last seen (waits.wait_for)."""
+
+    def done():
+        finished, seen = probe()
+        if not finished:
+            raise Failure(seen)
+        return [seen]
+
+    return wait_for(what, done, timeout, interval=0.5, retry=(subprocess.CalledProcessError,))[0]
 
 
 def strip_ansi(text):

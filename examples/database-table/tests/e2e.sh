@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The DatabaseTable example end to end (examples/database-table): its operator,
 # on cnpgi-host, with two CNPG-I plugins in one socket directory, against a
-# real kube-apiserver (tests/e2e/lib/control-plane.sh) and a real PostgreSQL 15:
+# real kube-apiserver (tests/lib/control-plane.sh) and a real PostgreSQL 15:
 #
 #   postgres.tables.example.cnpgi.io  the implementation (Rust,
 #       examples/database-table-postgres): defaults and validates columns at
@@ -33,8 +33,8 @@ root="$(cd "$here/../../.." && pwd)"
 # The API server calls the operator's webhooks on this machine's loopback:
 # this test needs its own control plane.
 unset E2E_KUBECONFIG
-# shellcheck source=../../../tests/e2e/lib/control-plane.sh
-source "$root/tests/e2e/lib/control-plane.sh"
+# shellcheck source=../../../tests/lib/control-plane.sh
+source "$root/tests/lib/control-plane.sh"
 SUITE="DatabaseTable e2e"
 # shellcheck source=../../../tests/lib/checks.sh
 source "$root/tests/lib/checks.sh"

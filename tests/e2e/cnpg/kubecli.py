@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Kubernetes commands for tests/e2e/cloudnative-pg.sh, on tests/e2e/kube.py's
+"""Kubernetes commands for tests/e2e/cloudnative-pg.sh, on tests/lib/kube.py's
 client (standard library only: no kubectl, no PyYAML).
 
 The API server and the admin credentials come from the environment:
@@ -31,23 +31,23 @@ import re
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from kube import ApiError, Kube  # tests/e2e/kube.py: the one API client
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+from kube import RESOURCES, ApiError, Kube, resource_path
 
-# kind -> (API prefix, plural, namespaced)
+# The kinds these commands know -> their apiVersion (paths: kube.RESOURCES).
 KINDS = {
-    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
-    "Namespace": ("/api/v1", "namespaces", False),
-    "Secret": ("/api/v1", "secrets", True),
-    "Service": ("/api/v1", "services", True),
-    "Pod": ("/api/v1", "pods", True),
-    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
-    "Event": ("/api/v1", "events", True),
-    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
-    "Job": ("/apis/batch/v1", "jobs", True),
-    "Cluster": ("/apis/postgresql.cnpg.io/v1", "clusters", True),
-    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
-    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "CustomResourceDefinition": "apiextensions.k8s.io/v1",
+    "Namespace": "v1",
+    "Secret": "v1",
+    "Service": "v1",
+    "Pod": "v1",
+    "PersistentVolumeClaim": "v1",
+    "Event": "v1",
+    "ServiceAccount": "v1",
+    "Job": "batch/v1",
+    "Cluster": "postgresql.cnpg.io/v1",
+    "ClusterRole": "rbac.authorization.k8s.io/v1",
+    "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
 }
 ALIASES = {
     "crd": "CustomResourceDefinition",
@@ -70,13 +70,14 @@ def kind_of(name):
     return kind
 
 
+def namespaced(kind):
+    return RESOURCES[(KINDS[kind], kind)][2]
+
+
 def collection_path(kind, namespace=None):
-    prefix, plural, namespaced = KINDS[kind]
-    if namespaced:
-        if not namespace:
-            raise SystemExit(f"kubecli.py: a {kind} needs a namespace")
-        return f"{prefix}/namespaces/{namespace}/{plural}"
-    return f"{prefix}/{plural}"
+    if namespaced(kind) and not namespace:
+        raise SystemExit(f"kubecli.py: a {kind} needs a namespace")
+    return resource_path(KINDS[kind], kind, namespace)
 
 
 def object_path(kind, namespace, name):
@@ -158,7 +159,7 @@ def cmd_wait(client, args):
         sys.exit("usage: kubecli.py wait KIND NAMESPACE NAME EXPR [--timeout S] [--what TEXT] [--show EXPR]")
     kind, namespace, name, expr = rest
     kind = kind_of(kind)
-    path = object_path(kind, namespace if KINDS[kind][2] else None, name)
+    path = object_path(kind, namespace if namespaced(kind) else None, name)
     code = compile(expr, "<expr>", "eval")
     deadline = time.monotonic() + timeout
     last, last_error = None, None
@@ -206,13 +207,13 @@ def main(argv):
                 path = args[0]
             else:
                 kind = kind_of(args[0])
-                path = object_path(kind, args[1] if KINDS[kind][2] else None, args[-1])
+                path = object_path(kind, args[1] if namespaced(kind) else None, args[-1])
             print(json.dumps(client.get(path)))
             return 0
         if cmd == "delete":
             kind = kind_of(args[0])
             try:
-                client.request("DELETE", object_path(kind, args[1] if KINDS[kind][2] else None, args[2]))
+                client.request("DELETE", object_path(kind, args[1] if namespaced(kind) else None, args[2]))
             except ApiError as e:
                 if e.status != 404:
                     raise

@@ -21,23 +21,23 @@ Everything is on loopback. Every action is logged on stdout.
 Usage: standin.py WORKDIR NAMESPACE...    (environment as for kubecli.py)
 """
 
+import base64
+import contextlib
 import http.server
 import json
 import os
 import random
 import signal
 import ssl
-import subprocess
 import sys
 import threading
 import time
 from datetime import UTC, datetime
 from typing import ClassVar
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import contextlib
-
-from kubecli import ApiError, Kube
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import pki
+from kube import ApiError, Kube
 
 STATUS_PORT = 8000
 FIRST_IP = 20
@@ -91,8 +91,6 @@ class StandIn:
 
     def cluster_ca(self, namespace, cluster):
         """Writes the Cluster's CA (made by CloudNativePG) to files."""
-        import base64
-
         secret = self.client.get(f"/api/v1/namespaces/{namespace}/secrets/{cluster}-ca")
         d = os.path.join(self.workdir, f"{namespace}-{cluster}")
         os.makedirs(d, exist_ok=True)
@@ -107,19 +105,8 @@ class StandIn:
         if ip in self.servers:
             return
         d = self.cluster_ca(namespace, cluster)
-        key, crt = os.path.join(d, f"{pod}.key"), os.path.join(d, f"{pod}.crt")
-        ext = os.path.join(d, f"{pod}.ext")
-        with open(ext, "w") as f:
-            f.write(f"subjectAltName=IP:{ip},DNS:{pod}\nextendedKeyUsage=serverAuth\n")
         # A leaf issued by the Cluster's CA, as the instance manager's.
-        subprocess.run(
-            ["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-             "-keyout", key, "-subj", f"/CN={pod}", "-out", crt + ".csr"],
-            check=True, capture_output=True)
-        subprocess.run(
-            ["openssl", "x509", "-req", "-in", crt + ".csr", "-CA", os.path.join(d, "ca.crt"),
-             "-CAkey", os.path.join(d, "ca.key"), "-CAcreateserial", "-days", "2", "-extfile", ext, "-out", crt],
-            check=True, capture_output=True)
+        crt, key = pki.leaf(d, pod, f"/CN={pod}", f"IP:{ip},DNS:{pod}", "serverAuth", ca="ca")
         server = http.server.ThreadingHTTPServer((ip, STATUS_PORT), StatusHandler)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_3
@@ -236,9 +223,8 @@ class StandIn:
                 for step in (self.complete_jobs, self.run_pods, self.set_current_primary):
                     try:
                         step(ns)
-                    except (ApiError, OSError, RuntimeError, subprocess.CalledProcessError) as e:
-                        detail = getattr(e, "stderr", b"") or b""
-                        log(f"{step.__name__} in {ns}: {e} {detail.decode(errors='replace').strip()}")
+                    except (ApiError, OSError, RuntimeError) as e:  # pki.PkiError is a RuntimeError
+                        log(f"{step.__name__} in {ns}: {e}")
             time.sleep(0.3)
 
 

@@ -1,6 +1,4 @@
-"""A small Kubernetes API client over plain HTTPS (no kubectl, no client library):
-the one client of the e2e suites (suite.py, and cnpg/kubecli.py and
-cnpg/standin.py for the CloudNativePG suite).
+"""The Kubernetes API client of the suites, over plain HTTPS (no kubectl, no client library).
 
 Reads a kubeconfig (file paths or embedded data; client certificates or a
 bearer token; PyYAML needed only for that) or the e2e control plane's
@@ -26,6 +24,9 @@ RESOURCES = {
     ("v1", "Service"): ("/api/v1", "services", True),
     ("v1", "Pod"): ("/api/v1", "pods", True),
     ("v1", "ResourceQuota"): ("/api/v1", "resourcequotas", True),
+    ("v1", "PersistentVolumeClaim"): ("/api/v1", "persistentvolumeclaims", True),
+    ("v1", "Event"): ("/api/v1", "events", True),
+    ("batch/v1", "Job"): ("/apis/batch/v1", "jobs", True),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): (
         "/apis/rbac.authorization.k8s.io/v1",
@@ -50,6 +51,8 @@ RESOURCES = {
         False,
     ),
     ("cnpgi.io/v1", "Cluster"): ("/apis/cnpgi.io/v1", "clusters", True),
+    ("postgresql.cnpg.io/v1", "Cluster"): ("/apis/postgresql.cnpg.io/v1", "clusters", True),
+    ("postgresql.cnpg.io/v1", "Backup"): ("/apis/postgresql.cnpg.io/v1", "backups", True),
     ("example.cnpgi.io/v1", "DatabaseTable"): ("/apis/example.cnpgi.io/v1", "databasetables", True),
     ("events.k8s.io/v1", "Event"): ("/apis/events.k8s.io/v1", "events", True),
     ("coordination.k8s.io/v1", "Lease"): ("/apis/coordination.k8s.io/v1", "leases", True),
@@ -227,9 +230,7 @@ class Kube:
             raise
 
     def create(self, obj, dry_run=False):
-        return self.request(
-            "POST", object_path(obj, with_name=False), obj, query={"dryRun": "All"} if dry_run else None
-        )
+        return self.request("POST", object_path(obj, with_name=False), obj, query={"dryRun": "All"} if dry_run else None)
 
     def apply(self, obj, manager="cnpgi-e2e"):
         """Server-side apply (as `kubectl apply --server-side --force-conflicts`)."""

@@ -3,7 +3,7 @@
 # kube-apiserver and kube-controller-manager, built from the Go module proxy
 # by tests/e2e/build-kube.sh (cached by version).
 #
-#   source tests/e2e/lib/control-plane.sh
+#   source tests/lib/control-plane.sh
 #   cp_start WORKDIR [extra kube-apiserver flags...]   # exports KUBECONFIG
 #   cp_spawn NAME LOGFILE command args...              # any other process to stop with it
 #   cp_stop                                            # stops everything, newest first
@@ -19,8 +19,8 @@
 # serving certificate), CP_ADMIN_CERT, CP_ADMIN_KEY, CP_DIR.
 
 CP_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=../../lib/pki.sh
-source "$CP_LIB_DIR/../../lib/pki.sh"
+# shellcheck source=pki.sh
+source "$CP_LIB_DIR/pki.sh"
 CP_PIDS=()
 CP_NAMES=()
 # Read by callers: 1 when E2E_KUBECONFIG named the cluster.
@@ -139,7 +139,7 @@ cp_start() {
   local bins etcd apiserver kcm
   # Not in a command substitution of anything that starts processes: the
   # build script only builds, and prints the paths of the cached binaries.
-  bins="$(bash "$CP_LIB_DIR/../build-kube.sh")" || { cp_log "cannot build the control plane binaries"; return 1; }
+  bins="$(bash "$CP_LIB_DIR/../e2e/build-kube.sh")" || { cp_log "cannot build the control plane binaries"; return 1; }
   etcd="$(sed -n 1p <<<"$bins")"
   apiserver="$(sed -n 2p <<<"$bins")"
   kcm="$(sed -n 3p <<<"$bins")"
