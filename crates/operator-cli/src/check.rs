@@ -31,18 +31,14 @@ pub(crate) struct CheckArgs {
 /// Exit 0 when every plugin passes, 1 when a check fails, 2 when a plugin
 /// cannot be reached at all.
 pub(crate) async fn check(args: CheckArgs) -> ExitCode {
-    let cluster = match &args.cluster {
-        None => None,
-        Some(path) => match crate::render::read_input(path)
-            .and_then(|text| crate::yaml::parse_yaml(path, &text))
-            .map_err(|e| format!("{e:#}"))
-        {
-            Ok(cluster) => Some(cluster),
-            Err(error) => {
-                eprintln!("error: --cluster: {error}");
-                return ExitCode::from(2);
-            }
-        },
+    // The same refusals as `render`: a Deployment, an empty file or a
+    // Cluster of another API group would be sent to the plugin as a Cluster.
+    let cluster = match args.cluster.as_deref().map(crate::render::read_cluster).transpose() {
+        Ok(cluster) => cluster,
+        Err(error) => {
+            eprintln!("error: --cluster: {error:#}");
+            return ExitCode::from(2);
+        }
     };
     let plugins = match LocalPlugins::connect(&args.plugins).await {
         Ok(plugins) if plugins.found.is_empty() => {
@@ -55,6 +51,16 @@ pub(crate) async fn check(args: CheckArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let (Some(path), Some(cluster)) = (&args.cluster, &cluster) {
+        let found: Vec<&str> = plugins.found.iter().map(|(name, _, _)| name.as_str()).collect();
+        if let Some(name) = crate::render::plugin_names(cluster).find(|name| !found.contains(name)) {
+            eprintln!(
+                "error: --cluster: {}",
+                crate::render::unknown_plugin(name, [(path.as_path(), cluster)], &found)
+            );
+            return ExitCode::from(2);
+        }
+    }
     let options = ConformanceOptions {
         deadline: Duration::from_secs(args.call_timeout_seconds),
         cluster,

@@ -54,7 +54,13 @@ pub(crate) struct RenderArgs {
 
 /// Reads and parses an object file (a Cluster), refusing what is not one.
 pub(crate) fn read_object(path: &Path) -> anyhow::Result<Value> {
-    let value = crate::yaml::parse_yaml(path, &read_input(path)?)?;
+    let text = read_input(path)?;
+    anyhow::ensure!(
+        !text.trim().is_empty(),
+        "{} is empty: expected a Cluster in YAML or JSON",
+        path.display()
+    );
+    let value = crate::yaml::parse_yaml(path, &text)?;
     anyhow::ensure!(value.is_object(), "{} does not hold an object", path.display());
     Ok(value)
 }
@@ -188,7 +194,11 @@ pub(crate) async fn render(args: RenderArgs) -> ExitCode {
 /// Why a plugin the Cluster names is not there, and how to give it: the
 /// file and `spec.plugins[N].name` naming it, the plugins that were found,
 /// and the flags that provide one.
-fn unknown_plugin<'a>(name: &str, inputs: impl IntoIterator<Item = (&'a Path, &'a Value)>, found: &[&str]) -> String {
+pub(crate) fn unknown_plugin<'a>(
+    name: &str,
+    inputs: impl IntoIterator<Item = (&'a Path, &'a Value)>,
+    found: &[&str],
+) -> String {
     let named_by = inputs
         .into_iter()
         .find_map(|(path, cluster)| {
@@ -208,6 +218,16 @@ fn unknown_plugin<'a>(name: &str, inputs: impl IntoIterator<Item = (&'a Path, &'
         "{named_by} is {name}, which is none of the plugins given ({found}); give it with --plugin-exec PATH \
          (its binary), --plugin-dir DIR (a directory holding its socket) or --plugin {name}=ADDRESS"
     )
+}
+
+/// The names in a Cluster's `spec.plugins`, in order.
+pub(crate) fn plugin_names(cluster: &Value) -> impl Iterator<Item = &str> {
+    cluster
+        .pointer("/spec/plugins")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.get("name").and_then(Value::as_str))
 }
 
 /// The YAML stream: the mutated Cluster (with its status), then the Pods.

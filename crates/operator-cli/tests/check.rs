@@ -254,3 +254,64 @@ fn advertised_but_unserved_or_unusable_services_fail() {
         );
     }
 }
+
+/// `--cluster` holding what is not a Cluster, nothing, or a Cluster naming a
+/// plugin not given is refused before any check, naming the file and field,
+/// as `render` refuses them (issue 30).
+#[test]
+fn a_cluster_file_that_is_not_one_or_names_another_plugin_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for (file, text, expected) in [
+        (
+            "deployment.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n",
+            "holds a Deployment of apiVersion apps/v1, not a Cluster",
+        ),
+        ("empty.yaml", "", "is empty: expected a Cluster"),
+        (
+            "misspelt.yaml",
+            "apiVersion: cnpgi.io/v1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  plugins:\n  - name: cnpg-i-helo-world.cloudnative-pg.io\n",
+            "spec.plugins[0].name is cnpg-i-helo-world.cloudnative-pg.io, which is none of the plugins given",
+        ),
+    ] {
+        let path = dir.path().join(file);
+        std::fs::write(&path, text).unwrap();
+        let output = check_with("cnpg-i-hello-world", None, &["--cluster", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{file}: {stderr}");
+        assert!(
+            stderr.contains(&format!("--cluster: {}", path.display())) && stderr.contains(expected),
+            "{file}: {stderr}"
+        );
+        assert!(output.stdout.is_empty(), "{file}: no check ran");
+    }
+}
+
+/// A Cluster whose parameters the plugin refuses: its hooks refusing it with
+/// INVALID_ARGUMENT is right, not a failure; the refusal is a NOTE naming
+/// the field (issue 30).
+#[test]
+fn a_plugin_refusing_a_cluster_its_validation_refuses_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: cnpgi.io/v1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  plugins:\n  - name: cnpg-i-hello-world.cloudnative-pg.io\n    parameters:\n      labels: not json\n",
+    )
+    .unwrap();
+    let output = check_with("cnpg-i-hello-world", None, &["--cluster", path.to_str().unwrap()]);
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{table}");
+    assert!(
+        table.lines().any(|l| l.contains("NOTE")
+            && l.contains("the Cluster sent passes the plugin's validation")
+            && l.contains("spec.plugins[0].labels: invalid JSON value")),
+        "{table}"
+    );
+    assert!(
+        table.lines().any(|l| l.contains("PASS")
+            && l.contains("LifecycleHook Pod CREATE: patch is valid and applies")
+            && l.contains("refuses the Cluster its validation refuses")),
+        "{table}"
+    );
+}

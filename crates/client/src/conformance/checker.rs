@@ -58,6 +58,9 @@ pub(super) struct Checker {
     pub(super) cluster: Value,
     /// `cluster`, as sent.
     pub(super) cluster_bytes: Vec<u8>,
+    /// What the plugin's ValidateClusterCreate said is wrong with `cluster`,
+    /// when it refused it: its other calls may then refuse the Cluster too.
+    pub(super) refused_by_validation: Option<String>,
 }
 
 impl Checker {
@@ -76,6 +79,7 @@ impl Checker {
             operator_rpcs: Vec::new(),
             cluster: sample_cluster(expected_name, options.cluster.as_ref()),
             cluster_bytes: Vec::new(),
+            refused_by_validation: None,
         }
     }
 
@@ -167,7 +171,15 @@ impl Checker {
         judge: impl FnOnce(T) -> Result<String, String>,
     ) {
         let result = self.timed(call).await.and_then(judge);
+        let result = self.excused(result);
         self.report.record(name, result);
+    }
+
+    /// A call's outcome, with `INVALID_ARGUMENT` accepted when the plugin's
+    /// own validation refused the Cluster: CloudNativePG would never have
+    /// admitted it, and refusing it is what the plugin should do.
+    pub(super) fn excused(&self, result: Result<String, String>) -> Result<String, String> {
+        excuse(self.refused_by_validation.is_some(), result)
     }
 
     /// Garbage sent to an Operator or OperatorLifecycle RPC must be refused
@@ -353,6 +365,17 @@ fn sample_cluster(plugin: &str, given: Option<&Value>) -> Value {
     cluster
 }
 
+/// [`Checker::excused`]: only `INVALID_ARGUMENT`, only for a refused Cluster.
+fn excuse(refused_by_validation: bool, result: Result<String, String>) -> Result<String, String> {
+    match result {
+        Err(reason) if refused_by_validation && reason.starts_with("InvalidArgument:") => Ok(format!(
+            "refuses the Cluster its validation refuses (INVALID_ARGUMENT: {})",
+            short(reason.trim_start_matches("InvalidArgument:").trim())
+        )),
+        result => result,
+    }
+}
+
 /// An unadvertised service's answer: `UNIMPLEMENTED` is expected.
 pub(super) fn absent<T>(answer: Result<T, String>) -> Result<String, String> {
     match answer {
@@ -489,5 +512,16 @@ mod tests {
             consistent(&[], read, name),
             Err("the service is advertised, but no RPC or kind".into())
         );
+    }
+
+    #[test]
+    fn only_invalid_argument_for_a_refused_cluster_is_excused() {
+        let refused = || Err::<String, String>("InvalidArgument: bad labels".into());
+        assert!(excuse(true, refused()).unwrap().contains("bad labels"));
+        assert_eq!(excuse(false, refused()), refused());
+        for other in ["Internal: boom", "no answer within 1000 ms", "does not apply"] {
+            assert_eq!(excuse(true, Err(other.into())), Err(other.into()), "{other}");
+        }
+        assert_eq!(excuse(true, Ok("applies".into())), Ok("applies".into()));
     }
 }

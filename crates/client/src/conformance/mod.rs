@@ -62,6 +62,7 @@ pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &
     };
     let operator_rpcs = operator::capabilities(&mut checker, &identity.services).await;
     checker.load(identity, operator_rpcs);
+    operator::validation_verdict(&mut checker).await;
     for service in service::with_rpcs() {
         if let Some(checks) = checks_of(service.capability) {
             checks(&mut checker).await;
