@@ -40,11 +40,3 @@ pub fn command() -> PluginCommand<PluginIdentity> {
 pub fn server() -> PluginServer<PluginIdentity> {
     plugin().server()
 }
-
-/// The Rust blocks of the repository's README, compiled (and run unless
-/// marked `no_run`) as doctests of this crate, so that the code shown to
-/// plugin authors builds. Not part of the plugin:
-/// it exists only when rustdoc collects doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
