@@ -12,7 +12,8 @@ use clap::{Arg, Command};
 
 /// Current name → the name it had in 0.1. Only names that existed: a
 /// variable never read before must not start being read under a short name
-/// (`CLUSTER`, say) that something else may have set.
+/// (`CLUSTER`, say) that something else may have set. A current name may
+/// have several old ones; the first set is read.
 const DEPRECATED: &[(&str, &str)] = &[
     // run
     ("CNPGI_OPERATOR_NAMESPACE", "OPERATOR_NAMESPACE"),
@@ -49,9 +50,33 @@ const DEPRECATED: &[(&str, &str)] = &[
     ("CNPGI_LOG_LEVEL", "LOG_LEVEL"),
     // run, render, check-plugin
     ("CNPGI_PLUGIN_DIR", "PLUGIN_DIR"),
-    // wal-archive, wal-restore
-    ("CNPGI_WAL_TIMEOUT_SECONDS", "CNPGI_WAL_TIMEOUT"),
 ];
+
+/// Old names read only by some commands: (commands, current, old). The WAL
+/// commands' deadline was `CNPGI_WAL_TIMEOUT` in 0.1 and
+/// `CNPGI_WAL_TIMEOUT_SECONDS` in 0.2; `run` never read either.
+const DEPRECATED_IN: &[(&[&str], &str, &str)] = &[
+    (
+        &["wal-archive", "wal-restore"],
+        "CNPGI_PLUGIN_TIMEOUT_SECONDS",
+        "CNPGI_WAL_TIMEOUT_SECONDS",
+    ),
+    (
+        &["wal-archive", "wal-restore"],
+        "CNPGI_PLUGIN_TIMEOUT_SECONDS",
+        "CNPGI_WAL_TIMEOUT",
+    ),
+];
+
+/// The old names of `current` that `command` reads, in order of preference.
+fn old_names<'a>(command: &'a str, current: &'a str) -> impl Iterator<Item = (&'static str, &'static str)> + 'a {
+    let everywhere = DEPRECATED.iter().filter(move |(name, _)| *name == current).copied();
+    let here = DEPRECATED_IN
+        .iter()
+        .filter(move |(commands, name, _)| *name == current && commands.contains(&command))
+        .map(|&(_, name, old)| (name, old));
+    here.chain(everywhere)
+}
 
 /// A variable read under its 0.1 name in this run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,23 +104,24 @@ pub(crate) fn fall_back_on_deprecated(
 }
 
 fn visit(command: Command, is_set: &dyn Fn(&str) -> bool, in_use: &mut Vec<DeprecatedName>) -> Command {
-    let command = command.mut_args(|arg| fall_back(arg, is_set, in_use));
+    let name = command.get_name().to_owned();
+    let command = command.mut_args(|arg| fall_back(&name, arg, is_set, in_use));
     let mut nested = Vec::new();
     let command = command.mut_subcommands(|sub| visit(sub, is_set, &mut nested));
     in_use.extend(nested);
     command
 }
 
-fn fall_back(arg: Arg, is_set: &dyn Fn(&str) -> bool, in_use: &mut Vec<DeprecatedName>) -> Arg {
+fn fall_back(command: &str, arg: Arg, is_set: &dyn Fn(&str) -> bool, in_use: &mut Vec<DeprecatedName>) -> Arg {
     let Some(current) = arg.get_env().and_then(|name| name.to_str()) else {
         return arg;
     };
-    let Some(&(current, old)) = DEPRECATED.iter().find(|(name, _)| *name == current) else {
-        return arg;
-    };
-    if is_set(current) || !is_set(old) {
+    if is_set(current) {
         return arg;
     }
+    let Some((current, old)) = old_names(command, current).find(|(_, old)| is_set(old)) else {
+        return arg;
+    };
     in_use.push(DeprecatedName { old, current });
     arg.env(old)
 }
@@ -147,6 +173,10 @@ mod tests {
             #[arg(long, env = "CNPGI_CLUSTER")]
             cluster: Option<String>,
         },
+        WalArchive {
+            #[arg(long, env = "CNPGI_PLUGIN_TIMEOUT_SECONDS", default_value_t = 300)]
+            plugin_timeout_seconds: u64,
+        },
     }
 
     fn parse(set: &[(&str, &str)], args: &[&str]) -> (Sub, Vec<DeprecatedName>) {
@@ -179,7 +209,10 @@ mod tests {
         ) = parse(
             &[("LOG_LEVEL", "debug"), ("WEBHOOK_DEADLINE_SECONDS", "3")],
             &["cli", "run"],
-        );
+        )
+        else {
+            panic!("not run")
+        };
         assert_eq!(log_level, "debug");
         assert_eq!(webhook_timeout_seconds, 3);
         assert_eq!(cluster, None);
@@ -203,15 +236,48 @@ mod tests {
         let (Sub::Run { log_level, cluster, .. }, in_use) = parse(
             &[("LOG_LEVEL", "debug"), ("CNPGI_LOG_LEVEL", "warn"), ("CLUSTER", "x")],
             &["cli", "run"],
-        );
+        ) else {
+            panic!("not run")
+        };
         assert_eq!(log_level, "warn");
         assert_eq!(cluster, None);
         assert!(in_use.is_empty(), "{in_use:?}");
     }
 
+    /// The WAL commands' two older names of their deadline, the newer one
+    /// first; `run` reads neither.
+    #[test]
+    fn the_wal_commands_read_their_own_old_names_of_the_plugin_timeout() {
+        let timeout = |set: &[(&str, &str)]| match parse(set, &["cli", "wal-archive"]) {
+            (Sub::WalArchive { plugin_timeout_seconds }, in_use) => (plugin_timeout_seconds, in_use),
+            (other, _) => panic!("{other:?}"),
+        };
+        let (seconds, in_use) = timeout(&[("CNPGI_WAL_TIMEOUT", "7")]);
+        assert_eq!(seconds, 7);
+        assert_eq!(
+            in_use,
+            vec![DeprecatedName {
+                old: "CNPGI_WAL_TIMEOUT",
+                current: "CNPGI_PLUGIN_TIMEOUT_SECONDS"
+            }]
+        );
+        assert_eq!(
+            timeout(&[("CNPGI_WAL_TIMEOUT", "7"), ("CNPGI_WAL_TIMEOUT_SECONDS", "8")]).0,
+            8
+        );
+        assert_eq!(
+            timeout(&[("CNPGI_WAL_TIMEOUT", "7"), ("CNPGI_PLUGIN_TIMEOUT_SECONDS", "9")]).0,
+            9
+        );
+        assert_eq!(timeout(&[]).0, 300);
+        let run: Vec<_> = old_names("run", "CNPGI_PLUGIN_TIMEOUT_SECONDS").collect();
+        assert_eq!(run, vec![("CNPGI_PLUGIN_TIMEOUT_SECONDS", "PLUGIN_TIMEOUT_SECONDS")]);
+    }
+
     #[test]
     fn every_deprecated_name_maps_to_a_cnpgi_name() {
-        for (current, old) in DEPRECATED {
+        let rows = DEPRECATED_IN.iter().map(|(_, current, old)| (current, old));
+        for (current, old) in DEPRECATED.iter().map(|(current, old)| (current, old)).chain(rows) {
             assert!(current.starts_with("CNPGI_"), "{current}");
             assert_ne!(current, old);
         }

@@ -171,6 +171,35 @@ mod tests {
         let Command::CheckPlugin(check) = cli.command else {
             panic!("not check-plugin")
         };
-        assert_eq!(check.call_timeout_seconds, 9);
+        assert_eq!(check.plugins.plugin_timeout_seconds, 9);
+        let cli = Cli::try_parse_from(["cnpgi-operator", "check-plugin", "--call-timeout-seconds=8"]).unwrap();
+        let Command::CheckPlugin(check) = cli.command else {
+            panic!("not check-plugin")
+        };
+        assert_eq!(check.plugins.plugin_timeout_seconds, 8);
+        let cli = Cli::try_parse_from(["cnpgi-operator", "check-plugin"]).unwrap();
+        let Command::CheckPlugin(check) = cli.command else {
+            panic!("not check-plugin")
+        };
+        assert_eq!(check.plugins.plugin_timeout_seconds, 5, "check-plugin's own default");
+
+        for command in [
+            &["backup", "--cluster=c.yaml", "--plugin", "p.example.com"][..],
+            &[
+                "restore",
+                "--cluster=c.yaml",
+                "--pgdata=/p",
+                "--plugin",
+                "p.example.com",
+            ],
+        ] {
+            let parsed = Cli::try_parse_from(std::iter::once("cnpgi-operator").chain(command.iter().copied()));
+            assert!(parsed.is_ok(), "{command:?}: {parsed:?}");
+        }
+        let cli = Cli::try_parse_from(["cnpgi-operator", "run", "--namespace=ops"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.namespace, "ops");
     }
 }

@@ -10,7 +10,7 @@ use std::{
 };
 
 use clap::Args;
-use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
+use cnpgi_client::client::{ClientOptions, NO_DEADLINE, PluginClient, Transport};
 use cnpgi_operator::{
     discovery::static_list::{StaticPlugin, TlsFiles},
     registry::{Registry, RegistryOptions},
@@ -85,8 +85,13 @@ pub(crate) struct LocalPluginFlags {
     pub(crate) flags: PluginFlags,
 
     /// Deadline of each plugin call, and of a --plugin-exec plugin's start
-    /// (until its socket is open), in seconds.
-    #[arg(long, env = "CNPGI_PLUGIN_TIMEOUT_SECONDS", default_value_t = 30)]
+    /// (until its socket is open), in seconds (0: none).
+    #[arg(
+        long,
+        env = "CNPGI_PLUGIN_TIMEOUT_SECONDS",
+        value_name = "SECONDS",
+        default_value_t = 30
+    )]
     pub(crate) plugin_timeout_seconds: u64,
 }
 
@@ -179,11 +184,17 @@ async fn start_process(path: &Path, timeout: Duration) -> Result<(PluginProcess,
             return Ok((process, sockets_dir, name));
         }
         if let Ok(Some(status)) = process.child.try_wait() {
-            return Err(PluginStartError(format!(
-                "plugin {} exited ({status}) before serving:\n{}",
-                path.display(),
-                tail(&log)
-            )));
+            let output = tail(&log);
+            return Err(PluginStartError(if output.trim().is_empty() {
+                format!(
+                    "plugin {} exited ({status}) before serving, printing nothing: is it a CNPG-I plugin? \
+                     --plugin-exec starts it as `{} plugin --plugin-path DIR` and waits for a socket in DIR",
+                    path.display(),
+                    path.display()
+                )
+            } else {
+                format!("plugin {} exited ({status}) before serving:\n{output}", path.display())
+            }));
         }
         if started.elapsed() > timeout {
             return Err(PluginStartError(format!(
@@ -220,7 +231,7 @@ impl LocalPlugins {
     /// Starts and connects every plugin the flags name, without probing.
     pub(crate) async fn connect(flags: &LocalPluginFlags) -> Result<Self, PluginStartError> {
         let options = ClientOptions {
-            call_timeout: Duration::from_secs(flags.plugin_timeout_seconds),
+            call_timeout: crate::instance::deadline(flags.plugin_timeout_seconds).unwrap_or(NO_DEADLINE),
             connect_timeout: Duration::from_secs(5),
             ..ClientOptions::default()
         };

@@ -15,7 +15,7 @@ use std::{
 use anyhow::Context as _;
 use axum::{Router as HttpRouter, extract::State, http::StatusCode, routing::get};
 use clap::{ArgAction, Args};
-use cnpgi_client::client::ClientOptions;
+use cnpgi_client::client::{ClientOptions, NO_DEADLINE};
 use cnpgi_operator::{
     controller::{self, Context},
     discovery::{
@@ -76,7 +76,13 @@ impl std::str::FromStr for BindAddress {
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// Namespace of the operator, where plugin Services are looked for.
-    #[arg(long, env = "CNPGI_OPERATOR_NAMESPACE", default_value = "cnpgi-system")]
+    /// (`--namespace`, its spelling of 0.1, is still read.)
+    #[arg(
+        long = "operator-namespace",
+        alias = "namespace",
+        env = "CNPGI_OPERATOR_NAMESPACE",
+        default_value = "cnpgi-system"
+    )]
     pub(crate) namespace: String,
 
     /// Reconcile Clusters of this namespace only (default: every namespace).
@@ -165,8 +171,13 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "CNPGI_PROBE_INTERVAL_SECONDS", default_value_t = 10)]
     pub(crate) probe_interval_seconds: u64,
 
-    /// Deadline of each plugin call, in seconds.
-    #[arg(long, env = "CNPGI_PLUGIN_TIMEOUT_SECONDS", default_value_t = 30)]
+    /// Deadline of each plugin call, in seconds (0: none).
+    #[arg(
+        long,
+        env = "CNPGI_PLUGIN_TIMEOUT_SECONDS",
+        value_name = "SECONDS",
+        default_value_t = 30
+    )]
     pub(crate) plugin_timeout_seconds: u64,
 
     /// Time an HTTP client has to send a request's headers (webhook and
@@ -431,7 +442,7 @@ fn plugin_side(args: &RunArgs) -> PluginSide {
     let mut prometheus = prometheus_client::registry::Registry::default();
     metrics.register(&mut prometheus);
     let client_options = ClientOptions {
-        call_timeout: Duration::from_secs(args.plugin_timeout_seconds),
+        call_timeout: crate::instance::deadline(args.plugin_timeout_seconds).unwrap_or(NO_DEADLINE),
         observer: Arc::new(metrics.clone()),
         ..ClientOptions::default()
     };

@@ -264,7 +264,7 @@ mod tests {
                 "unexpected argument '--clutser' found (did you mean '--cluster'?; `cnpgi-operator wal-restore --help` lists",
             ),
             (
-                &["wal-restore", "--timeout-seconds", "soon", "F", "P"],
+                &["wal-restore", "--plugin-timeout-seconds", "soon", "F", "P"],
                 "invalid value 'soon'",
             ),
             (&["wal-restor", "F", "P"], "unrecognized subcommand 'wal-restor'"),

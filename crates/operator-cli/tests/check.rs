@@ -16,7 +16,7 @@ fn check(plugin: &str, mode: Option<&str>) -> Output {
 fn check_with(plugin: &str, mode: Option<&str>, flags: &[&str]) -> Output {
     let mut command = Command::new(BIN);
     command
-        .args(["check-plugin", "--deadline-seconds=1"])
+        .args(["check-plugin", "--plugin-timeout-seconds=2"])
         .args(flags)
         .arg(format!("--plugin-exec={}", workspace_binary(plugin).display()));
     if let Some(mode) = mode {
@@ -117,7 +117,7 @@ fn a_hanging_plugin_fails_on_the_deadline() {
     assert!(
         failures
             .iter()
-            .any(|f| f.contains("LifecycleHook Pod CREATE") && f.contains("no answer within 1000 ms")),
+            .any(|f| f.contains("LifecycleHook Pod CREATE") && f.contains("no answer within 2000 ms")),
         "{failures:?}"
     );
     assert!(
@@ -132,11 +132,22 @@ fn a_hanging_plugin_fails_on_the_deadline() {
 fn no_plugin_or_a_plugin_that_cannot_start_exits_2() {
     let output = Command::new(BIN).arg("check-plugin").output().unwrap();
     assert_eq!(output.status.code(), Some(2));
-    let output = Command::new(BIN)
-        .args(["check-plugin", "--plugin-exec=/bin/false"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
+    // A program that is no plugin and prints nothing: the error says what
+    // was expected of it, not a dangling "before serving:".
+    for program in ["/bin/false", "/bin/true"] {
+        let output = Command::new(BIN)
+            .args(["check-plugin", &format!("--plugin-exec={program}")])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("plugin {program} exited"))
+                && stderr.contains("before serving, printing nothing: is it a CNPG-I plugin?")
+                && stderr.contains(&format!("`{program} plugin --plugin-path DIR`")),
+            "{stderr}"
+        );
+    }
 }
 
 /// `--cluster` nested 100,000 levels deep is refused at once, naming the file

@@ -253,7 +253,7 @@ fn backup_and_restore_through_the_plugin() {
 
     let output = setup.run(&[
         "backup",
-        "--plugin",
+        "--plugin-name",
         PLUGIN,
         "--backup-name",
         "first",
@@ -270,14 +270,14 @@ fn backup_and_restore_through_the_plugin() {
     assert!(!setup.path("archive/base/first/pg_wal").join(SEGMENT).exists());
 
     // A default name: <cluster>-<timestamp>.
-    let output = setup.run(&["backup", "--plugin", PLUGIN]);
+    let output = setup.run(&["backup", "--plugin-name", PLUGIN]);
     assert!(output.status.success(), "{}", stderr(&output));
     let result: Value = serde_json::from_slice(&output.stdout).unwrap();
     let name = result["backupName"].as_str().unwrap();
     assert!(name.starts_with("pg-20") && name.len() == "pg-".len() + 14, "{name}");
 
     // A plugin that does not exist here, and a backup over its deadline.
-    let (code, line) = failed(&setup.run(&["backup", "--plugin", "nope.example.com"]));
+    let (code, line) = failed(&setup.run(&["backup", "--plugin-name", "nope.example.com"]));
     assert_eq!(code, 1);
     assert!(
         line.contains("plugin nope.example.com is not available: no socket"),
@@ -288,11 +288,11 @@ fn backup_and_restore_through_the_plugin() {
     let (code, line) = failed(&setup.run_with(
         &[
             "backup",
-            "--plugin",
+            "--plugin-name",
             PLUGIN,
             "--backup-name",
             "slow",
-            "--timeout-seconds",
+            "--plugin-timeout-seconds",
             "1",
         ],
         &slow,
@@ -372,7 +372,7 @@ fn backup_and_restore_through_the_plugin() {
 
     // A PGDATA with files is never restored into.
     let (code, line) = failed(&setup.run_with(
-        &["restore", "--plugin", PLUGIN, "--pgdata", target.to_str().unwrap()],
+        &["restore", "--plugin-name", PLUGIN, "--pgdata", target.to_str().unwrap()],
         &setup.path("restore.yaml"),
     ));
     assert_eq!(code, 2);
@@ -387,7 +387,13 @@ fn backup_and_restore_through_the_plugin() {
     std::fs::write(&decoy, text).unwrap();
     let elsewhere = setup.path("elsewhere");
     let (code, line) = failed(&setup.run_with(
-        &["restore", "--plugin", PLUGIN, "--pgdata", elsewhere.to_str().unwrap()],
+        &[
+            "restore",
+            "--plugin-name",
+            PLUGIN,
+            "--pgdata",
+            elsewhere.to_str().unwrap(),
+        ],
         &decoy,
     ));
     assert_eq!(code, 1, "{line}");
@@ -406,7 +412,7 @@ fn a_failed_restore_leaves_pgdata_as_it_was() {
     std::fs::write(setup.path("pgdata/postgresql.conf"), "port = 5432\n").unwrap();
     assert!(
         setup
-            .run(&["backup", "--plugin", PLUGIN, "--backup-name", "b"])
+            .run(&["backup", "--plugin-name", PLUGIN, "--backup-name", "b"])
             .status
             .success()
     );
@@ -424,11 +430,11 @@ fn a_failed_restore_leaves_pgdata_as_it_was() {
     let (code, line) = failed(&setup.run_with(
         &[
             "restore",
-            "--plugin",
+            "--plugin-name",
             PLUGIN,
             "--pgdata",
             target.to_str().unwrap(),
-            "--timeout-seconds",
+            "--plugin-timeout-seconds",
             "2",
         ],
         &cluster,
@@ -460,7 +466,7 @@ fn a_failed_restore_leaves_pgdata_as_it_was() {
     );
     std::fs::write(&cluster, text).unwrap();
     let (code, line) = failed(&setup.run_with(
-        &["restore", "--plugin", PLUGIN, "--pgdata", target.to_str().unwrap()],
+        &["restore", "--plugin-name", PLUGIN, "--pgdata", target.to_str().unwrap()],
         &cluster,
     ));
     assert_eq!(code, 1, "{line}");

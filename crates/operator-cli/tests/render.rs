@@ -458,3 +458,17 @@ fn the_wait_for_a_plugin_socket_follows_plugin_timeout_seconds() {
         "gave up after {elapsed:?}"
     );
 }
+
+/// `--plugin-timeout-seconds=0` means no deadline, as in every command that
+/// has the flag (it failed every call at once before).
+#[test]
+fn plugin_timeout_zero_means_no_deadline() {
+    let output = render(&[
+        example("cluster-example.yaml").to_str().unwrap(),
+        &exec_flag(),
+        "--plugin-timeout-seconds=0",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(documents(&output.stdout).len() > 1, "the Cluster and its Pods");
+}

@@ -182,5 +182,5 @@ async fn render_stopped_by_sigint_leaves_no_plugin_and_no_temp_dir() {
 
 #[tokio::test]
 async fn check_plugin_stopped_by_sigterm_leaves_no_plugin_and_no_temp_dir() {
-    interrupt(&["check-plugin", "--call-timeout-seconds=120"], "TERM", 143).await;
+    interrupt(&["check-plugin", "--plugin-timeout-seconds=120"], "TERM", 143).await;
 }

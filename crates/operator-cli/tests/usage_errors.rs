@@ -250,7 +250,7 @@ fn wal_archive_never_reports_a_usage_error_as_archived() {
             (vec!["wal-archive", "--clutser", "c", wal], vec![cluster.clone()]),
             (vec!["wal-archive", wal, "extra"], vec![cluster.clone()]),
             (
-                vec!["wal-archive", "--timeout-seconds", "soon", wal],
+                vec!["wal-archive", "--plugin-timeout-seconds", "soon", wal],
                 vec![cluster.clone()],
             ),
             (vec!["wal-archive", wal], vec![]),

@@ -78,7 +78,14 @@ impl PluginArgs {
 /// The clap definition of the `plugin` subcommand, to embed in a larger CLI
 /// (then serve with [`PluginCommand::execute_matches`]).
 pub fn plugin_command() -> Command {
-    PluginArgs::augment_args(Command::new("plugin").about("Serve this CNPG-I plugin over gRPC"))
+    // After augment_args: the struct's doc comment (written for rustdoc)
+    // would otherwise become the subcommand's help.
+    PluginArgs::augment_args(Command::new("plugin"))
+        .about("Serve this CNPG-I plugin over gRPC")
+        .long_about(
+            "Serve this CNPG-I plugin over gRPC. Every flag can also come from the environment variable \
+             named in its help, as with upstream cnpg-i-machinery.",
+        )
 }
 
 /// The whole command line of a plugin binary named `binary`: `--version`
@@ -263,6 +270,20 @@ mod tests {
     fn parse(args: &[&str]) -> Result<PluginArgs, clap::Error> {
         let matches = plugin_command().try_get_matches_from(std::iter::once("plugin").chain(args.iter().copied()))?;
         PluginArgs::from_arg_matches(&matches)
+    }
+
+    /// The subcommand's help is written for users, not PluginArgs' rustdoc.
+    #[test]
+    fn the_plugin_subcommand_says_what_it_does() {
+        let command = plugin_command();
+        assert_eq!(
+            command.get_about().map(ToString::to_string).as_deref(),
+            Some("Serve this CNPG-I plugin over gRPC")
+        );
+        let main = main_command("p", None);
+        let help = main.clone().render_help().to_string();
+        assert!(help.contains("plugin  Serve this CNPG-I plugin over gRPC"), "{help}");
+        assert!(!help.contains("Flags of the"), "{help}");
     }
 
     #[test]

@@ -15,8 +15,8 @@ pub fn metadata() -> GetPluginMetadataResponse {
         description: "Archives WAL and takes base backups into a local directory or an S3-compatible object store, \
                       and restores them"
             .into(),
-        project_url: "https://github.com/cloudnative-pg/cnpg-i".into(),
-        repository_url: "https://github.com/cloudnative-pg/cnpg-i".into(),
+        project_url: concat!(env!("CARGO_PKG_REPOSITORY"), "/tree/main/examples/wal-archive").into(),
+        repository_url: env!("CARGO_PKG_REPOSITORY").into(),
         license: "Apache-2.0".into(),
         license_url: "https://www.apache.org/licenses/LICENSE-2.0".into(),
         maturity: "alpha".into(),

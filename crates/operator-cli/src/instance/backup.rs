@@ -35,7 +35,9 @@ pub(crate) struct BackupArgs {
     pub(crate) instance: InstanceFlags,
 
     /// The plugin taking the backup (as a Backup's `pluginConfiguration.name`).
-    #[arg(long, value_name = "NAME")]
+    /// Not `--plugin`, which is `NAME=ADDRESS` in the other commands (still
+    /// read here, as the spelling of 0.1).
+    #[arg(long = "plugin-name", alias = "plugin", value_name = "NAME")]
     pub(crate) plugin: String,
 
     /// A parameter for the plugin (repeatable; `pluginConfiguration.parameters`).
@@ -46,10 +48,15 @@ pub(crate) struct BackupArgs {
     #[arg(long, value_name = "NAME")]
     pub(crate) backup_name: Option<String>,
 
-    /// Deadline of the backup, in seconds (default: none, as CloudNativePG
-    /// over a Unix socket: a backup lasts as long as it takes).
-    #[arg(long = "timeout-seconds", alias = "timeout", value_name = "SECONDS")]
-    pub(crate) timeout: Option<u64>,
+    /// Deadline of each plugin call, in seconds (0: none, the default, as
+    /// CloudNativePG over a Unix socket: a backup lasts as long as it takes).
+    #[arg(
+        long = "plugin-timeout-seconds",
+        aliases = ["timeout-seconds", "timeout"],
+        value_name = "SECONDS",
+        default_value_t = 0
+    )]
+    pub(crate) timeout: u64,
 }
 
 /// Prints the plugin's `BackupResult` as JSON; exit 1 when the backup
@@ -71,7 +78,7 @@ pub(crate) async fn run_backup(args: BackupArgs) -> ExitCode {
     });
     let parameters: BTreeMap<String, String> = args.parameters.into_iter().collect();
     let object = backup_object(&cluster, &name, &args.plugin, &parameters);
-    let options = args.instance.options(args.timeout.and_then(deadline));
+    let options = args.instance.options(deadline(args.timeout));
     match backup(&cluster, &object, &args.plugin, &parameters, &options).await {
         Ok(result) => {
             let json = backup_result_json(&result);
@@ -97,7 +104,7 @@ pub(crate) struct RestoreArgs {
 
     /// The plugin restoring PGDATA (default: the plugin of the external
     /// cluster that `spec.bootstrap.recovery.source` names).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long = "plugin-name", alias = "plugin", value_name = "NAME")]
     pub(crate) plugin: Option<String>,
 
     /// The data directory the plugin fills: absent or empty. The plugin
@@ -111,9 +118,15 @@ pub(crate) struct RestoreArgs {
     #[arg(long, value_name = "NAME", default_value = "postgresql.auto.conf")]
     pub(crate) config_file: String,
 
-    /// Deadline of the restore, in seconds (default: none, as CloudNativePG).
-    #[arg(long = "timeout-seconds", alias = "timeout", value_name = "SECONDS")]
-    pub(crate) timeout: Option<u64>,
+    /// Deadline of each plugin call, in seconds (0: none, the default, as
+    /// CloudNativePG).
+    #[arg(
+        long = "plugin-timeout-seconds",
+        aliases = ["timeout-seconds", "timeout"],
+        value_name = "SECONDS",
+        default_value_t = 0
+    )]
+    pub(crate) timeout: u64,
 }
 
 /// Refuses a PGDATA that has files; creates a missing one (mode 0700).
@@ -216,7 +229,7 @@ pub(crate) async fn run_restore(args: RestoreArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let options = args.instance.options(args.timeout.and_then(deadline));
+    let options = args.instance.options(deadline(args.timeout));
     let restored = async {
         let answer = restore(&cluster, &plugin, &options).await?;
         anyhow::ensure!(

@@ -40,10 +40,11 @@ pub(crate) struct MetricsArgs {
     #[arg(long, env = "CNPGI_METRICS_ADDRESS", default_value = "127.0.0.1:9187")]
     pub(crate) address: SocketAddr,
 
-    /// Deadline of each plugin call, in seconds.
+    /// Deadline of each plugin call, in seconds (0: none).
     #[arg(
         long = "plugin-timeout-seconds",
         alias = "plugin-timeout",
+        env = "CNPGI_PLUGIN_TIMEOUT_SECONDS",
         value_name = "SECONDS",
         default_value_t = 10
     )]

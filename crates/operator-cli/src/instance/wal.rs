@@ -43,9 +43,9 @@ pub(crate) struct ArchiveArgs {
 
     /// Deadline of each plugin call, in seconds (0: none).
     #[arg(
-        long = "timeout-seconds",
-        alias = "timeout",
-        env = "CNPGI_WAL_TIMEOUT_SECONDS",
+        long = "plugin-timeout-seconds",
+        aliases = ["timeout-seconds", "timeout"],
+        env = "CNPGI_PLUGIN_TIMEOUT_SECONDS",
         value_name = "SECONDS",
         default_value_t = 300
     )]
@@ -132,9 +132,9 @@ pub(crate) struct RestoreArgs {
 
     /// Deadline of each plugin call, in seconds (0: none).
     #[arg(
-        long = "timeout-seconds",
-        alias = "timeout",
-        env = "CNPGI_WAL_TIMEOUT_SECONDS",
+        long = "plugin-timeout-seconds",
+        aliases = ["timeout-seconds", "timeout"],
+        env = "CNPGI_PLUGIN_TIMEOUT_SECONDS",
         value_name = "SECONDS",
         default_value_t = 300
     )]
