@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Prints the README's CI-time table from two reports of .ci/measure.
+"""Prints the CI-time tables from two reports of .ci/measure.
 
     .ci/measure --cold --yes --report cold.txt
     .ci/measure --report warm.txt
-    python3 .ci/timings-table.py cold.txt warm.txt
+    python3 .ci/timings-table.py cold.txt warm.txt             the book's table (book/src/testing.md)
+    python3 .ci/timings-table.py --summary cold.txt warm.txt   the README's table (README.md, "CI time")
 
-The totals first, then one row per step of .ci/run and one per background
-job, each with its seconds cold and warm.
+The book's table: the totals first, then one row per step of .ci/run and one
+per background job, each with its seconds cold and warm. The README's: the
+totals beside the limits the project keeps. Each ends with the line naming
+the commits measured; paste it under its table.
 """
 
 import re
@@ -30,14 +33,30 @@ def load(path):
     return lines[0].lstrip("# "), total.group(1) if total else "?", rows
 
 
+# The project's limits for .ci/run (CI's own is 90 minutes).
+LIMITS = ("60 min", "25 min")
+
+
 def seconds(rows, key):
     return f"{rows[key]} s" if key in rows else ""
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: timings-table.py COLD_REPORT WARM_REPORT")
-    (cold_head, cold_total, cold), (warm_head, warm_total, warm) = load(sys.argv[1]), load(sys.argv[2])
+    args = sys.argv[1:]
+    summary = args[:1] == ["--summary"]
+    if summary:
+        args = args[1:]
+    if len(args) != 2:
+        sys.exit("usage: timings-table.py [--summary] COLD_REPORT WARM_REPORT")
+    (cold_head, cold_total, cold), (warm_head, warm_total, warm) = load(args[0]), load(args[1])
+    if summary:
+        print("| `.ci/run` | cold (empty caches) | warm |")
+        print("|---|---|---|")
+        print(f"| **measured** | **{cold_total}** | **{warm_total}** |")
+        print(f"| the project's limit | {LIMITS[0]} | {LIMITS[1]} |")
+        print()
+        print(f"Cold: {cold_head}. Warm: {warm_head}.")
+        return
     keys = list(dict.fromkeys([*cold, *warm]))
     print("| | cold (empty caches) | warm |")
     print("|---|---|---|")

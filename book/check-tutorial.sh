@@ -6,7 +6,8 @@
 # Cluster of the next chapter (book/src/tutorial/run-locally.md) rendered and
 # checked through it by this checkout's cnpgi-operator.
 #
-#   bash book/check-tutorial.sh        (from anywhere; exit 1 on a failure)
+#   bash book/check-tutorial.sh        (from anywhere; exit 1 on a failure;
+#                                       needs cargo and python3 with PyYAML)
 #
 # The tutorial's Cargo.toml takes the SDK from the project's git repository
 # (`repository` in the workspace's Cargo.toml); here those dependencies are

@@ -1,12 +1,13 @@
-"""Holds the README's deployment sections to what CI runs.
+"""Holds the deployment guide's commands, and the README's, to what CI runs.
 
 The sections "Quick start on kind", "Register the hello-world plugin with
-CloudNativePG" and "Install on an existing cluster" tell users what to type;
-tests/realkube/up.sh and run.sh run the same tasks on kind in CI. This fails,
-naming the line, when the README names a task, a task variable, a binary, an
-image or a kustomization that does not exist, a variable of the quick start's
-table that up.sh does not set (so CI would never try it), or a task of those
-sections that CI does not run.
+CloudNativePG" and "Install on an existing cluster" of the book's deployment
+guide (book/src/guides/deploy.md), and the README's command blocks, tell users
+what to type; tests/realkube/up.sh and run.sh run the same tasks on kind in CI.
+This fails, naming the line, when one of them names a task, a task variable, a
+binary, an image or a kustomization that does not exist, a variable of the
+quick start's table that up.sh does not set (so CI would never try it), or a
+task that CI does not run.
 
     python3 tests/realkube/readme_commands.py      (from anywhere; exit 1 on a mismatch)
 """
@@ -19,6 +20,7 @@ import sys
 import yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+GUIDE = "book/src/guides/deploy.md"
 SECTIONS = ("Quick start on kind", "Register the hello-world plugin with CloudNativePG", "Install on an existing cluster")
 
 
@@ -27,11 +29,11 @@ def read(path):
         return f.read()
 
 
-def section(readme, title):
+def section(guide, title):
     """The text of the `## title` section, up to the next `## `."""
-    m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", readme, re.S | re.M)
+    m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", guide, re.S | re.M)
     if not m:
-        raise SystemExit(f"README.md: no section '## {title}'")
+        raise SystemExit(f"{GUIDE}: no section '## {title}'")
     return m.group(1)
 
 
@@ -47,6 +49,7 @@ def commands(text):
 
 
 def main():
+    guide = read(GUIDE)
     readme = read("README.md")
     taskfile = yaml.safe_load(read("Taskfile.yml"))
     tasks = taskfile["tasks"]
@@ -62,9 +65,11 @@ def main():
     }
     problems = []
     ci_tasks = set(re.findall(r"^task_ ([a-z-]+)$", up, re.M)) | ({"manifest"} if "task manifest " in run else set())
-    for title in SECTIONS:
-        for line in commands(section(readme, title)):
-            where = f"README.md, '{title}': `{line}`"
+    blocks = [(f"{GUIDE}, '{title}'", section(guide, title)) for title in SECTIONS]
+    blocks.append(("README.md", readme))
+    for place, text in blocks:
+        for line in commands(text):
+            where = f"{place}: `{line}`"
             for part in line.split("&&"):
                 words = shlex.split(part.strip())
                 if not words:
@@ -95,18 +100,18 @@ def main():
                     if image not in kustomized.values():
                         problems.append(f"{where}: no kustomization sets the image {image}")
     # Each variable of the quick start's table is one CI sets (else CI never tries it).
-    table = section(readme, "Quick start on kind")
+    table = section(guide, "Quick start on kind")
     for row in re.findall(r"^\| (`[A-Z_`, ]+`) \|", table, re.M):
         for var in re.findall(r"`([A-Z_]+)`", row):
             if var not in task_vars:
-                problems.append(f"README.md, the quick start's table: {var} is not a variable of Taskfile.yml")
+                problems.append(f"{GUIDE}, the quick start's table: {var} is not a variable of Taskfile.yml")
             elif f"{var}=" not in up:
-                problems.append(f"README.md, the quick start's table: tests/realkube/up.sh never sets {var}")
+                problems.append(f"{GUIDE}, the quick start's table: tests/realkube/up.sh never sets {var}")
     for p in problems:
         print(f"FAIL {p}", file=sys.stderr)
     if problems:
         sys.exit(1)
-    print(f"ok   README's deployment sections ({', '.join(SECTIONS)}) match Taskfile.yml and what CI runs")
+    print(f"ok   the deployment guide's sections ({', '.join(SECTIONS)}) and the README's commands match Taskfile.yml and what CI runs")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@
 #        node-image.sh  kind's node image, every image above but the project's preloaded
 #   2. up.sh       `task local-kind-deploy` with the local node image and cert-manager:
 #                  the kind cluster, the operator and the hello-world plugin, the sample
-#                  Cluster (the README's quick start, run as written);
+#                  Cluster (the deployment guide's quick start, run as written);
 #   3. the manifests as users build them (`task manifest`, CloudNativePG's
 #      config/default, the plugins' kustomizations), and the scenarios against
 #      the cluster's kubeconfig:

@@ -1,4 +1,4 @@
-"""Scenario 0: what `task local-kind-deploy` and `task cnpg-kind-deploy` (the README's quick starts) left.
+"""Scenario 0: what `task local-kind-deploy` and `task cnpg-kind-deploy` (the quick starts of the README and book/src/guides/deploy.md) left.
 
 Each task ends by applying its sample Cluster once, right after the rollouts
 (a plugin that is arriving must be waited for, not refused):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Brings up the tests' Kubernetes as users do: `task local-kind-deploy` (the
-# README's quick start), with the local values this machine needs and nothing else:
+# quick start of book/src/guides/deploy.md), with the local values this machine
+# needs and nothing else:
 #   KIND_NODE_IMAGE        $RK_KIND_NODE_IMAGE (tests/realkube/node-image.sh), not
 #                          Docker Hub's kindest/node (RK_UPSTREAM_IMAGES=1: kind's own,
 #                          and cert-manager's release manifest)
