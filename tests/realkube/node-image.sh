@@ -218,7 +218,10 @@ tar -C "$w/tgz" -czf "$w/kubernetes-server-linux-amd64.tar.gz" kubernetes
 rm -rf "$w/tgz"
 
 # --- 3. kind's builder
-kind build node-image --type file "$w/kubernetes-server-linux-amd64.tar.gz" \
+# TMPDIR: kind extracts the archive into a k8s-tar-extract-* directory of the
+# temporary directory and never removes it (2.4 GB a build, which filled the
+# disk of a machine that built the image a few times); in $w, the trap does.
+TMPDIR="$w" kind build node-image --type file "$w/kubernetes-server-linux-amd64.tar.gz" \
   --base-image "$RK_KIND_BASE_IMAGE" --image "$RK_KIND_NODE_IMAGE" >"$w/kind-build.log" 2>&1 ||
   { tail -n 30 "$w/kind-build.log" >&2; rk_die "kind build node-image failed"; }
 echo "$key" >"$RK_CACHE/kind-node-image.key"
