@@ -143,6 +143,18 @@ mod tests {
 
     use super::{Cli, Command};
 
+    /// The book's reference page is what these definitions generate
+    /// (`CNPGI_UPDATE_REFERENCE=1` rewrites it).
+    #[test]
+    fn the_reference_page_is_generated_from_these_definitions() {
+        use clap::CommandFactory as _;
+        let page = cnpgi_process::cli_reference::markdown(&Cli::command(), "cnpgi-operator");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../book/src/reference/cnpgi-operator.md");
+        if let Err(error) = cnpgi_process::cli_reference::check_or_update(&page, &path) {
+            panic!("{error}");
+        }
+    }
+
     /// The spellings of 0.1 still parse, to the same fields.
     #[test]
     fn old_flag_spellings_still_work() {

@@ -272,6 +272,17 @@ mod tests {
         PluginArgs::from_arg_matches(&matches)
     }
 
+    /// The book's reference page is what these definitions generate
+    /// (`CNPGI_UPDATE_REFERENCE=1` rewrites it), for a binary named `PLUGIN`.
+    #[test]
+    fn the_reference_page_is_generated_from_these_definitions() {
+        let page = cnpgi_process::cli_reference::markdown(&main_command("PLUGIN", None), "A plugin's command line");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../book/src/reference/plugin-command.md");
+        if let Err(error) = cnpgi_process::cli_reference::check_or_update(&page, &path) {
+            panic!("{error}");
+        }
+    }
+
     /// The subcommand's help is written for users, not PluginArgs' rustdoc.
     #[test]
     fn the_plugin_subcommand_says_what_it_does() {

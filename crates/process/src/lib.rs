@@ -9,7 +9,8 @@
 //! binary must not depend on the plugin SDK, and `cnpgi-core` does no I/O.
 //!
 //! * [`logging`]: the tracing subscriber, text or JSON lines on stderr;
-//! * [`signals`]: [`signals::shutdown_signal`], SIGTERM or SIGINT.
+//! * [`signals`]: [`signals::shutdown_signal`], SIGTERM or SIGINT;
+//! * [`cli_reference`]: a command line's reference page, from its clap definition.
 //!
 //! ```no_run
 //! use cnpgi_process::{logging::{self, LogFormat}, signals::shutdown_signal};
@@ -23,5 +24,6 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cli_reference;
 pub mod logging;
 pub mod signals;
