@@ -9,6 +9,7 @@
 //! * [`client`]: [`client::PluginClient`], one lazy HTTP/2 channel per plugin
 //!   (mutual TLS over TCP, or a Unix socket), shared by every caller, with a
 //!   deadline on every call and a [`client::CallObserver`] told about each;
+//! * [`capabilities`]: each service's `GetCapabilities`, asked and read one way;
 //! * [`probe`]: the CNPG-I probing sequence and the capabilities it yields
 //!   ([`probe::PluginInfo`]);
 //! * [`conformance`]: the conformance suite of `cnpgi-operator check-plugin`;
@@ -33,6 +34,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod capabilities;
 pub mod client;
 pub mod conformance;
 pub mod instance;

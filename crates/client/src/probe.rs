@@ -15,19 +15,14 @@ use cnpgi_core::capabilities::{
 };
 use cnpgi_core::service::{self, Service};
 use cnpgi_proto::{
-    backup::v1::BackupCapabilitiesRequest,
-    identity::v1::{
-        GetPluginCapabilitiesRequest, GetPluginMetadataRequest, GetPluginMetadataResponse, PostgresCapabilitiesRequest,
-        ProbeRequest,
-    },
-    metrics::v1::MetricsCapabilitiesRequest,
-    operator::v1::OperatorCapabilitiesRequest,
+    identity::v1::{GetPluginCapabilitiesRequest, GetPluginMetadataRequest, GetPluginMetadataResponse, ProbeRequest},
     operator_lifecycle::v1::{OperatorLifecycleCapabilities, OperatorLifecycleCapabilitiesRequest},
-    reconciler::v1::ReconcilerHooksCapabilitiesRequest,
-    wal::v1::{RestoreJobHooksCapabilitiesRequest, WalCapabilitiesRequest},
 };
 
-use crate::client::PluginClient;
+use crate::{
+    capabilities::{self as asked, ask},
+    client::PluginClient,
+};
 
 /// What a plugin said about itself when probed.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -235,46 +230,21 @@ async fn ask_capabilities(client: &PluginClient, service: &Service, info: &mut P
     };
     let failed = |status| ProbeError::rpc(client, method, status);
     match service.capability {
-        ServiceType::OperatorService => {
-            let request = client.request(OperatorCapabilitiesRequest {});
-            let answer = client.operator().get_capabilities(request).await.map_err(failed)?;
-            info.operator_rpcs = capabilities::operator_rpcs_of(&answer.into_inner().capabilities);
-        }
+        ServiceType::OperatorService => info.operator_rpcs = ask::<asked::Operator>(client).await.map_err(failed)?.0,
         ServiceType::LifecycleService => {
+            // Kinds with operations, not one value per entry: read whole.
             let request = client.request(OperatorLifecycleCapabilitiesRequest {});
             let answer = client.lifecycle().get_capabilities(request).await.map_err(failed)?;
             info.lifecycle = answer.into_inner().lifecycle_capabilities;
         }
-        ServiceType::WalService => {
-            let request = client.request(WalCapabilitiesRequest {});
-            let answer = client.wal().get_capabilities(request).await.map_err(failed)?;
-            info.wal_rpcs = capabilities::wal_rpcs_of(&answer.into_inner().capabilities);
-        }
-        ServiceType::BackupService => {
-            let request = client.request(BackupCapabilitiesRequest {});
-            let answer = client.backup().get_capabilities(request).await.map_err(failed)?;
-            info.backup_rpcs = capabilities::backup_rpcs_of(&answer.into_inner().capabilities);
-        }
+        ServiceType::WalService => info.wal_rpcs = ask::<asked::Wal>(client).await.map_err(failed)?.0,
+        ServiceType::BackupService => info.backup_rpcs = ask::<asked::Backup>(client).await.map_err(failed)?.0,
         ServiceType::ReconcilerHooks => {
-            let request = client.request(ReconcilerHooksCapabilitiesRequest {});
-            let answer = client.reconciler().get_capabilities(request).await.map_err(failed)?;
-            info.reconciler_kinds = capabilities::reconciler_kinds_of(&answer.into_inner().reconciler_capabilities);
+            info.reconciler_kinds = ask::<asked::Reconciler>(client).await.map_err(failed)?.0;
         }
-        ServiceType::RestoreJob => {
-            let request = client.request(RestoreJobHooksCapabilitiesRequest {});
-            let answer = client.restore_job().get_capabilities(request).await.map_err(failed)?;
-            info.restore_job_kinds = capabilities::restore_job_kinds_of(&answer.into_inner().capabilities);
-        }
-        ServiceType::Postgres => {
-            let request = client.request(PostgresCapabilitiesRequest {});
-            let answer = client.postgres().get_capabilities(request).await.map_err(failed)?;
-            info.postgres_rpcs = capabilities::postgres_rpcs_of(&answer.into_inner().capabilities);
-        }
-        ServiceType::Metrics => {
-            let request = client.request(MetricsCapabilitiesRequest {});
-            let answer = client.metrics().get_capabilities(request).await.map_err(failed)?;
-            info.metrics_rpcs = capabilities::metrics_rpcs_of(&answer.into_inner().capabilities);
-        }
+        ServiceType::RestoreJob => info.restore_job_kinds = ask::<asked::RestoreJob>(client).await.map_err(failed)?.0,
+        ServiceType::Postgres => info.postgres_rpcs = ask::<asked::Postgres>(client).await.map_err(failed)?.0,
+        ServiceType::Metrics => info.metrics_rpcs = ask::<asked::Metrics>(client).await.map_err(failed)?.0,
         // Advertised only: nothing to ask.
         ServiceType::Unspecified | ServiceType::InstanceSidecarInjection | ServiceType::InstanceJobSidecarInjection => {
         }

@@ -3,11 +3,8 @@
 
 use std::collections::HashMap;
 
-use cnpgi_core::{
-    capabilities::{self, BackupRpc},
-    service,
-};
-use cnpgi_proto::backup::v1::{BackupCapabilitiesRequest, BackupRequest};
+use cnpgi_core::{capabilities::BackupRpc, service};
+use cnpgi_proto::backup::v1::BackupRequest;
 
 use super::checker::{Checker, GARBAGE, Running};
 
@@ -15,18 +12,7 @@ use super::checker::{Checker, GARBAGE, Running};
 pub(super) fn checks(c: &mut Checker) -> Running<'_> {
     Box::pin(async move {
         let client = c.client.clone();
-        let mut stub = client.backup();
-        let ask = stub.get_capabilities(client.request(BackupCapabilitiesRequest {}));
-        let Some(rpcs) = c
-            .advertised(
-                &service::BACKUP,
-                ask,
-                |a| &a.capabilities,
-                capabilities::backup_rpc_type,
-                BackupRpc::as_str_name,
-            )
-            .await
-        else {
+        let Some(rpcs) = c.advertised::<crate::capabilities::Backup>().await else {
             return;
         };
         if rpcs.contains(&BackupRpc::Backup) {

@@ -18,7 +18,7 @@ use cnpgi_proto::identity::v1::ProbeRequest;
 use serde_json::{Value, json};
 
 use super::{options::ConformanceOptions, report::Report};
-use crate::client::PluginClient;
+use crate::{capabilities::ServiceCapabilities, client::PluginClient};
 
 /// What the RPCs that could act on the plugin's side (archive, back up,
 /// restore, reconcile, patch) are sent instead of a Cluster or object.
@@ -305,21 +305,13 @@ impl Checker {
         }
     }
 
-    /// Records the capabilities check of `service`; the values when consistent.
-    /// A service's GetCapabilities asked and checked ([`Self::service`]),
-    /// then its `entries` read and checked ([`Self::capabilities`]): the
+    /// Service `S`'s GetCapabilities asked and checked ([`Self::service`]),
+    /// then its entries read and checked ([`Self::capabilities`]): the
     /// values the plugin advertises, `None` when there is no answer to check.
-    pub(super) async fn advertised<A, C, T: Copy + PartialEq + Debug>(
-        &mut self,
-        service: &Service,
-        ask: impl Future<Output = Result<tonic::Response<A>, tonic::Status>>,
-        entries: fn(&A) -> &[C],
-        read: fn(&C) -> Result<T, CapabilityError>,
-        name: fn(&T) -> &'static str,
-    ) -> Option<Vec<T>> {
-        let answer = self.service(service, ask).await?;
-        let values = consistent(entries(&answer), read, |value| name(&value));
-        Some(self.capabilities(service, values, |values| names(values, name)))
+    pub(super) async fn advertised<S: ServiceCapabilities>(&mut self) -> Option<Vec<S::Value>> {
+        let answer = self.service(S::SERVICE, S::call(&self.client)).await?;
+        let values = consistent(S::entries(&answer), S::read, S::name);
+        Some(self.capabilities(S::SERVICE, values, |values| names(values, |v| S::name(*v))))
     }
 
     pub(super) fn capabilities<T>(

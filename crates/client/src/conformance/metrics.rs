@@ -4,11 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use cnpgi_core::{
-    capabilities::{self, MetricsRpc},
-    service,
-};
-use cnpgi_proto::metrics::v1::{CollectMetricsRequest, DefineMetricsRequest, MetricsCapabilitiesRequest};
+use cnpgi_core::capabilities::MetricsRpc;
+use cnpgi_proto::metrics::v1::{CollectMetricsRequest, DefineMetricsRequest};
 
 use super::checker::{Checker, Running};
 use crate::instance::metrics;
@@ -17,18 +14,7 @@ use crate::instance::metrics;
 pub(super) fn checks(c: &mut Checker) -> Running<'_> {
     Box::pin(async move {
         let client = c.client.clone();
-        let mut stub = client.metrics();
-        let ask = stub.get_capabilities(client.request(MetricsCapabilitiesRequest {}));
-        let Some(rpcs) = c
-            .advertised(
-                &service::METRICS,
-                ask,
-                |a| &a.capabilities,
-                capabilities::metrics_rpc_type,
-                MetricsRpc::as_str_name,
-            )
-            .await
-        else {
+        let Some(rpcs) = c.advertised::<crate::capabilities::Metrics>().await else {
             return;
         };
         if !rpcs.contains(&MetricsRpc::Metrics) {

@@ -4,13 +4,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use cnpgi_core::{
-    capabilities::{self, PostgresRpc},
-    service,
-};
-use cnpgi_proto::identity::v1::{
-    EnrichConfigurationRequest, OperationType, PostgresCapabilitiesRequest, operation_type,
-};
+use cnpgi_core::capabilities::PostgresRpc;
+use cnpgi_proto::identity::v1::{EnrichConfigurationRequest, OperationType, operation_type};
 
 use super::checker::{Checker, GARBAGE, Running};
 
@@ -18,18 +13,7 @@ use super::checker::{Checker, GARBAGE, Running};
 pub(super) fn checks(c: &mut Checker) -> Running<'_> {
     Box::pin(async move {
         let client = c.client.clone();
-        let mut stub = client.postgres();
-        let ask = stub.get_capabilities(client.request(PostgresCapabilitiesRequest {}));
-        let Some(rpcs) = c
-            .advertised(
-                &service::POSTGRES,
-                ask,
-                |a| &a.capabilities,
-                capabilities::postgres_rpc_type,
-                PostgresRpc::as_str_name,
-            )
-            .await
-        else {
+        let Some(rpcs) = c.advertised::<crate::capabilities::Postgres>().await else {
             return;
         };
         if !rpcs.contains(&PostgresRpc::EnrichConfiguration) {

@@ -2,11 +2,8 @@
 //! refusing garbage (they may act, creating objects say: nothing else is
 //! sent them).
 
-use cnpgi_core::{
-    capabilities::{self, ReconcilerKind},
-    service,
-};
-use cnpgi_proto::reconciler::v1::{ReconcilerHooksCapabilitiesRequest, ReconcilerHooksRequest};
+use cnpgi_core::service;
+use cnpgi_proto::reconciler::v1::ReconcilerHooksRequest;
 
 use super::checker::{Checker, GARBAGE, Running};
 
@@ -14,18 +11,7 @@ use super::checker::{Checker, GARBAGE, Running};
 pub(super) fn checks(c: &mut Checker) -> Running<'_> {
     Box::pin(async move {
         let client = c.client.clone();
-        let mut stub = client.reconciler();
-        let ask = stub.get_capabilities(client.request(ReconcilerHooksCapabilitiesRequest {}));
-        let Some(kinds) = c
-            .advertised(
-                &service::RECONCILER_HOOKS,
-                ask,
-                |a| &a.reconciler_capabilities,
-                capabilities::reconciler_kind,
-                ReconcilerKind::as_str_name,
-            )
-            .await
-        else {
+        let Some(kinds) = c.advertised::<crate::capabilities::Reconciler>().await else {
             return;
         };
         if kinds.is_empty() {

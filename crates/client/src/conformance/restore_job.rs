@@ -2,11 +2,8 @@
 //! refusing garbage (nothing else is sent it: checking a plugin restores
 //! nothing).
 
-use cnpgi_core::{
-    capabilities::{self, RestoreJobKind},
-    service,
-};
-use cnpgi_proto::wal::v1::{RestoreJobHooksCapabilitiesRequest, RestoreRequest};
+use cnpgi_core::{capabilities::RestoreJobKind, service};
+use cnpgi_proto::wal::v1::RestoreRequest;
 
 use super::checker::{Checker, GARBAGE, Running};
 
@@ -14,18 +11,7 @@ use super::checker::{Checker, GARBAGE, Running};
 pub(super) fn checks(c: &mut Checker) -> Running<'_> {
     Box::pin(async move {
         let client = c.client.clone();
-        let mut stub = client.restore_job();
-        let ask = stub.get_capabilities(client.request(RestoreJobHooksCapabilitiesRequest {}));
-        let Some(kinds) = c
-            .advertised(
-                &service::RESTORE_JOB_HOOKS,
-                ask,
-                |a| &a.capabilities,
-                capabilities::restore_job_kind,
-                RestoreJobKind::as_str_name,
-            )
-            .await
-        else {
+        let Some(kinds) = c.advertised::<crate::capabilities::RestoreJob>().await else {
             return;
         };
         if kinds.contains(&RestoreJobKind::Restore) {

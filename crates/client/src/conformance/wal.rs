@@ -2,32 +2,15 @@
 //! refusing what it is sent: garbage, or for Restore a file no archive can
 //! have (checking a plugin archives and restores nothing).
 
-use cnpgi_core::{
-    capabilities::{self, WalRpc},
-    service,
-};
-use cnpgi_proto::wal::v1::{
-    SetFirstRequiredRequest, WalArchiveRequest, WalCapabilitiesRequest, WalRestoreRequest, WalStatusRequest,
-};
+use cnpgi_core::{capabilities::WalRpc, service};
+use cnpgi_proto::wal::v1::{SetFirstRequiredRequest, WalArchiveRequest, WalRestoreRequest, WalStatusRequest};
 
 use super::checker::{Checker, GARBAGE, Running};
 
 /// The checks of the WAL service.
 pub(super) fn checks(c: &mut Checker) -> Running<'_> {
     Box::pin(async move {
-        let client = c.client.clone();
-        let mut stub = client.wal();
-        let ask = stub.get_capabilities(client.request(WalCapabilitiesRequest {}));
-        let Some(rpcs) = c
-            .advertised(
-                &service::WAL,
-                ask,
-                |a| &a.capabilities,
-                capabilities::wal_rpc_type,
-                WalRpc::as_str_name,
-            )
-            .await
-        else {
+        let Some(rpcs) = c.advertised::<crate::capabilities::Wal>().await else {
             return;
         };
         if rpcs.contains(&WalRpc::ArchiveWal) {
