@@ -118,8 +118,8 @@ impl InstanceFlags {
                 .is_some_and(|text| !text.is_empty());
             anyhow::ensure!(
                 present,
-                "the Cluster file {} has no {shown}: {why} (CloudNativePG always passes it; see the README's \
-                 \"Instance mode\")",
+                "the Cluster file {} has no {shown}: {why} (CloudNativePG always passes it; see the book's \
+                 guide \"Instance mode\", book/src/guides/instance-mode.md)",
                 self.cluster.display()
             );
         }
