@@ -163,9 +163,7 @@ class Suite:
         return self.admin.get(self.cluster_path(name, ns))
 
     def pods(self, cluster, ns=None):
-        items = self.admin.get(
-            resource_path("v1", "Pod", ns or self.ns), labelSelector=f"{CLUSTER_LABEL}={cluster}"
-        )["items"]
+        items = self.admin.get(resource_path("v1", "Pod", ns or self.ns), labelSelector=f"{CLUSTER_LABEL}={cluster}")["items"]
         return sorted(items, key=lambda p: p["metadata"]["name"])
 
     def pod_names(self, cluster, ns=None):
@@ -214,6 +212,7 @@ class Suite:
             "plugin-socket",
             [os.path.join(self.bin, "cnpg-i-hello-world"), "plugin", f"--plugin-path={self.plugin_dir}"],
         )
+
         def listening():
             self.fail_if_dead("plugin-socket")
             import socket
@@ -287,9 +286,7 @@ class Suite:
 
         def established():
             got = self.admin.get(path)
-            return any(
-                c["type"] == "Established" and c["status"] == "True" for c in got.get("status", {}).get("conditions", [])
-            )
+            return any(c["type"] == "Established" and c["status"] == "True" for c in got.get("status", {}).get("conditions", []))
 
         wait_for("the CRD is Established", established, 20)
         self.crd_path = path
@@ -509,9 +506,7 @@ class Suite:
                         {
                             "name": PLUGIN,
                             "parameters": {
-                                "labels": json.dumps(
-                                    {"first-label": "first-label-value", "second-label": "second-label-value"}
-                                ),
+                                "labels": json.dumps({"first-label": "first-label-value", "second-label": "second-label-value"}),
                                 "annotations": annotations,
                             },
                         }
@@ -601,9 +596,7 @@ class Suite:
         # 4. Pre continues, Post asks for a requeue in 2 s: the Pod is created,
         # Pre and Post alternate, and the next reconcile comes after 2 s
         # (the operator alone would wait 5 s for a Cluster still creating).
-        generation = self.admin.merge_patch(self.cluster_path(name), answers(pre="continue", post="requeue=2"))[
-            "metadata"
-        ]["generation"]
+        generation = self.admin.merge_patch(self.cluster_path(name), answers(pre="continue", post="requeue=2"))["metadata"]["generation"]
         wait_for(f"{name}-1 created once Pre continues", lambda: self.pod_names(name) == [f"{name}-1"], 30)
         created = time.time()
 
@@ -668,10 +661,7 @@ class Suite:
             raise Failure(f"phaseReason does not name the plugin: {c['status'].get('phaseReason')!r}")
         wait_for(
             "a Warning Event PluginFailed on cluster-example",
-            lambda: any(
-                e.get("type") == "Warning" and e.get("reason") == "PluginFailed"
-                for e in self.events(self.ns, "cluster-example")
-            ),
+            lambda: any(e.get("type") == "Warning" and e.get("reason") == "PluginFailed" for e in self.events(self.ns, "cluster-example")),
             20,
         )
         if self.pod_names("cluster-example") != ["cluster-example-1"]:
@@ -722,9 +712,7 @@ class Suite:
         c = wait_for("the refused Pod create in phaseReason and a condition", surfaced, 30)
         event = wait_for(
             "a Warning Event naming squat-1 on the Cluster",
-            lambda: [
-                e for e in self.events(self.ns, "squat") if e.get("type") == "Warning" and "squat-1" in e.get("note", "")
-            ],
+            lambda: [e for e in self.events(self.ns, "squat") if e.get("type") == "Warning" and "squat-1" in e.get("note", "")],
             20,
         )
         del c, event
@@ -764,9 +752,7 @@ class Suite:
         service["metadata"]["namespace"] = OPERATOR_NS
         self.admin.apply(service)
         self.start_tcp_plugin("1")
-        self.start_operator(
-            [f"--dial-override={PLUGIN_SERVICE}.{OPERATOR_NS}.svc:9090=127.0.0.1:{self.plugin_port}"]
-        )
+        self.start_operator([f"--dial-override={PLUGIN_SERVICE}.{OPERATOR_NS}.svc:9090=127.0.0.1:{self.plugin_port}"])
         wait_for("the Service's plugin is ready in the operator", lambda: self.plugin_ready_metric() == "1", 30)
         before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in self.pods("cluster-example")}
         self.admin.merge_patch(self.cluster_path("cluster-example"), {"spec": {"instances": 4}})
@@ -814,11 +800,7 @@ class Suite:
 
     def check_no_leaked_rbac_denials(self):
         log = self.procs.log("operator")
-        denied = [
-            line
-            for line in log.splitlines()
-            if 'forbidden: User "system:serviceaccount' in line or "cannot set blockOwnerDeletion" in line
-        ]
+        denied = [line for line in log.splitlines() if 'forbidden: User "system:serviceaccount' in line or "cannot set blockOwnerDeletion" in line]
         if denied:
             raise Failure(f"the operator was refused by RBAC: {denied[0][:400]}")
 
@@ -911,8 +893,7 @@ class Suite:
         self.admin.delete(resource_path("v1", "Pod", self.ns, "cluster-leader-1"))
         wait_for(
             "operator-b re-creates the deleted Pod",
-            lambda: "creating instance Pod" in self.procs.log("operator-b")
-            and "cluster-leader-1" in self.pod_names("cluster-leader"),
+            lambda: "creating instance Pod" in self.procs.log("operator-b") and "cluster-leader-1" in self.pod_names("cluster-leader"),
             30,
         )
         self.admin.delete(self.cluster_path("cluster-leader"))

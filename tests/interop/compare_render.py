@@ -30,9 +30,10 @@ def summary(path):
             "annotations": {k: v for k, v in meta.get("annotations", {}).items() if k not in BOOKKEEPING},
             "initContainers": [c["name"] for c in pod["spec"].get("initContainers", [])],
         }
-    plugins = {p["name"]: {k: yaml.safe_load(v) if k in ("labels", "annotations") else v
-                           for k, v in p.get("parameters", {}).items()}
-               for p in cluster["spec"]["plugins"]}
+    plugins = {
+        p["name"]: {k: yaml.safe_load(v) if k in ("labels", "annotations") else v for k, v in p.get("parameters", {}).items()}
+        for p in cluster["spec"]["plugins"]
+    }
     status = {s["name"]: s.get("status") for s in cluster.get("status", {}).get("pluginStatus", [])}
     return {"plugins": plugins, "status": status, "pods": pods}
 

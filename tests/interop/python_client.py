@@ -56,70 +56,89 @@ def exercise(ch, label, identity, identity_grpc, operator, operator_grpc, lifecy
     caps = ident.GetPluginCapabilities(identity.GetPluginCapabilitiesRequest(), timeout=30)
     services = {c.service.type for c in caps.capabilities}
     Svc = identity.PluginCapability.Service
-    check(f"{label}: Identity/GetPluginCapabilities", services == {Svc.TYPE_OPERATOR_SERVICE, Svc.TYPE_LIFECYCLE_SERVICE},
-          services)
+    check(f"{label}: Identity/GetPluginCapabilities", services == {Svc.TYPE_OPERATOR_SERVICE, Svc.TYPE_LIFECYCLE_SERVICE}, services)
     check(f"{label}: Identity/Probe", ident.Probe(identity.ProbeRequest(), timeout=30).ready)
     rpcs = {c.rpc.type for c in op.GetCapabilities(operator.OperatorCapabilitiesRequest(), timeout=30).capabilities}
     R = operator.OperatorCapability.RPC
-    check(f"{label}: Operator/GetCapabilities", rpcs == {R.TYPE_VALIDATE_CLUSTER_CREATE, R.TYPE_VALIDATE_CLUSTER_CHANGE,
-                                               R.TYPE_MUTATE_CLUSTER, R.TYPE_SET_STATUS_IN_CLUSTER}, rpcs)
+    check(
+        f"{label}: Operator/GetCapabilities",
+        rpcs == {R.TYPE_VALIDATE_CLUSTER_CREATE, R.TYPE_VALIDATE_CLUSTER_CHANGE, R.TYPE_MUTATE_CLUSTER, R.TYPE_SET_STATUS_IN_CLUSTER},
+        rpcs,
+    )
     lcaps = lc.GetCapabilities(lifecycle.OperatorLifecycleCapabilitiesRequest(), timeout=30).lifecycle_capabilities
     Op = lifecycle.OperatorOperationType
-    check(f"{label}: OperatorLifecycle/GetCapabilities",
-          len(lcaps) == 1 and lcaps[0].group == "" and lcaps[0].kind == "Pod"
-          and [t.type for t in lcaps[0].operation_types] == [Op.TYPE_CREATE, Op.TYPE_EVALUATE], lcaps)
+    check(
+        f"{label}: OperatorLifecycle/GetCapabilities",
+        len(lcaps) == 1
+        and lcaps[0].group == ""
+        and lcaps[0].kind == "Pod"
+        and [t.type for t in lcaps[0].operation_types] == [Op.TYPE_CREATE, Op.TYPE_EVALUATE],
+        lcaps,
+    )
 
     def cluster(parameters):
-        return {"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster", "metadata": {"name": "c"},
-                "spec": {"instances": 1, "plugins": [{"name": PLUGIN, "parameters": parameters}]}}
+        return {
+            "apiVersion": "postgresql.cnpg.io/v1",
+            "kind": "Cluster",
+            "metadata": {"name": "c"},
+            "spec": {"instances": 1, "plugins": [{"name": PLUGIN, "parameters": parameters}]},
+        }
 
     # cnpg-i-machinery's path convention, with the raw parameter as the value.
     raw = '{"a": "b", this is a mistake}'
-    errors = op.ValidateClusterCreate(operator.OperatorValidateClusterCreateRequest(
-        definition=json.dumps(cluster({"annotations": raw})).encode()), timeout=30).validation_errors
-    check(f"{label}: Operator/ValidateClusterCreate mistake",
-          len(errors) == 1 and list(errors[0].path_components) == ["spec", "plugins", "0", "annotations"]
-          and errors[0].value == raw, errors)
-    errors = op.ValidateClusterChange(operator.OperatorValidateClusterChangeRequest(
-        old_cluster=json.dumps(cluster({"labels": '{"a":"b"}'})).encode(),
-        new_cluster=json.dumps(cluster({"labels": '{"a":"c"}', "annotations": raw})).encode()),
-        timeout=30).validation_errors
-    check(f"{label}: Operator/ValidateClusterChange reports every error",
-          sorted(list(e.path_components) for e in errors)
-          == [["spec", "plugins", "0", "annotations"], ["spec", "plugins", "0", "labels"]], errors)
-    patch = json.loads(op.MutateCluster(operator.OperatorMutateClusterRequest(
-        definition=json.dumps(cluster({})).encode()), timeout=30).json_patch)
+    errors = op.ValidateClusterCreate(
+        operator.OperatorValidateClusterCreateRequest(definition=json.dumps(cluster({"annotations": raw})).encode()), timeout=30
+    ).validation_errors
+    check(
+        f"{label}: Operator/ValidateClusterCreate mistake",
+        len(errors) == 1 and list(errors[0].path_components) == ["spec", "plugins", "0", "annotations"] and errors[0].value == raw,
+        errors,
+    )
+    errors = op.ValidateClusterChange(
+        operator.OperatorValidateClusterChangeRequest(
+            old_cluster=json.dumps(cluster({"labels": '{"a":"b"}'})).encode(),
+            new_cluster=json.dumps(cluster({"labels": '{"a":"c"}', "annotations": raw})).encode(),
+        ),
+        timeout=30,
+    ).validation_errors
+    check(
+        f"{label}: Operator/ValidateClusterChange reports every error",
+        sorted(list(e.path_components) for e in errors) == [["spec", "plugins", "0", "annotations"], ["spec", "plugins", "0", "labels"]],
+        errors,
+    )
+    patch = json.loads(op.MutateCluster(operator.OperatorMutateClusterRequest(definition=json.dumps(cluster({})).encode()), timeout=30).json_patch)
     paths = sorted(p["path"] for p in patch)
-    check(f"{label}: Operator/MutateCluster defaults",
-          paths == ["/spec/plugins/0/parameters/annotations", "/spec/plugins/0/parameters/labels"], patch)
+    check(f"{label}: Operator/MutateCluster defaults", paths == ["/spec/plugins/0/parameters/annotations", "/spec/plugins/0/parameters/labels"], patch)
     # As CloudNativePG: the plugin's status entry is written before the call.
     with_entry = cluster({})
     with_entry["status"] = {"pluginStatus": [{"name": PLUGIN, "version": metadata.version}]}
-    status = op.SetStatusInCluster(operator.SetStatusInClusterRequest(
-        cluster=json.dumps(with_entry).encode()), timeout=30).json_status
+    status = op.SetStatusInCluster(operator.SetStatusInClusterRequest(cluster=json.dumps(with_entry).encode()), timeout=30).json_status
     check(f"{label}: Operator/SetStatusInCluster", json.loads(status) == {"enabled": True}, status)
     try:
-        op.SetStatusInCluster(operator.SetStatusInClusterRequest(cluster=json.dumps(cluster({})).encode()),
-                              timeout=30)
+        op.SetStatusInCluster(operator.SetStatusInClusterRequest(cluster=json.dumps(cluster({})).encode()), timeout=30)
         check(f"{label}: Operator/SetStatusInCluster without the entry is refused", False, "answered")
     except grpc.RpcError as e:
-        check(f"{label}: Operator/SetStatusInCluster without the entry is refused",
-              "plugin entry not found" in e.details(), e)
+        check(f"{label}: Operator/SetStatusInCluster without the entry is refused", "plugin entry not found" in e.details(), e)
 
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "c-1"},
-           "spec": {"containers": [{"name": "postgres", "image": "postgres"}]}}
-    patch = json.loads(lc.LifecycleHook(lifecycle.OperatorLifecycleRequest(
-        operation_type=Op(type=Op.TYPE_CREATE), cluster_definition=json.dumps(cluster({})).encode(),
-        object_definition=json.dumps(pod).encode()), timeout=30).json_patch)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "c-1"}, "spec": {"containers": [{"name": "postgres", "image": "postgres"}]}}
+    patch = json.loads(
+        lc.LifecycleHook(
+            lifecycle.OperatorLifecycleRequest(
+                operation_type=Op(type=Op.TYPE_CREATE), cluster_definition=json.dumps(cluster({})).encode(), object_definition=json.dumps(pod).encode()
+            ),
+            timeout=30,
+        ).json_patch
+    )
     added = {p["path"]: p.get("value") for p in patch if p["op"] == "add"}
     init = added.get("/spec/initContainers") or []
-    check(f"{label}: OperatorLifecycle/LifecycleHook pod patch",
-          added.get("/metadata/labels") == {"plugin-metadata": "default"}
-          and any(c["name"] == "pauser" and c.get("restartPolicy") == "Always" for c in init), patch)
+    check(
+        f"{label}: OperatorLifecycle/LifecycleHook pod patch",
+        added.get("/metadata/labels") == {"plugin-metadata": "default"} and any(c["name"] == "pauser" and c.get("restartPolicy") == "Always" for c in init),
+        patch,
+    )
 
     try:
-        op.ValidateClusterCreate(operator.OperatorValidateClusterCreateRequest(definition=b"\x00garbage"),
-                                 timeout=30)
+        op.ValidateClusterCreate(operator.OperatorValidateClusterCreateRequest(definition=b"\x00garbage"), timeout=30)
         check(f"{label}: garbage is INVALID_ARGUMENT", False, "answered")
     except grpc.RpcError as e:
         check(f"{label}: garbage is INVALID_ARGUMENT", e.code() == grpc.StatusCode.INVALID_ARGUMENT, e)
@@ -146,19 +165,27 @@ def main():
         # Over mutual TLS, as a remote plugin behind a Service.
         port = free_port()
         process = subprocess.Popen(
-            [binary, "plugin", f"--server-address=127.0.0.1:{port}", f"--server-cert={work}/server.crt",
-             f"--server-key={work}/server.key", f"--client-cert={work}/client.crt"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                binary,
+                "plugin",
+                f"--server-address=127.0.0.1:{port}",
+                f"--server-cert={work}/server.crt",
+                f"--server-key={work}/server.key",
+                f"--client-cert={work}/client.crt",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         processes.append(process)
 
         def channel(client="client"):
             def read(name):
                 return open(f"{work}/{name}", "rb").read()
+
             creds = grpc.ssl_channel_credentials(
-                root_certificates=read("server.crt"), private_key=read(f"{client}.key"),
-                certificate_chain=read(f"{client}.crt"))
-            return grpc.secure_channel(f"127.0.0.1:{port}", creds,
-                                       options=[("grpc.ssl_target_name_override", SERVICE_NAME)])
+                root_certificates=read("server.crt"), private_key=read(f"{client}.key"), certificate_chain=read(f"{client}.crt")
+            )
+            return grpc.secure_channel(f"127.0.0.1:{port}", creds, options=[("grpc.ssl_target_name_override", SERVICE_NAME)])
 
         ch = channel()
         grpc.channel_ready_future(ch).result(timeout=20)
@@ -180,8 +207,7 @@ def main():
         # :authority, and no override is set here on purpose.
         sockets = os.path.join(work, "plugins")
         os.mkdir(sockets)
-        process = subprocess.Popen([binary, "plugin", f"--plugin-path={sockets}"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen([binary, "plugin", f"--plugin-path={sockets}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         processes.append(process)
         socket_path = os.path.join(sockets, PLUGIN)
         wait_for("the plugin's socket", lambda: os.path.exists(socket_path), timeout=20, interval=0.05)

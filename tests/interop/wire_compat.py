@@ -56,16 +56,26 @@ def definitions(descriptor_set):
             oneof = None
             if f.HasField("oneof_index") and not f.proto3_optional:
                 oneof = oneofs[f.oneof_index]
-            fields.append((f.number, f.name, descriptor_pb2.FieldDescriptorProto.Type.Name(f.type),
-                           descriptor_pb2.FieldDescriptorProto.Label.Name(f.label), f.type_name,
-                           f.proto3_optional, oneof))
+            fields.append(
+                (
+                    f.number,
+                    f.name,
+                    descriptor_pb2.FieldDescriptorProto.Type.Name(f.type),
+                    descriptor_pb2.FieldDescriptorProto.Label.Name(f.label),
+                    f.type_name,
+                    f.proto3_optional,
+                    oneof,
+                )
+            )
         found[name] = ("message", tuple(fields))
         for nested in m.nested_type:
             if not nested.options.map_entry:
                 message(name, nested)
             else:
-                found[f"{name}.{nested.name}"] = ("map entry", tuple(
-                    (f.number, f.name, descriptor_pb2.FieldDescriptorProto.Type.Name(f.type)) for f in nested.field))
+                found[f"{name}.{nested.name}"] = (
+                    "map entry",
+                    tuple((f.number, f.name, descriptor_pb2.FieldDescriptorProto.Type.Name(f.type)) for f in nested.field),
+                )
         for e in m.enum_type:
             enum(name, e)
 
@@ -79,9 +89,10 @@ def definitions(descriptor_set):
         for e in file.enum_type:
             enum(prefix, e)
         for s in file.service:
-            found[f"{prefix}.{s.name}"] = ("service", tuple(sorted(
-                (rpc.name, rpc.input_type, rpc.output_type, rpc.client_streaming, rpc.server_streaming)
-                for rpc in s.method)))
+            found[f"{prefix}.{s.name}"] = (
+                "service",
+                tuple(sorted((rpc.name, rpc.input_type, rpc.output_type, rpc.client_streaming, rpc.server_streaming) for rpc in s.method)),
+            )
     return found
 
 
@@ -103,8 +114,10 @@ def main():
     for name in extra:
         failed += 1
         print(f"FAIL {ours[name][0]} {name}: not in upstream CNPG-I")
-    print(f"wire-compat: {len(upstream) - failed + len(extra)} of {len(upstream)} upstream definitions match"
-          f"{f', {len(extra)} extra' if extra else ''}, {failed} failed")
+    print(
+        f"wire-compat: {len(upstream) - failed + len(extra)} of {len(upstream)} upstream definitions match"
+        f"{f', {len(extra)} extra' if extra else ''}, {failed} failed"
+    )
     sys.exit(1 if failed else 0)
 
 

@@ -109,8 +109,10 @@ def main():
         manifest_digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
         # containerd names an image without a registry docker.io/library/NAME
         first = a.ref.split("/")[0]
-        full_ref = a.ref if "/" in a.ref and ("." in first or ":" in first or first == "localhost") else (
-            "docker.io/" + a.ref if "/" in a.ref else "docker.io/library/" + a.ref
+        full_ref = (
+            a.ref
+            if "/" in a.ref and ("." in first or ":" in first or first == "localhost")
+            else ("docker.io/" + a.ref if "/" in a.ref else "docker.io/library/" + a.ref)
         )
         index = json.dumps(
             {

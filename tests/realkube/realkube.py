@@ -97,9 +97,7 @@ class Scenario:
 
     @staticmethod
     def ready(pod):
-        return pod["status"].get("phase") == "Running" and any(
-            c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])
-        )
+        return pod["status"].get("phase") == "Running" and any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
 
     @staticmethod
     def condition(obj, type_):
@@ -149,8 +147,7 @@ class Scenario:
         def probe():
             certs = self.api.get(f"/apis/cert-manager.io/v1/namespaces/{ns}/certificates")["items"]
             have = {
-                c["metadata"]["name"]: any(x["type"] == "Ready" and x["status"] == "True" for x in c.get("status", {}).get("conditions", []))
-                for c in certs
+                c["metadata"]["name"]: any(x["type"] == "Ready" and x["status"] == "True" for x in c.get("status", {}).get("conditions", [])) for c in certs
             }
             if not set(names) <= {n for n, ok in have.items() if ok}:
                 raise Failure(f"Certificates and readiness: {have}")
@@ -175,13 +172,7 @@ class Scenario:
                 f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
                 labelSelector=f"kubernetes.io/service-name={service}",
             )["items"]
-            ready = {
-                a
-                for s in slices
-                for e in s.get("endpoints") or []
-                if e.get("conditions", {}).get("ready")
-                for a in e["addresses"]
-            }
+            ready = {a for s in slices for e in s.get("endpoints") or [] if e.get("conditions", {}).get("ready") for a in e["addresses"]}
             if not pods or ready != pods:
                 raise Failure(f"Ready Pods {sorted(pods)}, ready endpoints {sorted(ready)}")
             return True
@@ -189,9 +180,7 @@ class Scenario:
         wait_for(f"the endpoints of Service {service}", probe, timeout=timeout, interval=1)
 
     def events(self, ns, kind, name):
-        return self.api.get(
-            f"/api/v1/namespaces/{ns}/events", fieldSelector=f"involvedObject.kind={kind},involvedObject.name={name}"
-        )["items"]
+        return self.api.get(f"/api/v1/namespaces/{ns}/events", fieldSelector=f"involvedObject.kind={kind},involvedObject.name={name}")["items"]
 
     def psql(self, ns, pod, sql, container="postgres", database="postgres"):
         """`psql` in the Pod's container, on its local socket; the output of -At."""
@@ -199,7 +188,7 @@ class Scenario:
             "-n", ns, "exec", pod, "-c", container, "--",
             "psql", "-h", os.environ.get("RK_PGHOST", "/controller/run"), "-U", "postgres", "-d", database,
             "-v", "ON_ERROR_STOP=1", "-Atc", sql,
-        ).strip()
+        ).strip()  # fmt: skip
 
 
 def delete_and_time(api, ns, pod, timeout=90):

@@ -176,7 +176,7 @@ class Scenario(realkube.Scenario):
                 raise Failure(f"pluginStatus {status.get('pluginStatus')}")
             # SetStatusInCluster: the plugin's answer, stored as it is.
             if json.loads(entries[0].get("status") or "null") != {"enabled": True}:
-                raise Failure(f"the plugin's status in pluginStatus: {entries[0].get('status')!r}, not {{\"enabled\": true}}")
+                raise Failure(f'the plugin\'s status in pluginStatus: {entries[0].get("status")!r}, not {{"enabled": true}}')
             return cluster
 
         wait_for("the Cluster in healthy state, with the plugin's status", probe, timeout=180, interval=2)
@@ -236,10 +236,7 @@ class Scenario(realkube.Scenario):
         except Failure as e:
             print(f"  (CloudNativePG's log unreadable: {e})", flush=True)
             return
-        patches = [
-            line for line in logs.splitlines()
-            if "patching cluster status with the updated plugin statuses" in line and f'"namespace":"{NS}"' in line
-        ]
+        patches = [line for line in logs.splitlines() if "patching cluster status with the updated plugin statuses" in line and f'"namespace":"{NS}"' in line]
         print(f"  (note: CloudNativePG patched the plugin status of {NS}/{CLUSTER} {len(patches)} times in the last 30 s)", flush=True)
 
     def explain_commands(self):

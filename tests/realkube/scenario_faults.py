@@ -147,7 +147,7 @@ class Faults(wa.Scenario):
         script = (
             f"end=$(( $(date +%s) + {seconds} )); "
             "while [ $(date +%s) -lt $end ]; do "
-            "psql -h /controller/run -U postgres -qAt -v ON_ERROR_STOP=1 -c \"call write_ledger($end)\" >/dev/null || sleep 1; done"
+            'psql -h /controller/run -U postgres -qAt -v ON_ERROR_STOP=1 -c "call write_ledger($end)" >/dev/null || sleep 1; done'
         )
         cmd = [self.kubectl_bin, "--kubeconfig", self.kubeconfig, "-n", NS, "exec", self.primary_pod(), "-c", "postgres", "--", "sh", "-c", script]
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), time.time() + seconds
@@ -220,7 +220,7 @@ class Faults(wa.Scenario):
                 bootstrap={"recovery": {"source": CLUSTER}},
                 externalClusters=[{"name": CLUSTER, "plugin": {"name": wa.PLUGIN, "parameters": self.s3_parameters(CLUSTER)}}],
             )),
-        )
+        )  # fmt: skip
         started = time.time()
         self.wait_healthy(name, 1, timeout=600)
         recovered = int(self.psql(NS, self.primary(name), "select count(*) from ledger"))
@@ -264,8 +264,11 @@ class Faults(wa.Scenario):
         archived_at = time.time()
         self.switch_and_wait_archived(CLUSTER)
         _, failed, _ = self.archiver()
-        print(f"  (3 SIGKILLs: {failed - failed_before} archive attempts failed and were retried;"
-              f" archiving caught up {time.time() - archived_at:.0f} s after the writer stopped)", flush=True)
+        print(
+            f"  (3 SIGKILLs: {failed - failed_before} archive attempts failed and were retried;"
+            f" archiving caught up {time.time() - archived_at:.0f} s after the writer stopped)",
+            flush=True,
+        )
         self.proof("the sidecar killed three times")
 
     def sidecar_status(self):
@@ -380,8 +383,10 @@ class Faults(wa.Scenario):
         _, failed, _ = self.archiver()
         if failed != failed_before:
             raise Failure(f"{failed - failed_before} archive attempts failed during the rotation (the sidecar's socket needs no certificate)")
-        print(f"  (certificates rotated: the plugin took the new ones {window:.0f} s after their Secrets changed, without a restart;"
-              " no archive attempt failed)", flush=True)
+        print(
+            f"  (certificates rotated: the plugin took the new ones {window:.0f} s after their Secrets changed, without a restart; no archive attempt failed)",
+            flush=True,
+        )
         # The proof's recovery Cluster gets its Pods patched by the plugin: CloudNativePG's calls work with the new pins.
         self.proof("the plugin's certificates rotated")
 
@@ -402,13 +407,17 @@ class Faults(wa.Scenario):
         condition = {"type": "Issuing", "status": "True", "reason": "ManuallyTriggered", "message": "renewal asked by scenario_faults.py"}
         condition["lastTransitionTime"] = now
         self.kubectl("-n", ns, "patch", f"certificates.cert-manager.io/{certificate}", "--subresource=status", "--type=json",
-                     "-p", json.dumps([{"op": "add", "path": "/status/conditions/-", "value": condition}]))
+                     "-p", json.dumps([{"op": "add", "path": "/status/conditions/-", "value": condition}]))  # fmt: skip
 
     @contextlib.contextmanager
     def port_forward(self, ns, pod, port):
         """`kubectl port-forward` to the Pod's port; yields the local port."""
-        proc = subprocess.Popen([self.kubectl_bin, "--kubeconfig", self.kubeconfig, "-n", ns, "port-forward", f"pod/{pod}", f":{port}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [self.kubectl_bin, "--kubeconfig", self.kubeconfig, "-n", ns, "port-forward", f"pod/{pod}", f":{port}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             # kubectl prints the local port at once, or fails: 30 s at most.
             ready, _, _ = select.select([proc.stdout], [], [], 30)
@@ -479,10 +488,20 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     p.add_argument("--node-exec", required=True, help="the command prefix that runs a command on the node (docker exec <node>)")
-    p.add_argument("--plugin-alone-after", nargs="*", default=[], metavar="FILE",
-                   help="files whose existence says the other scenarios using the wal-archive plugin ended (before its certificates rotate)")
-    p.add_argument("--node-alone-after", nargs="*", default=[], metavar="FILE",
-                   help="files whose existence says the scenarios beside this one ended (before the runtime is restarted)")
+    p.add_argument(
+        "--plugin-alone-after",
+        nargs="*",
+        default=[],
+        metavar="FILE",
+        help="files whose existence says the other scenarios using the wal-archive plugin ended (before its certificates rotate)",
+    )
+    p.add_argument(
+        "--node-alone-after",
+        nargs="*",
+        default=[],
+        metavar="FILE",
+        help="files whose existence says the scenarios beside this one ended (before the runtime is restarted)",
+    )
     p.add_argument("--cnpg-manifest", required=True, help="CloudNativePG's config/default (tests/realkube/cnpg.sh manifest)")
     p.add_argument("--plugin-manifest", required=True, help="examples/wal-archive/manifests, image set")
     p.add_argument("--postgres-image", required=True, help="the instances' PostgreSQL image, present on the nodes")

@@ -56,11 +56,7 @@ class Scenario(realkube.Scenario):
         return holder.rsplit("_", 1)[0] if holder else None
 
     def operator_pods(self):
-        return [
-            p
-            for p in self.pods(OPERATOR_NS, "app.kubernetes.io/name=cnpgi-operator")
-            if not p["metadata"].get("deletionTimestamp")
-        ]
+        return [p for p in self.pods(OPERATOR_NS, "app.kubernetes.io/name=cnpgi-operator") if not p["metadata"].get("deletionTimestamp")]
 
     def instance_pods(self):
         return [p for p in self.pods(NS, f"{CLUSTER_LABEL}={CLUSTER}") if not p["metadata"].get("deletionTimestamp")]
@@ -246,7 +242,7 @@ class Scenario(realkube.Scenario):
             out = self.kubectl(
                 "-n", NS, "exec", pod["metadata"]["name"], "-c", "postgres", "--",
                 "psql", "-h", "/tmp", "-U", "postgres", "-Atc", "select current_setting('server_version_num')::int / 10000",
-            )
+            )  # fmt: skip
             if out.strip() != "15":
                 raise Failure(f"psql in {pod['metadata']['name']} answered {out.strip()!r}, not 15")
 
@@ -290,6 +286,7 @@ class Scenario(realkube.Scenario):
         before = {p["metadata"]["uid"] for p in self.pods(OPERATOR_NS, "app.kubernetes.io/name=cnpg-i-hello-world")}
         self.kubectl("-n", OPERATOR_NS, "rollout", "restart", "deployment/cnpg-i-hello-world")
         self.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/cnpg-i-hello-world", "--timeout=180s")
+
         def rolled():
             pods = [p for p in self.pods(OPERATOR_NS, "app.kubernetes.io/name=cnpg-i-hello-world") if not p["metadata"].get("deletionTimestamp")]
             if len(pods) != 1 or pods[0]["metadata"]["uid"] in before or not self.ready(pods[0]):
@@ -311,6 +308,7 @@ class Scenario(realkube.Scenario):
             raise Failure(f"the Lease holder {holder!r} is not an operator Pod {sorted(pods)}")
         (other,) = pods - {holder}
         self.api.delete(f"/api/v1/namespaces/{OPERATOR_NS}/pods/{holder}")
+
         # The deleted leader releases the Lease on SIGTERM; the replica that was
         # waiting takes it, unless the Deployment's replacement Pod is faster:
         # either way a live replica other than the deleted one leads.
@@ -381,8 +379,11 @@ class Scenario(realkube.Scenario):
         new_holder = self.lease_holder()
         if new_holder in (holder, None):
             raise Failure(f"the roll ended with the Lease held by {new_holder or 'nobody'}, not by a successor of the deleted {holder}")
-        print(f"  (leader {holder} deleted mid-roll; {new_holder} finished it {time.monotonic() - deleted_at:.0f} s later;"
-              f" Pods seen {sorted(seen)}, at most {most_live} live at once)", flush=True)
+        print(
+            f"  (leader {holder} deleted mid-roll; {new_holder} finished it {time.monotonic() - deleted_at:.0f} s later;"
+            f" Pods seen {sorted(seen)}, at most {most_live} live at once)",
+            flush=True,
+        )
         self.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/cnpgi-operator", "--timeout=180s")
 
     def network_cut(self):

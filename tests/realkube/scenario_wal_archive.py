@@ -132,9 +132,7 @@ class Scenario(realkube.Scenario):
             if side_at > postgres_at:
                 problems.append(f"{name}: {SIDECAR} started at {side_at}, after postgres ({postgres_at})")
             if side.get("restartCount") or postgres.get("restartCount"):
-                problems.append(
-                    f"{name}: restarts: {SIDECAR} {side.get('restartCount')}, postgres {postgres.get('restartCount')}"
-                )
+                problems.append(f"{name}: restarts: {SIDECAR} {side.get('restartCount')}, postgres {postgres.get('restartCount')}")
         return problems
 
     def wait_sidecars(self, cluster, instances):
@@ -168,8 +166,7 @@ class Scenario(realkube.Scenario):
             row = self.psql(
                 NS,
                 primary,
-                "select coalesce(last_archived_wal, '') || ' ' || failed_count || ' ' || coalesce(last_failed_wal, '')"
-                " from pg_stat_archiver",
+                "select coalesce(last_archived_wal, '') || ' ' || failed_count || ' ' || coalesce(last_failed_wal, '') from pg_stat_archiver",
             )
             last = row.split(" ")[0]
             if not last or last[:24] < segment:
@@ -336,7 +333,7 @@ class Scenario(realkube.Scenario):
         listing = self.kubectl(
             "-n", NS, "exec", self.primary("local"), "-c", "postgres", "--",
             "find", f"{PGDATA_STORE}/local/backups/{status['backupId']}", "-type", "f",
-        )
+        )  # fmt: skip
         names = sorted(os.path.basename(line) for line in listing.split())
         if names != ["backup.json", "data.tar.zst"]:
             raise Failure(f"the backup's objects in the store: {names}")
@@ -353,7 +350,8 @@ class Scenario(realkube.Scenario):
     def origin_archiving(self):
         primary = self.primary("origin")
         self.psql(
-            NS, primary,
+            NS,
+            primary,
             "create table t (id serial primary key, phase text not null, at timestamptz not null default clock_timestamp());"
             " insert into t (phase) select 'before-backup' from generate_series(1, 1000)",
         )

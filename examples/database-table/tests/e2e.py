@@ -269,9 +269,7 @@ class E2E:
             if {k: report.get(k) for k in wanted} != wanted or '"id" bigint NOT NULL' not in report.get("columns", []):
                 raise Failure(f"the plugin's report is not this generation's sync of app.public.users: {report}")
 
-        self.check(
-            f"status: phase Ready, observedGeneration = generation, {POSTGRES}'s entry reports this generation's sync", status, setup=True
-        )
+        self.check(f"status: phase Ready, observedGeneration = generation, {POSTGRES}'s entry reports this generation's sync", status, setup=True)
 
         def added():
             self.update_spec("users", columns=[*columns, {"name": "created_at", "type": "timestamptz", "nullable": True}])

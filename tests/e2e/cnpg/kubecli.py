@@ -126,8 +126,7 @@ def summary(o):
             "labels": meta.get("labels"),
             "annotations": {k: v for k, v in (meta.get("annotations") or {}).items() if k != "cnpg.io/podSpec"},
             "containers": [(c.get("name"), c.get("image")) for c in o.get("spec", {}).get("containers", [])],
-            "initContainers": [(c.get("name"), c.get("image"), c.get("restartPolicy"))
-                               for c in o.get("spec", {}).get("initContainers", [])],
+            "initContainers": [(c.get("name"), c.get("image"), c.get("restartPolicy")) for c in o.get("spec", {}).get("initContainers", [])],
             "phase": o.get("status", {}).get("phase"),
         }
     elif kind == "Cluster":
@@ -228,8 +227,7 @@ def main(argv):
                         "crd",
                         "-",
                         name,
-                        "any(c['type'] == 'Established' and c['status'] == 'True' "
-                        "for c in o.get('status', {}).get('conditions', []))",
+                        "any(c['type'] == 'Established' and c['status'] == 'True' for c in o.get('status', {}).get('conditions', []))",
                         "--what",
                         "Established",
                     ],
@@ -243,8 +241,7 @@ def main(argv):
             client.merge_patch(path, json.loads(args[3]))
             return 0
         if cmd == "token":
-            request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                       "spec": {"expirationSeconds": 3600}}
+            request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}
             answer = client.request("POST", object_path("ServiceAccount", args[0], args[1]) + "/token", request)
             print(answer["status"]["token"])
             return 0

@@ -157,17 +157,26 @@ class StandIn:
                     "ready": 0,
                     "terminating": 0,
                     "conditions": [
-                        {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
-                         "message": "Reached expected number of succeeded pods",
-                         "lastProbeTime": t, "lastTransitionTime": t},
-                        {"type": "Complete", "status": "True", "reason": "CompletionsReached",
-                         "message": "Reached expected number of succeeded pods",
-                         "lastProbeTime": t, "lastTransitionTime": t},
+                        {
+                            "type": "SuccessCriteriaMet",
+                            "status": "True",
+                            "reason": "CompletionsReached",
+                            "message": "Reached expected number of succeeded pods",
+                            "lastProbeTime": t,
+                            "lastTransitionTime": t,
+                        },
+                        {
+                            "type": "Complete",
+                            "status": "True",
+                            "reason": "CompletionsReached",
+                            "message": "Reached expected number of succeeded pods",
+                            "lastProbeTime": t,
+                            "lastTransitionTime": t,
+                        },
                     ],
                 }
             }
-            self.client.request("PATCH", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}/status",
-                                status, "application/merge-patch+json")
+            self.client.request("PATCH", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}/status", status, "application/merge-patch+json")
             log(f"Job {namespace}/{name}: marked complete (succeeded={want})")
 
     def run_pods(self, namespace):
@@ -184,18 +193,35 @@ class StandIn:
             if status.get("phase") == "Running" and status.get("podIP") == ip:
                 continue
             t = now()
-            ready = [{"type": c, "status": "True", "lastProbeTime": None, "lastTransitionTime": t}
-                     for c in ("PodScheduled", "Initialized", "ContainersReady", "Ready")]
+            ready = [
+                {"type": c, "status": "True", "lastProbeTime": None, "lastTransitionTime": t}
+                for c in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+            ]
             containers = [
-                {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": True, "started": True,
-                 "restartCount": 0, "state": {"running": {"startedAt": t}}}
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": t}},
+                }
                 for c in pod["spec"]["containers"]
             ]
-            patch = {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "127.0.0.1",
-                                "hostIPs": [{"ip": "127.0.0.1"}], "startTime": t, "conditions": ready,
-                                "containerStatuses": containers}}
-            self.client.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-                                patch, "application/merge-patch+json")
+            patch = {
+                "status": {
+                    "phase": "Running",
+                    "podIP": ip,
+                    "podIPs": [{"ip": ip}],
+                    "hostIP": "127.0.0.1",
+                    "hostIPs": [{"ip": "127.0.0.1"}],
+                    "startTime": t,
+                    "conditions": ready,
+                    "containerStatuses": containers,
+                }
+            }
+            self.client.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", patch, "application/merge-patch+json")
             log(f"Pod {namespace}/{name}: Running and Ready at {ip}")
 
     def set_current_primary(self, namespace):
@@ -212,9 +238,11 @@ class StandIn:
                 continue
             name = cluster["metadata"]["name"]
             self.client.request(
-                "PATCH", f"/apis/postgresql.cnpg.io/v1/namespaces/{namespace}/clusters/{name}/status",
+                "PATCH",
+                f"/apis/postgresql.cnpg.io/v1/namespaces/{namespace}/clusters/{name}/status",
                 {"status": {"currentPrimary": target, "currentPrimaryTimestamp": now()}},
-                "application/merge-patch+json")
+                "application/merge-patch+json",
+            )
             log(f"Cluster {namespace}/{name}: currentPrimary={target} (as the instance manager after promotion)")
 
     def loop(self):
