@@ -30,22 +30,32 @@
 //! }
 //! ```
 //!
-//! Everything else (low-level services, capability builders, WAL file
-//! names, validation error builders) stays in its own module.
+//! Only the declarative API is here: [`Plugin`] and what its handlers
+//! receive and answer (the call types, [`Cluster`], [`Hook`],
+//! [`MetricSet`], [`WalFileName`], the proto messages they return), the
+//! arguments its registrations take, and the helpers most handlers call.
+//! Services written by hand use [`lowlevel`](crate::lowlevel),
+//! [`create_main_cmd`](crate::create_main_cmd) and
+//! [`proto`](crate::proto)'s servers instead; capability builders,
+//! validation error builders and the WAL archiving rules stay in their own
+//! modules.
 
 pub use crate::{
     PluginCommand,
     capabilities::{Operation, ReconcilerKind, ServiceType},
     cluster::Cluster,
-    metrics::MetricSet,
     object::object_mut,
     parameters::Parameters,
     plugin::{
-        BackupCall, LocalPlugin, MetricsCall, Plugin, PluginIdentity, PostgresOperation, ReconcilerCall,
-        RestoreJobCall, Sample, SetFirstRequiredCall, WalArchiveCall, WalRestoreCall, WalStatusCall,
+        BackupCall, Hook, LocalPlugin, MetricSet, MetricsCall, Plugin, PluginIdentity, PostgresOperation,
+        ReconcilerCall, RestoreJobCall, Sample, SetFirstRequiredCall, WalArchiveCall, WalFileKind, WalFileName,
+        WalRestoreCall, WalStatusCall,
     },
-    proto::identity::v1::GetPluginMetadataResponse,
-    reconciler::Hook,
+    proto::{
+        backup::v1::BackupResult,
+        identity::v1::GetPluginMetadataResponse,
+        wal::v1::{RestoreResponse, WalStatusResult},
+    },
     sidecar::{SidecarOptions, inject_sidecar},
     tonic::Status,
     transport::PluginServer,

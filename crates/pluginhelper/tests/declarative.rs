@@ -15,9 +15,9 @@ use std::{
 
 use cnpgi_pluginhelper::{
     capabilities::{self, Operation, OperatorRpc, ReconcilerKind, ServiceType},
-    metrics::MetricSet,
+    lowlevel::{ArchiveDecision, decide_archive, wal_files},
     parameters::Parameters,
-    plugin::{Plugin, PostgresOperation, Sample},
+    plugin::{Hook, MetricSet, Plugin, PostgresOperation, Sample},
     proto::{
         backup::v1::{BackupRequest, BackupResult, backup_client::BackupClient},
         identity::v1::{GetPluginMetadataResponse, ProbeRequest},
@@ -34,10 +34,8 @@ use cnpgi_pluginhelper::{
             wal_client::WalClient, wal_server::Wal,
         },
     },
-    reconciler::Hook,
     testing::TestPlugin,
     validation::parameter_error,
-    wal::{self, ArchiveDecision, decide_archive},
 };
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
@@ -485,7 +483,7 @@ fn wal_plugin(archive: &Archive) -> Plugin<Config> {
                 let archive = load.lock().unwrap();
                 let content = archive
                     .get(call.file.as_str())
-                    .ok_or_else(|| wal::not_in_archive(&call.file))?;
+                    .ok_or_else(|| wal_files::not_in_archive(&call.file))?;
                 assert!(content.starts_with(call.parameters.bucket.as_bytes()));
                 assert_eq!(call.destination_path, "/pg/pg_wal/RECOVERYXLOG");
                 Ok(())
@@ -693,7 +691,7 @@ impl Wal for HandWrittenWal {
         &self,
         _: Request<WalCapabilitiesRequest>,
     ) -> Result<tonic::Response<cnpgi_pluginhelper::proto::wal::v1::WalCapabilitiesResult>, tonic::Status> {
-        Ok(tonic::Response::new(wal::capabilities([WalRpc::Status])))
+        Ok(tonic::Response::new(wal_files::capabilities([WalRpc::Status])))
     }
 
     async fn status(&self, _: Request<WalStatusRequest>) -> Result<tonic::Response<WalStatusResult>, tonic::Status> {

@@ -1,6 +1,6 @@
 //! The Backup service of a declarative plugin.
 
-use std::{collections::BTreeMap, future::Future, sync::Arc};
+use std::{collections::BTreeMap, sync::Arc};
 
 use cnpgi_proto::backup::v1::{
     BackupCapabilitiesRequest, BackupCapabilitiesResult, BackupRequest, BackupResult, backup_capability, backup_server,
@@ -8,7 +8,7 @@ use cnpgi_proto::backup::v1::{
 use serde_json::Value;
 use tonic::{Request, Response, Status};
 
-use super::{AsyncHandler, Plugin, Shared, boxed};
+use super::{AsyncHandler, Plugin, Shared};
 use crate::{
     capabilities::backup_rpc,
     cluster::{Cluster, decode_cluster, decode_object},
@@ -28,18 +28,28 @@ pub struct BackupCall<P> {
     pub backup_parameters: BTreeMap<String, String>,
 }
 
-pub(super) type Handler<P> = AsyncHandler<BackupCall<P>, BackupResult>;
-
 impl<P: Parameters> Plugin<P> {
     /// Takes a backup and answers once it is done (CloudNativePG waits,
     /// without a deadline); the answer becomes the Backup's status.
-    pub fn backup<F, Fut>(mut self, handler: F) -> Self
-    where
-        F: Fn(BackupCall<P>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<BackupResult, Status>> + Send + 'static,
-    {
-        self.handlers.backup = Some(boxed(handler));
+    pub fn backup(mut self, handler: impl AsyncHandler<BackupCall<P>, BackupResult>) -> Self {
+        self.handlers.backup.register(handler);
         self
+    }
+}
+
+impl<P: Parameters> BackupCall<P> {
+    /// The call a `Backup` request makes: the Cluster and the Backup
+    /// decoded, this plugin's parameters read.
+    fn decode(shared: &Shared<P>, request: BackupRequest) -> Result<Self, Status> {
+        let cluster = decode_cluster(&request.cluster_definition)?;
+        let backup = decode_object(&request.backup_definition, "Backup")?;
+        let parameters = shared.parameters(&cluster)?;
+        Ok(Self {
+            cluster,
+            parameters,
+            backup,
+            backup_parameters: request.parameters.into_iter().collect(),
+        })
     }
 }
 
@@ -58,23 +68,8 @@ impl<P: Parameters> backup_server::Backup for BackupService<P> {
     }
 
     async fn backup(&self, request: Request<BackupRequest>) -> Result<Response<BackupResult>, Status> {
-        let handler = self
-            .0
-            .handlers
-            .backup
-            .as_ref()
-            .ok_or_else(|| Status::unimplemented("Backup is not implemented by this plugin"))?;
-        let request = request.into_inner();
-        let cluster = decode_cluster(&request.cluster_definition)?;
-        let backup = decode_object(&request.backup_definition, "Backup")?;
-        let parameters = self.0.parameters(&cluster)?;
-        let answer = handler(BackupCall {
-            cluster,
-            parameters,
-            backup,
-            backup_parameters: request.parameters.into_iter().collect(),
-        })
-        .await?;
-        Ok(Response::new(answer))
+        let backup = &self.0.handlers.backup;
+        let answer = backup.call("Backup", || BackupCall::decode(&self.0, request.into_inner()));
+        Ok(Response::new(answer.await?))
     }
 }

@@ -30,10 +30,9 @@ use super::{
 };
 use crate::{
     capabilities::{self, Operation, OperatorRpc, ServiceType},
+    lowlevel::Hook,
     parameters::Parameters,
-    patch,
-    reconciler::Hook,
-    status,
+    patch, status,
 };
 
 /// A [`Plugin`](super::Plugin) called in-process, from

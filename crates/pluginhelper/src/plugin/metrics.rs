@@ -1,7 +1,7 @@
 //! The Metrics service of a declarative plugin: definitions given once,
 //! samples collected on every scrape and checked against them.
 
-use std::{future::Future, sync::Arc};
+use std::sync::Arc;
 
 use cnpgi_proto::metrics::v1::{
     CollectMetricsRequest, CollectMetricsResult, DefineMetricsRequest, DefineMetricsResult, MetricsCapabilitiesRequest,
@@ -9,10 +9,10 @@ use cnpgi_proto::metrics::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use super::{AsyncHandler, Plugin, Shared, boxed};
+use super::{AsyncHandler, BoxedHandler, Plugin, Shared, boxed};
 use crate::{
     cluster::{Cluster, decode_cluster},
-    metrics::MetricSet,
+    lowlevel::MetricSet,
     parameters::Parameters,
 };
 
@@ -60,7 +60,7 @@ pub struct MetricsCall<P> {
 /// The definitions and the collect handler.
 pub(super) struct Handlers<P> {
     set: MetricSet,
-    collect: AsyncHandler<MetricsCall<P>, Vec<Sample>>,
+    collect: BoxedHandler<MetricsCall<P>, Vec<Sample>>,
 }
 
 impl<P: Parameters> Plugin<P> {
@@ -68,11 +68,7 @@ impl<P: Parameters> Plugin<P> {
     /// gives the values on each scrape, which the SDK checks against `set`
     /// (an undefined name, a wrong number of labels or a bad counter value is
     /// an `INTERNAL` error, rather than metrics CloudNativePG drops).
-    pub fn metrics<F, Fut>(mut self, set: MetricSet, collect: F) -> Self
-    where
-        F: Fn(MetricsCall<P>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Vec<Sample>, Status>> + Send + 'static,
-    {
+    pub fn metrics(mut self, set: MetricSet, collect: impl AsyncHandler<MetricsCall<P>, Vec<Sample>>) -> Self {
         self.handlers.metrics = Some(Handlers {
             set,
             collect: boxed(collect),

@@ -64,15 +64,20 @@
 //! (`spec.other`, `other`), so a plugin for a `DatabaseTable` reads its spec
 //! from there or decodes it into its own type.
 //!
-//! The low-level building blocks stay available: [`Plugin::add_service`]
-//! mixes in a hand-written tonic service, and `create_main_cmd` with
-//! hand-written services gives full control.
+//! The building blocks stay available: [`Plugin::add_service`] mixes in a
+//! hand-written tonic service, and [`create_main_cmd`](crate::create_main_cmd)
+//! with hand-written services (helped by [`lowlevel`](crate::lowlevel))
+//! gives full control.
 
-use std::{borrow::Cow, collections::BTreeMap, future::Future, pin::Pin, sync::Arc};
+use std::{borrow::Cow, collections::BTreeMap, sync::Arc};
 
-use cnpgi_proto::identity::v1::{
-    GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest, GetPluginMetadataResponse,
-    ProbeRequest, ProbeResponse, identity_server,
+use cnpgi_proto::{
+    backup::v1::BackupResult,
+    identity::v1::{
+        GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest,
+        GetPluginMetadataResponse, ProbeRequest, ProbeResponse, identity_server,
+    },
+    wal::v1::RestoreResponse,
 };
 use tonic::{Request, Response, Status, service::RoutesBuilder};
 
@@ -87,6 +92,7 @@ use crate::{
     validation,
 };
 
+mod async_handler;
 mod backup;
 mod decoded;
 mod lifecycle;
@@ -98,6 +104,8 @@ mod reconciler;
 mod restore_job;
 mod wal;
 
+pub use async_handler::AsyncHandler;
+use async_handler::{AsyncRpc, BoxedHandler, boxed};
 pub use backup::{BackupCall, BackupService};
 pub use lifecycle::LifecycleService;
 pub use local::LocalPlugin;
@@ -108,19 +116,9 @@ pub use reconciler::{ReconcilerCall, ReconcilerService};
 pub use restore_job::{RestoreJobCall, RestoreJobService};
 pub use wal::{SetFirstRequiredCall, WalArchiveCall, WalRestoreCall, WalService, WalStatusCall};
 
-/// What a handler's future resolves to.
-type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Status>> + Send>>;
-/// An `async` handler, stored.
-type AsyncHandler<I, T> = Arc<dyn Fn(I) -> BoxFuture<T> + Send + Sync>;
-
-/// Boxes an `async` handler.
-fn boxed<I, T, F, Fut>(handler: F) -> AsyncHandler<I, T>
-where
-    F: Fn(I) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<T, Status>> + Send + 'static,
-{
-    Arc::new(move |input| Box::pin(handler(input)))
-}
+/// What handlers receive and answer, defined with the building blocks of
+/// services written by hand ([`lowlevel`](crate::lowlevel)).
+pub use crate::lowlevel::{Hook, MetricSet, WalFileKind, WalFileName};
 
 /// A hand-written service, registered as it is.
 type Route = Box<dyn FnOnce(&mut RoutesBuilder) + Send>;
@@ -153,8 +151,8 @@ struct Handlers<P> {
     lifecycle: lifecycle::Handlers<P>,
     reconciler: reconciler::Handlers<P>,
     wal: wal::Handlers<P>,
-    backup: Option<backup::Handler<P>>,
-    restore_job: Option<restore_job::Handler<P>>,
+    backup: AsyncRpc<BackupCall<P>, BackupResult>,
+    restore_job: AsyncRpc<RestoreJobCall<P>, RestoreResponse>,
     metrics: Option<metrics::Handlers<P>>,
     postgres: Option<postgres::Handler<P>>,
 }
@@ -167,8 +165,8 @@ impl<P: Parameters> Handlers<P> {
             ServiceType::OperatorService => !operator::rpcs::<P>(&self.operator).is_empty(),
             ServiceType::ReconcilerHooks => !self.reconciler.is_empty(),
             ServiceType::WalService => !self.wal.is_empty(),
-            ServiceType::BackupService => self.backup.is_some(),
-            ServiceType::RestoreJob => self.restore_job.is_some(),
+            ServiceType::BackupService => self.backup.is_registered(),
+            ServiceType::RestoreJob => self.restore_job.is_registered(),
             ServiceType::Metrics => self.metrics.is_some(),
             ServiceType::Postgres => self.postgres.is_some(),
             ServiceType::Unspecified
@@ -185,8 +183,8 @@ impl<P> Default for Handlers<P> {
             lifecycle: lifecycle::Handlers::default(),
             reconciler: reconciler::Handlers::default(),
             wal: wal::Handlers::default(),
-            backup: None,
-            restore_job: None,
+            backup: AsyncRpc::default(),
+            restore_job: AsyncRpc::default(),
             metrics: None,
             postgres: None,
         }

@@ -1,7 +1,7 @@
 //! The Operator service of a declarative plugin: validation, defaults,
 //! status, deregistration.
 
-use std::{future::Future, sync::Arc};
+use std::sync::Arc;
 
 use cnpgi_proto::operator::v1::{
     DeregisterRequest, DeregisterResponse, OperatorCapabilitiesRequest, OperatorCapabilitiesResult,
@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tonic::{Request, Response, Status};
 
-use super::{AsyncHandler, Plugin, Shared, boxed};
+use super::{AsyncHandler, BoxedHandler, Plugin, Shared, boxed};
 use crate::{
     capabilities::{OperatorRpc, operator_rpc},
     cluster::{Cluster, decode_cluster},
@@ -35,7 +35,7 @@ pub(super) struct Handlers<P> {
     validate_cluster: Option<ValidateCluster>,
     mutate: Option<Mutate<P>>,
     set_status: Option<SetStatus>,
-    deregister: Option<AsyncHandler<Cluster, ()>>,
+    deregister: Option<BoxedHandler<Cluster, ()>>,
 }
 
 impl<P> Default for Handlers<P> {
@@ -146,11 +146,7 @@ impl<P: Parameters> Plugin<P> {
     }
 
     /// Cleans up after a Cluster that stops using the plugin (`Deregister`).
-    pub fn deregister<F, Fut>(mut self, handler: F) -> Self
-    where
-        F: Fn(Cluster) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), Status>> + Send + 'static,
-    {
+    pub fn deregister(mut self, handler: impl AsyncHandler<Cluster, ()>) -> Self {
         self.handlers.operator.deregister = Some(boxed(handler));
         self
     }

@@ -11,8 +11,8 @@ use tonic::{Request, Response, Status};
 use super::{Plugin, Shared};
 use crate::{
     cluster::{Cluster, decode_cluster},
+    lowlevel::enrich,
     parameters::Parameters,
-    postgres,
 };
 
 /// Why the configuration is written (`OperationType.Type`): `Init`,
@@ -48,7 +48,7 @@ impl<P: Parameters> postgres_server::Postgres for PostgresService<P> {
         &self,
         _: Request<PostgresCapabilitiesRequest>,
     ) -> Result<Response<PostgresCapabilitiesResult>, Status> {
-        Ok(Response::new(postgres::capabilities()))
+        Ok(Response::new(enrich::capabilities()))
     }
 
     async fn enrich_configuration(
@@ -69,7 +69,7 @@ impl<P: Parameters> postgres_server::Postgres for PostgresService<P> {
             .as_ref()
             .map_or(PostgresOperation::Unspecified, OperationType::r#type);
         let mut outcome = Ok(());
-        let answer = postgres::enrich(&request.configs, |configs| {
+        let answer = enrich::enrich(&request.configs, |configs| {
             outcome = handler(&cluster, &parameters, operation, configs);
         });
         outcome?;

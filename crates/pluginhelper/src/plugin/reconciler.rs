@@ -1,7 +1,7 @@
 //! The ReconcilerHooks service of a declarative plugin: `Pre` and `Post`
 //! hooks per kind of reconciled object.
 
-use std::{future::Future, sync::Arc};
+use std::sync::Arc;
 
 use cnpgi_proto::reconciler::v1::{
     ReconcilerHooksCapabilitiesRequest, ReconcilerHooksCapabilitiesResult, ReconcilerHooksRequest,
@@ -10,12 +10,12 @@ use cnpgi_proto::reconciler::v1::{
 use serde_json::Value;
 use tonic::{Request, Response, Status};
 
-use super::{AsyncHandler, Plugin, Shared, boxed};
+use super::{AsyncHandler, BoxedHandler, Plugin, Shared, boxed};
 use crate::{
     capabilities::ReconcilerKind,
     cluster::{Cluster, decode_cluster, decode_object},
+    lowlevel::hook::{self, Hook},
     parameters::Parameters,
-    reconciler::{self, Hook},
 };
 
 /// What a reconciler hook receives.
@@ -29,7 +29,7 @@ pub struct ReconcilerCall<P> {
     pub object: Value,
 }
 
-type HookFn<P> = AsyncHandler<ReconcilerCall<P>, Hook>;
+type HookFn<P> = BoxedHandler<ReconcilerCall<P>, Hook>;
 
 /// The `Pre` and `Post` hooks registered, by kind.
 pub(super) struct Handlers<P> {
@@ -61,11 +61,12 @@ impl<P> Handlers<P> {
 }
 
 impl<P: Parameters> Plugin<P> {
-    fn reconciler_hook<F, Fut>(mut self, post: bool, kind: ReconcilerKind, hook: F) -> Self
-    where
-        F: Fn(ReconcilerCall<P>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Hook, Status>> + Send + 'static,
-    {
+    fn reconciler_hook(
+        mut self,
+        post: bool,
+        kind: ReconcilerKind,
+        hook: impl AsyncHandler<ReconcilerCall<P>, Hook>,
+    ) -> Self {
         if kind != ReconcilerKind::Unspecified {
             let hooks = if post {
                 &mut self.handlers.reconciler.post
@@ -81,20 +82,12 @@ impl<P: Parameters> Plugin<P> {
     /// A hook run before the operator reconciles an object of `kind`; its
     /// [`Hook`] answer says whether the operator goes on, requeues, or stops.
     /// Objects of a kind without a `Pre` hook get `Continue`.
-    pub fn reconciler_pre<F, Fut>(self, kind: ReconcilerKind, hook: F) -> Self
-    where
-        F: Fn(ReconcilerCall<P>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Hook, Status>> + Send + 'static,
-    {
+    pub fn reconciler_pre(self, kind: ReconcilerKind, hook: impl AsyncHandler<ReconcilerCall<P>, Hook>) -> Self {
         self.reconciler_hook(false, kind, hook)
     }
 
     /// A hook run after the operator reconciled an object of `kind`.
-    pub fn reconciler_post<F, Fut>(self, kind: ReconcilerKind, hook: F) -> Self
-    where
-        F: Fn(ReconcilerCall<P>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Hook, Status>> + Send + 'static,
-    {
+    pub fn reconciler_post(self, kind: ReconcilerKind, hook: impl AsyncHandler<ReconcilerCall<P>, Hook>) -> Self {
         self.reconciler_hook(true, kind, hook)
     }
 }
@@ -137,9 +130,7 @@ impl<P: Parameters> reconciler_hooks_server::ReconcilerHooks for ReconcilerServi
         &self,
         _: Request<ReconcilerHooksCapabilitiesRequest>,
     ) -> Result<Response<ReconcilerHooksCapabilitiesResult>, Status> {
-        Ok(Response::new(reconciler::capabilities(
-            self.0.handlers.reconciler.kinds(),
-        )))
+        Ok(Response::new(hook::capabilities(self.0.handlers.reconciler.kinds())))
     }
 
     async fn pre(&self, request: Request<ReconcilerHooksRequest>) -> Result<Response<ReconcilerHooksResult>, Status> {

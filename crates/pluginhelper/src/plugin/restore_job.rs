@@ -1,7 +1,7 @@
 //! The RestoreJobHooks service of a declarative plugin: filling PGDATA in
 //! the recovery Job.
 
-use std::{future::Future, sync::Arc};
+use std::sync::Arc;
 
 use cnpgi_proto::wal::v1::{
     RestoreJobHooksCapabilitiesRequest, RestoreJobHooksCapabilitiesResult, RestoreRequest, RestoreResponse,
@@ -9,7 +9,7 @@ use cnpgi_proto::wal::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use super::{AsyncHandler, Plugin, Shared, boxed};
+use super::{AsyncHandler, Plugin, Shared};
 use crate::{
     capabilities::restore_job_hook,
     cluster::{Cluster, decode_cluster},
@@ -30,19 +30,27 @@ pub struct RestoreJobCall<P> {
     pub check_empty_wal_archive: Option<bool>,
 }
 
-pub(super) type Handler<P> = AsyncHandler<RestoreJobCall<P>, RestoreResponse>;
-
 impl<P: Parameters> Plugin<P> {
     /// Restores PGDATA in the `full-recovery` Job, then answers the lines to
     /// append to the configuration (`restore_config`) and the environment of
     /// the recovering PostgreSQL (`envs`, `K=V`).
-    pub fn restore_job<F, Fut>(mut self, handler: F) -> Self
-    where
-        F: Fn(RestoreJobCall<P>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<RestoreResponse, Status>> + Send + 'static,
-    {
-        self.handlers.restore_job = Some(boxed(handler));
+    pub fn restore_job(mut self, handler: impl AsyncHandler<RestoreJobCall<P>, RestoreResponse>) -> Self {
+        self.handlers.restore_job.register(handler);
         self
+    }
+}
+
+impl<P: Parameters> RestoreJobCall<P> {
+    /// The call a `Restore` request makes, with this plugin's parameters
+    /// where a recovery source has them.
+    fn decode(shared: &Shared<P>, request: RestoreRequest) -> Result<Self, Status> {
+        let cluster = decode_cluster(&request.cluster_definition)?;
+        let parameters = shared.parameters_for(&service::restore_job::RESTORE, &cluster, &Default::default())?;
+        Ok(Self {
+            cluster,
+            parameters,
+            check_empty_wal_archive: request.check_empty_wal_archive,
+        })
     }
 }
 
@@ -61,23 +69,10 @@ impl<P: Parameters> restore_job_hooks_server::RestoreJobHooks for RestoreJobServ
     }
 
     async fn restore(&self, request: Request<RestoreRequest>) -> Result<Response<RestoreResponse>, Status> {
-        let handler = self
-            .0
-            .handlers
-            .restore_job
-            .as_ref()
-            .ok_or_else(|| Status::unimplemented("RestoreJobHooks.Restore is not implemented by this plugin"))?;
-        let request = request.into_inner();
-        let cluster = decode_cluster(&request.cluster_definition)?;
-        let parameters = self
-            .0
-            .parameters_for(&service::restore_job::RESTORE, &cluster, &Default::default())?;
-        let answer = handler(RestoreJobCall {
-            cluster,
-            parameters,
-            check_empty_wal_archive: request.check_empty_wal_archive,
-        })
-        .await?;
-        Ok(Response::new(answer))
+        let restore_job = &self.0.handlers.restore_job;
+        let answer = restore_job.call("RestoreJobHooks.Restore", || {
+            RestoreJobCall::decode(&self.0, request.into_inner())
+        });
+        Ok(Response::new(answer.await?))
     }
 }

@@ -1,7 +1,7 @@
 //! The WAL service of a declarative plugin: archive, restore, status, and
 //! the first WAL file still needed.
 
-use std::{future::Future, sync::Arc};
+use std::sync::Arc;
 
 use cnpgi_proto::wal::v1::{
     SetFirstRequiredRequest, SetFirstRequiredResult, WalArchiveRequest, WalArchiveResult, WalCapabilitiesRequest,
@@ -10,12 +10,12 @@ use cnpgi_proto::wal::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use super::{AsyncHandler, Plugin, Shared, boxed};
+use super::{AsyncHandler, AsyncRpc, Plugin, Shared};
 use crate::{
     cluster::{Cluster, decode_cluster},
+    lowlevel::wal_files::{self, WalFileName},
     parameters::Parameters,
     service,
-    wal::{self, WalFileName},
 };
 
 /// What the archive handler receives: one WAL file to store.
@@ -35,7 +35,7 @@ pub struct WalArchiveCall<P> {
 }
 
 /// What the restore handler receives: one WAL file to fetch. A file the
-/// archive does not have is answered with [`wal::not_in_archive`].
+/// archive does not have is answered with [`wal_files::not_in_archive`].
 #[derive(Debug, Clone)]
 pub struct WalRestoreCall<P> {
     /// The Cluster.
@@ -75,19 +75,19 @@ pub struct SetFirstRequiredCall<P> {
 
 /// The WAL handlers registered.
 pub(super) struct Handlers<P> {
-    archive: Option<AsyncHandler<WalArchiveCall<P>, ()>>,
-    restore: Option<AsyncHandler<WalRestoreCall<P>, ()>>,
-    status: Option<AsyncHandler<WalStatusCall<P>, WalStatusResult>>,
-    set_first_required: Option<AsyncHandler<SetFirstRequiredCall<P>, ()>>,
+    archive: AsyncRpc<WalArchiveCall<P>, ()>,
+    restore: AsyncRpc<WalRestoreCall<P>, ()>,
+    status: AsyncRpc<WalStatusCall<P>, WalStatusResult>,
+    set_first_required: AsyncRpc<SetFirstRequiredCall<P>, ()>,
 }
 
 impl<P> Default for Handlers<P> {
     fn default() -> Self {
         Self {
-            archive: None,
-            restore: None,
-            status: None,
-            set_first_required: None,
+            archive: AsyncRpc::default(),
+            restore: AsyncRpc::default(),
+            status: AsyncRpc::default(),
+            set_first_required: AsyncRpc::default(),
         }
     }
 }
@@ -100,10 +100,10 @@ impl<P> Handlers<P> {
     /// The RPCs with a handler, in the protocol's order.
     fn rpcs(&self) -> Vec<WalRpc> {
         [
-            (WalRpc::ArchiveWal, self.archive.is_some()),
-            (WalRpc::RestoreWal, self.restore.is_some()),
-            (WalRpc::Status, self.status.is_some()),
-            (WalRpc::SetFirstRequired, self.set_first_required.is_some()),
+            (WalRpc::ArchiveWal, self.archive.is_registered()),
+            (WalRpc::RestoreWal, self.restore.is_registered()),
+            (WalRpc::Status, self.status.is_registered()),
+            (WalRpc::SetFirstRequired, self.set_first_required.is_registered()),
         ]
         .into_iter()
         .filter_map(|(rpc, registered)| registered.then_some(rpc))
@@ -115,44 +115,28 @@ impl<P: Parameters> Plugin<P> {
     /// Archives one WAL file (CloudNativePG runs it as PostgreSQL's
     /// `archive_command`). PostgreSQL's rule applies: a file already archived
     /// with the same content succeeds, with other content fails
-    /// ([`wal::decide_archive`]).
-    pub fn wal_archive<F, Fut>(mut self, handler: F) -> Self
-    where
-        F: Fn(WalArchiveCall<P>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), Status>> + Send + 'static,
-    {
-        self.handlers.wal.archive = Some(boxed(handler));
+    /// ([`wal_files::decide_archive`]).
+    pub fn wal_archive(mut self, handler: impl AsyncHandler<WalArchiveCall<P>, ()>) -> Self {
+        self.handlers.wal.archive.register(handler);
         self
     }
 
     /// Restores one WAL file (PostgreSQL's `restore_command`): write it whole,
     /// then answer.
-    pub fn wal_restore<F, Fut>(mut self, handler: F) -> Self
-    where
-        F: Fn(WalRestoreCall<P>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), Status>> + Send + 'static,
-    {
-        self.handlers.wal.restore = Some(boxed(handler));
+    pub fn wal_restore(mut self, handler: impl AsyncHandler<WalRestoreCall<P>, ()>) -> Self {
+        self.handlers.wal.restore.register(handler);
         self
     }
 
     /// Reports the archive's first and last WAL files.
-    pub fn wal_status<F, Fut>(mut self, handler: F) -> Self
-    where
-        F: Fn(WalStatusCall<P>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<WalStatusResult, Status>> + Send + 'static,
-    {
-        self.handlers.wal.status = Some(boxed(handler));
+    pub fn wal_status(mut self, handler: impl AsyncHandler<WalStatusCall<P>, WalStatusResult>) -> Self {
+        self.handlers.wal.status.register(handler);
         self
     }
 
     /// Learns the first WAL file still needed (older ones may be removed).
-    pub fn wal_set_first_required<F, Fut>(mut self, handler: F) -> Self
-    where
-        F: Fn(SetFirstRequiredCall<P>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), Status>> + Send + 'static,
-    {
-        self.handlers.wal.set_first_required = Some(boxed(handler));
+    pub fn wal_set_first_required(mut self, handler: impl AsyncHandler<SetFirstRequiredCall<P>, ()>) -> Self {
+        self.handlers.wal.set_first_required.register(handler);
         self
     }
 }
@@ -160,91 +144,88 @@ impl<P: Parameters> Plugin<P> {
 /// The WAL service of a [`Plugin`], dispatching to its handlers.
 pub struct WalService<P>(pub(super) Arc<Shared<P>>);
 
-/// The handler, or `UNIMPLEMENTED`.
-fn registered<'a, T>(handler: &'a Option<T>, rpc: &str) -> Result<&'a T, Status> {
-    handler
-        .as_ref()
-        .ok_or_else(|| Status::unimplemented(format!("WAL {rpc} is not implemented by this plugin")))
-}
-
 #[tonic::async_trait]
 impl<P: Parameters> wal_server::Wal for WalService<P> {
     async fn get_capabilities(
         &self,
         _: Request<WalCapabilitiesRequest>,
     ) -> Result<Response<WalCapabilitiesResult>, Status> {
-        Ok(Response::new(wal::capabilities(self.0.handlers.wal.rpcs())))
+        Ok(Response::new(wal_files::capabilities(self.0.handlers.wal.rpcs())))
     }
 
     async fn archive(&self, request: Request<WalArchiveRequest>) -> Result<Response<WalArchiveResult>, Status> {
-        let handler = registered(&self.0.handlers.wal.archive, "Archive")?;
         let request = request.into_inner();
-        let cluster = decode_cluster(&request.cluster_definition)?;
-        let file = WalFileName::from_path(&request.source_file_name)?;
-        let parameters = self.0.parameters_for(
-            &service::wal::ARCHIVE,
-            &cluster,
-            &request.parameters.into_iter().collect(),
-        )?;
-        handler(WalArchiveCall {
-            cluster,
-            parameters,
-            file,
-            source_path: request.source_file_name,
-            check_empty_wal_archive: request.check_empty_wal_archive,
-        })
-        .await?;
+        let archived = self.0.handlers.wal.archive.call("WAL Archive", || {
+            let cluster = decode_cluster(&request.cluster_definition)?;
+            let file = WalFileName::from_path(&request.source_file_name)?;
+            let parameters = self.0.parameters_for(
+                &service::wal::ARCHIVE,
+                &cluster,
+                &request.parameters.into_iter().collect(),
+            )?;
+            Ok(WalArchiveCall {
+                cluster,
+                parameters,
+                file,
+                source_path: request.source_file_name,
+                check_empty_wal_archive: request.check_empty_wal_archive,
+            })
+        });
+        archived.await?;
         Ok(Response::new(WalArchiveResult {}))
     }
 
     async fn restore(&self, request: Request<WalRestoreRequest>) -> Result<Response<WalRestoreResult>, Status> {
-        let handler = registered(&self.0.handlers.wal.restore, "Restore")?;
         let request = request.into_inner();
-        let mode = request.mode();
-        let cluster = decode_cluster(&request.cluster_definition)?;
-        let file = WalFileName::parse(&request.source_wal_name)?;
-        if request.destination_file_name.is_empty() {
-            return Err(Status::invalid_argument("destination_file_name is required"));
-        }
-        let parameters = self.0.parameters_for(
-            &service::wal::RESTORE,
-            &cluster,
-            &request.parameters.into_iter().collect(),
-        )?;
-        handler(WalRestoreCall {
-            cluster,
-            parameters,
-            file,
-            destination_path: request.destination_file_name,
-            mode,
-        })
-        .await?;
+        let restored = self.0.handlers.wal.restore.call("WAL Restore", || {
+            let mode = request.mode();
+            let cluster = decode_cluster(&request.cluster_definition)?;
+            let file = WalFileName::parse(&request.source_wal_name)?;
+            if request.destination_file_name.is_empty() {
+                return Err(Status::invalid_argument("destination_file_name is required"));
+            }
+            let parameters = self.0.parameters_for(
+                &service::wal::RESTORE,
+                &cluster,
+                &request.parameters.into_iter().collect(),
+            )?;
+            Ok(WalRestoreCall {
+                cluster,
+                parameters,
+                file,
+                destination_path: request.destination_file_name,
+                mode,
+            })
+        });
+        restored.await?;
         Ok(Response::new(WalRestoreResult {}))
     }
 
     async fn status(&self, request: Request<WalStatusRequest>) -> Result<Response<WalStatusResult>, Status> {
-        let handler = registered(&self.0.handlers.wal.status, "Status")?;
-        let cluster = decode_cluster(&request.into_inner().cluster_definition)?;
-        let parameters = self.0.parameters(&cluster)?;
-        let answer = handler(WalStatusCall { cluster, parameters }).await?;
-        Ok(Response::new(answer))
+        let answer = self.0.handlers.wal.status.call("WAL Status", || {
+            let cluster = decode_cluster(&request.into_inner().cluster_definition)?;
+            let parameters = self.0.parameters(&cluster)?;
+            Ok(WalStatusCall { cluster, parameters })
+        });
+        Ok(Response::new(answer.await?))
     }
 
     async fn set_first_required(
         &self,
         request: Request<SetFirstRequiredRequest>,
     ) -> Result<Response<SetFirstRequiredResult>, Status> {
-        let handler = registered(&self.0.handlers.wal.set_first_required, "SetFirstRequired")?;
-        let request = request.into_inner();
-        let cluster = decode_cluster(&request.cluster_definition)?;
-        let first_required = WalFileName::parse(&request.first_required_wal)?;
-        let parameters = self.0.parameters(&cluster)?;
-        handler(SetFirstRequiredCall {
-            cluster,
-            parameters,
-            first_required,
-        })
-        .await?;
+        let answered = self.0.handlers.wal.set_first_required.call("WAL SetFirstRequired", || {
+            let request = request.into_inner();
+            let cluster = decode_cluster(&request.cluster_definition)?;
+            let first_required = WalFileName::parse(&request.first_required_wal)?;
+            let parameters = self.0.parameters(&cluster)?;
+            Ok(SetFirstRequiredCall {
+                cluster,
+                parameters,
+                first_required,
+            })
+        });
+        answered.await?;
         Ok(Response::new(SetFirstRequiredResult {}))
     }
 }

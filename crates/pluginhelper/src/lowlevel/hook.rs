@@ -1,4 +1,5 @@
-//! Answers of `cnpgi.reconciler.v1.ReconcilerHooks` (`Pre` and `Post`).
+//! The answer of a `cnpgi.reconciler.v1.ReconcilerHooks` hook ([`Hook`], for
+//! `Pre` and `Post`), and the service's `GetCapabilities` answer.
 //!
 //! CloudNativePG reads an answer as: `CONTINUE` (or unspecified) goes on with
 //! the next plugin; `REQUEUE` stops and reconciles again after
@@ -8,7 +9,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use cnpgi_pluginhelper::reconciler::Hook;
+//! use cnpgi_pluginhelper::lowlevel::hook::Hook;
 //! use cnpgi_pluginhelper::proto::reconciler::v1::{ReconcilerHooksResult, reconciler_hooks_result::Behavior};
 //!
 //! let answer = ReconcilerHooksResult::from(Hook::RequeueAfter(Duration::from_millis(1500)));
@@ -69,7 +70,7 @@ impl From<&ReconcilerHooksResult> for Hook {
 /// The `GetCapabilities` answer for hooks on these kinds of object.
 ///
 /// ```
-/// use cnpgi_pluginhelper::reconciler::capabilities;
+/// use cnpgi_pluginhelper::lowlevel::hook::capabilities;
 /// use cnpgi_pluginhelper::proto::reconciler::v1::reconciler_hooks_capability::Kind;
 ///
 /// assert_eq!(capabilities([Kind::Cluster]).reconciler_capabilities.len(), 1);

@@ -1,6 +1,6 @@
-//! Helpers for WAL plugins (`cnpgi.wal.v1.WAL`): the file names PostgreSQL
-//! archives, archive idempotence, and the answer for a file the archive
-//! does not have.
+//! WAL files as `cnpgi.wal.v1.WAL` handles them: the names PostgreSQL
+//! archives, archive idempotence, the answer for a file the archive does not
+//! have, and the service's `GetCapabilities` answer.
 //!
 //! CloudNativePG runs the plugin's `Archive` as PostgreSQL's
 //! `archive_command` and `Restore` as its `restore_command`, so PostgreSQL's
@@ -17,7 +17,7 @@
 //!   lets PostgreSQL carry on: [`not_in_archive`] (`NOT_FOUND`).
 //!
 //! ```
-//! use cnpgi_pluginhelper::wal::{ArchiveDecision, WalFileKind, WalFileName, decide_archive};
+//! use cnpgi_pluginhelper::lowlevel::wal_files::{ArchiveDecision, WalFileKind, WalFileName, decide_archive};
 //!
 //! let name = WalFileName::from_path("/var/lib/postgresql/data/pgdata/pg_wal/000000010000000000000003")?;
 //! assert_eq!(name.kind(), WalFileKind::Segment);
@@ -26,7 +26,7 @@
 //! assert_eq!(decide_archive(&name, None::<&[u8]>, b"wal")?, ArchiveDecision::Store);
 //! assert_eq!(decide_archive(&name, Some(&b"wal"[..]), b"wal")?, ArchiveDecision::AlreadyArchived);
 //! assert!(decide_archive(&name, Some(&b"old"[..]), b"new").is_err());
-//! # Ok::<(), cnpgi_pluginhelper::wal::WalError>(())
+//! # Ok::<(), cnpgi_pluginhelper::lowlevel::wal_files::WalError>(())
 //! ```
 
 use std::fmt;
@@ -196,7 +196,7 @@ pub fn not_in_archive(name: &WalFileName) -> tonic::Status {
 /// The `GetCapabilities` answer advertising `rpcs`.
 ///
 /// ```
-/// use cnpgi_pluginhelper::wal::capabilities;
+/// use cnpgi_pluginhelper::lowlevel::wal_files::capabilities;
 /// use cnpgi_pluginhelper::proto::wal::v1::wal_capability::rpc::Type;
 ///
 /// let answer = capabilities([Type::ArchiveWal, Type::RestoreWal]);

@@ -1,5 +1,5 @@
-//! `cnpgi.metrics.v1.Metrics`: a plugin's metrics, defined once and
-//! collected on every scrape.
+//! The metric definitions of `cnpgi.metrics.v1.Metrics` ([`MetricSet`]):
+//! defined once, and every value collected on a scrape checked against them.
 //!
 //! CloudNativePG's instance manager calls `Define` then `Collect` on each
 //! scrape and uses `fq_name` as it is (no prefix). A collected value whose
@@ -10,7 +10,7 @@
 //! loudly in its own logs instead.
 //!
 //! ```
-//! use cnpgi_pluginhelper::metrics::MetricSet;
+//! use cnpgi_pluginhelper::lowlevel::metric_set::MetricSet;
 //!
 //! let metrics = MetricSet::new()
 //!     .counter("wal_archive_failures_total", "WAL files that could not be archived", &[])

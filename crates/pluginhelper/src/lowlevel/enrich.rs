@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use std::collections::HashMap;
-//! use cnpgi_pluginhelper::postgres::enrich;
+//! use cnpgi_pluginhelper::lowlevel::enrich::enrich;
 //!
 //! let configs = HashMap::from([("shared_buffers".to_owned(), "128MB".to_owned())]);
 //! let answer = enrich(&configs, |map| {
