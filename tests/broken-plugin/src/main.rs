@@ -21,6 +21,7 @@ use std::process::ExitCode;
 
 use cnpgi_pluginhelper::{
     capabilities,
+    lowlevel::{MetricSet, enrich, wal_files},
     proto::{
         identity::v1::{
             EnrichConfigurationRequest, EnrichConfigurationResult, GetPluginCapabilitiesRequest,
@@ -156,7 +157,7 @@ impl wal_server::Wal for Broken {
         &self,
         _: Request<WalCapabilitiesRequest>,
     ) -> Result<Response<WalCapabilitiesResult>, Status> {
-        Ok(Response::new(cnpgi_pluginhelper::wal::capabilities([
+        Ok(Response::new(wal_files::capabilities([
             wal_capability::rpc::Type::ArchiveWal,
         ])))
     }
@@ -170,9 +171,7 @@ impl metrics_server::Metrics for Broken {
         &self,
         _: Request<MetricsCapabilitiesRequest>,
     ) -> Result<Response<MetricsCapabilitiesResult>, Status> {
-        Ok(Response::new(
-            cnpgi_pluginhelper::metrics::MetricSet::new().capabilities(),
-        ))
+        Ok(Response::new(MetricSet::new().capabilities()))
     }
 
     async fn define(&self, _: Request<DefineMetricsRequest>) -> Result<Response<DefineMetricsResult>, Status> {
@@ -193,7 +192,7 @@ impl postgres_server::Postgres for Broken {
         &self,
         _: Request<PostgresCapabilitiesRequest>,
     ) -> Result<Response<PostgresCapabilitiesResult>, Status> {
-        Ok(Response::new(cnpgi_pluginhelper::postgres::capabilities()))
+        Ok(Response::new(enrich::capabilities()))
     }
 
     async fn enrich_configuration(

@@ -8,7 +8,7 @@ use std::{
 
 use cnpgi_pluginhelper::{
     cluster::{Cluster, decode_cluster},
-    metrics::MetricSet,
+    lowlevel::{ArchiveDecision, MetricSet, WalFileKind, WalFileName, decide_archive, not_in_archive},
     plugin::{BackupCall, PostgresOperation, RestoreJobCall, WalArchiveCall, WalRestoreCall},
     proto::{
         backup::v1::BackupResult,
@@ -18,7 +18,6 @@ use cnpgi_pluginhelper::{
         },
         wal::v1::RestoreResponse,
     },
-    wal::{self, ArchiveDecision, WalFileKind, WalFileName, decide_archive},
 };
 use serde_json::Value;
 use tonic::{Request, Response, Status};
@@ -84,7 +83,7 @@ pub(crate) async fn restore(call: WalRestoreCall<()>) -> Result<(), Status> {
     let source = config.archive()?.join(call.file.as_str());
     let contents = match std::fs::read(&source) {
         Ok(contents) => contents,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(wal::not_in_archive(&call.file)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_in_archive(&call.file)),
         Err(e) => return Err(io_error("read", &source, &e)),
     };
     let destination = Path::new(&call.destination_path);

@@ -30,9 +30,8 @@ use std::{
 use cnpgi_pluginhelper::{
     capabilities::ReconcilerKind,
     parameters::Parameters,
-    plugin::{Plugin, ReconcilerCall},
+    plugin::{Hook, Plugin, ReconcilerCall},
     proto::identity::v1::GetPluginMetadataResponse,
-    reconciler::Hook,
     tonic::Status,
 };
 
