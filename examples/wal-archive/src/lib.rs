@@ -12,7 +12,9 @@
 //!
 //! * [`parameters`] and [`cluster`]: what a Cluster asks for;
 //! * [`storage`]: the storage engine (stores, compression, checksums,
-//!   backups, retention, restores), which knows nothing of CNPG-I;
+//!   backups, retention, restores), which knows nothing of CNPG-I: its
+//!   functions answer their own errors, which [`codes`] turns into the gRPC
+//!   status each answers;
 //! * [`sidecar`]: the sidecar container in instance Pods and the recovery Job;
 //! * [`recovery`] and [`pgtime`]: the configuration a recovering PostgreSQL gets;
 //! * [`metrics`] and [`state`]: what this process did, for the scrapes;
@@ -31,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod codes;
 pub mod metadata;
 pub mod metrics;
 pub mod parameters;
@@ -41,12 +44,13 @@ pub mod state;
 pub mod storage;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
 use cnpgi_pluginhelper::{
     PluginCommand,
     capabilities::{Operation, ServiceType},
+    lowlevel::ArchiveDecision,
     parameters::ParameterSchema,
     plugin::{
         BackupCall, MetricsCall, Plugin, PluginIdentity, RestoreJobCall, Sample, WalArchiveCall, WalRestoreCall,
@@ -57,7 +61,6 @@ use cnpgi_pluginhelper::{
         wal::v1::{RestoreResponse, WalStatusResult},
     },
     transport::PluginServer,
-    wal::ArchiveDecision,
 };
 use serde_json::Value;
 use tonic::Status;
@@ -189,13 +192,13 @@ async fn archive_wal(state: State, call: WalArchiveCall<()>) -> Result<(), Statu
 /// check; the marker goes after the first success.
 async fn archive_wal_file(state: &State, call: &WalArchiveCall<()>) -> Result<ArchiveDecision, Status> {
     let config = parameters::own(&call.cluster)?;
-    let source = wal::absolute(&call.source_path, "source_file_name")?;
+    let source = absolute(&call.source_path, "source_file_name")?;
     let store = state.store(&config.store)?;
-    let marker = wal::empty_archive_marker(&source);
+    let marker = wal::empty_archive_marker(source);
     let must_be_empty = call
         .check_empty_wal_archive
         .unwrap_or_else(|| marker.is_some() && !ClusterView::new(&call.cluster).skips_empty_archive_check());
-    let content = wal::read_wal_file(&source, &call.file).await?;
+    let content = wal::read_wal_file(source, &call.file).await?;
     if must_be_empty {
         wal::refuse_foreign_archive(&store, &call.file, &content).await?;
     }
@@ -231,12 +234,22 @@ async fn restore_wal(state: State, call: WalRestoreCall<()>) -> Result<(), Statu
 /// [`parameters::for_wal_restore`] picks.
 async fn restore_wal_file(state: &State, call: &WalRestoreCall<()>) -> Result<(), Status> {
     let config = parameters::for_wal_restore(&call.cluster)?;
-    let destination = wal::absolute(&call.destination_path, "destination_file_name")?;
+    let destination = absolute(&call.destination_path, "destination_file_name")?;
     let store = state.store(&config.store)?;
-    let content = wal::fetch_wal(&store, &call.file).await?;
-    wal::write_atomically(&destination, content)
-        .await
-        .map_err(|e| Status::internal(format!("cannot write {}: {e}", destination.display())))
+    Ok(wal::restore_wal(&store, &call.file, destination).await?)
+}
+
+/// `path`, a path in the request's `field`, when it is absolute.
+fn absolute<'p>(path: &'p str, field: &str) -> Result<&'p Path, Status> {
+    let path = Path::new(path);
+    if path.is_absolute() {
+        Ok(path)
+    } else {
+        Err(Status::invalid_argument(format!(
+            "{field} {:?} is not an absolute path",
+            path.display().to_string()
+        )))
+    }
 }
 
 /// The first and last archived segments.

@@ -20,7 +20,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use cnpgi_pluginhelper::{metrics::MetricSet, plugin::Sample};
+use cnpgi_pluginhelper::plugin::{MetricSet, Sample};
 
 use crate::state::Activity;
 use crate::storage::retention::list_backups;

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use tonic::Status;
 
 use crate::parameters::{Config, PgConnection};
 use crate::storage::lsn::Lsn;
@@ -83,17 +82,6 @@ pub enum BackupError {
     /// Something PostgreSQL answered cannot be read.
     #[error("unexpected answer from PostgreSQL: {0}")]
     Answer(String),
-}
-
-impl From<BackupError> for Status {
-    fn from(error: BackupError) -> Self {
-        match error {
-            BackupError::Store(store) => store.into(),
-            BackupError::Unsupported(_) => Status::failed_precondition(error.to_string()),
-            BackupError::Postgres { .. } | BackupError::Timeout { .. } => Status::unavailable(error.to_string()),
-            BackupError::Stream { .. } | BackupError::Answer(_) => Status::internal(error.to_string()),
-        }
-    }
 }
 
 /// Takes a backup of the instance `config` points at, into `store`.

@@ -101,15 +101,6 @@ pub enum ChooseError {
     BadTarget(String),
 }
 
-impl From<ChooseError> for tonic::Status {
-    fn from(error: ChooseError) -> Self {
-        match error {
-            ChooseError::BadTarget(_) => tonic::Status::invalid_argument(error.to_string()),
-            _ => tonic::Status::failed_precondition(error.to_string()),
-        }
-    }
-}
-
 /// The backup to restore for `target`: the one named by `backupID`; else
 /// the newest that ended before `targetTime` or `targetLSN`; else the
 /// newest. (PostgreSQL can only replay forward from a backup's end.)

@@ -3,16 +3,19 @@
 //! [`choose_backup`] picks the backup in the store for a recovery target
 //! ([`crate::storage::manifest::choose`]: the `backupID`, else the newest
 //! that ended before `targetTime` or `targetLSN`, else the newest); a
-//! damaged manifest is `DATA_LOSS`, not an absent backup.
+//! damaged manifest is [`RestoreError::DamagedManifest`] (or
+//! [`RestoreError::NoneUsable`]), not an absent backup.
 //!
 //! [`restore_backup`] streams its data into a staging directory beside
 //! PGDATA (which must be empty or absent), checking the SHA-256 and size
 //! the manifest recorded, and only once the whole object matched renames
 //! the staging directory into place (see `Staging`): a damaged backup
 //! (checksum, decompression, tar format, truncation, or a data object
-//! missing while its manifest is there) fails with `DATA_LOSS` and leaves
-//! PGDATA as it was, and so does a store that fails mid-way
-//! (`UNAVAILABLE`, …).
+//! missing while its manifest is there) fails with [`RestoreError::Damaged`]
+//! and leaves PGDATA as it was, and so does a store that fails mid-way
+//! ([`RestoreError::Store`]).
+//!
+//! [`crate::codes`] gives each error the gRPC code CloudNativePG reads.
 
 use std::io::{self, Read};
 use std::os::unix::fs::PermissionsExt;
@@ -22,21 +25,97 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures_util::TryStreamExt;
 use sha2::{Digest, Sha256};
 use tokio_util::io::{StreamReader, SyncIoBridge};
-use tonic::Status;
 
 use crate::cluster::RecoveryTarget;
-use crate::storage::manifest::{self, Manifest};
+use crate::storage::manifest::{self, ChooseError, Manifest};
 use crate::storage::object;
 use crate::storage::retention::scan_backups;
 use crate::storage::store::{Store, StoreError};
+
+/// Why a base backup could not be chosen or restored: what failed, and on
+/// which backup, object or path.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The store failed, listing the backups or reading the data.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The manifest of the backup asked for (`backupID`) cannot be read.
+    #[error("the manifest of backup {backup_id} ({key} in {store}) is damaged: {reason}")]
+    DamagedManifest {
+        /// The backup.
+        backup_id: String,
+        /// Its manifest's key.
+        key: String,
+        /// The store.
+        store: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No readable backup fits the target, and some manifests are damaged:
+    /// damage, not absence.
+    #[error("{source} in {store}; these backups' manifests are damaged: {damaged}")]
+    NoneUsable {
+        /// Why no readable backup fits.
+        source: ChooseError,
+        /// The store.
+        store: String,
+        /// The damaged manifests: backup id, key and reason of each.
+        damaged: String,
+    },
+    /// No backup fits the recovery target (or it cannot be read).
+    #[error(transparent)]
+    Choose(#[from] ChooseError),
+    /// PGDATA holds files.
+    #[error("PGDATA {} is not empty: a backup is restored into an empty directory only", .pgdata.display())]
+    PgdataNotEmpty {
+        /// PGDATA.
+        pgdata: PathBuf,
+    },
+    /// PGDATA cannot be read.
+    #[error("cannot read PGDATA {}: {source}", .pgdata.display())]
+    PgdataUnreadable {
+        /// PGDATA.
+        pgdata: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The backup's data is damaged (checksum or size, decompression, tar
+    /// format, truncation, no `backup_label`, or missing).
+    #[error("backup {id} ({key} in {store}) is damaged: {detail}")]
+    Damaged {
+        /// The backup.
+        id: String,
+        /// Its data object.
+        key: String,
+        /// The store.
+        store: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// Writing the files failed (disk full, permissions).
+    #[error("cannot unpack into {path}: {source}")]
+    Local {
+        /// The directory written.
+        path: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The worker thread unpacking the backup failed.
+    #[error("a worker thread failed: {0}")]
+    Worker(#[source] tokio::task::JoinError),
+}
 
 /// The backup of `store` a recovery to `target` starts from.
 ///
 /// # Errors
 ///
-/// `DATA_LOSS` when the backup asked for, or every candidate, has a damaged
-/// manifest; the store's errors; [`manifest::ChooseError`]'s.
-pub async fn choose_backup(store: &Store, target: &RecoveryTarget) -> Result<Manifest, Status> {
+/// [`RestoreError::DamagedManifest`] when the backup asked for has a
+/// damaged manifest, [`RestoreError::NoneUsable`] when none fits and some
+/// manifests are damaged, [`RestoreError::Choose`] when none fits, the
+/// store's errors.
+pub async fn choose_backup(store: &Store, target: &RecoveryTarget) -> Result<Manifest, RestoreError> {
     let backups = scan_backups(store).await?;
     let damaged_manifests = || {
         backups
@@ -47,13 +126,12 @@ pub async fn choose_backup(store: &Store, target: &RecoveryTarget) -> Result<Man
             .join(", ")
     };
     if let Some(damaged) = backups.damaged.iter().find(|d| d.backup_id == target.backup_id) {
-        return Err(Status::data_loss(format!(
-            "the manifest of backup {} ({} in {}) is damaged: {}",
-            damaged.backup_id,
-            damaged.key,
-            store.description(),
-            damaged.reason
-        )));
+        return Err(RestoreError::DamagedManifest {
+            backup_id: damaged.backup_id.clone(),
+            key: damaged.key.clone(),
+            store: store.description().to_owned(),
+            reason: damaged.reason.clone(),
+        });
     }
     // No usable backup while some manifests are damaged: damage, not
     // absence. (A damaged newest backup with an older one usable is
@@ -61,27 +139,26 @@ pub async fn choose_backup(store: &Store, target: &RecoveryTarget) -> Result<Man
     // more WAL.)
     match manifest::choose(&backups.complete, target) {
         Ok(chosen) => Ok(chosen.clone()),
-        Err(error) if !backups.damaged.is_empty() => Err(Status::data_loss(format!(
-            "{error} in {}; these backups' manifests are damaged: {}",
-            store.description(),
-            damaged_manifests()
-        ))),
+        Err(source) if !backups.damaged.is_empty() => Err(RestoreError::NoneUsable {
+            source,
+            store: store.description().to_owned(),
+            damaged: damaged_manifests(),
+        }),
         Err(error) => Err(error.into()),
     }
 }
 
-/// `FAILED_PRECONDITION` unless `pgdata` is empty or absent.
-fn refuse_non_empty(pgdata: &Path) -> Result<(), Status> {
+/// Refuses a `pgdata` that is neither empty nor absent.
+fn refuse_non_empty(pgdata: &Path) -> Result<(), RestoreError> {
     match is_empty_or_absent(pgdata) {
         Ok(true) => Ok(()),
-        Ok(false) => Err(Status::failed_precondition(format!(
-            "PGDATA {} is not empty: a backup is restored into an empty directory only",
-            pgdata.display()
-        ))),
-        Err(error) => Err(Status::internal(format!(
-            "cannot read PGDATA {}: {error}",
-            pgdata.display()
-        ))),
+        Ok(false) => Err(RestoreError::PgdataNotEmpty {
+            pgdata: pgdata.to_owned(),
+        }),
+        Err(source) => Err(RestoreError::PgdataUnreadable {
+            pgdata: pgdata.to_owned(),
+            source,
+        }),
     }
 }
 
@@ -91,9 +168,10 @@ fn refuse_non_empty(pgdata: &Path) -> Result<(), Status> {
 ///
 /// # Errors
 ///
-/// `FAILED_PRECONDITION` for a PGDATA with files, `DATA_LOSS` for a damaged
-/// backup, the store's errors, `INTERNAL` for local failures.
-pub async fn restore_backup(store: &Store, chosen: &Manifest, pgdata: &Path) -> Result<(), Status> {
+/// [`RestoreError::PgdataNotEmpty`] for a PGDATA with files,
+/// [`RestoreError::Damaged`] for a damaged backup, the store's errors,
+/// [`RestoreError::Local`] (and the other PGDATA errors) for local failures.
+pub async fn restore_backup(store: &Store, chosen: &Manifest, pgdata: &Path) -> Result<(), RestoreError> {
     refuse_non_empty(pgdata)?;
     tracing::info!(backup = %chosen.backup_id, store = %store.description(), pgdata = %pgdata.display(),
         "restoring");
@@ -105,7 +183,7 @@ pub async fn restore_backup(store: &Store, chosen: &Manifest, pgdata: &Path) -> 
             store.show(&key),
             store.description().to_owned(),
         );
-        move |detail| UnpackError::Damaged {
+        move |detail| RestoreError::Damaged {
             id: id.clone(),
             key: key.clone(),
             store: store.clone(),
@@ -115,7 +193,7 @@ pub async fn restore_backup(store: &Store, chosen: &Manifest, pgdata: &Path) -> 
     // The manifest is written after the data: a manifest without its
     // data is a damaged backup, not an absent one.
     let Some(data) = store.get_stream(&key).await? else {
-        return Err(damaged("its manifest is there but its data object is missing".into()).into());
+        return Err(damaged("its manifest is there but its data object is missing".into()));
     };
     let store_failure = Arc::new(Mutex::new(None));
     let stream = data.into_stream().map_err({
@@ -131,8 +209,8 @@ pub async fn restore_backup(store: &Store, chosen: &Manifest, pgdata: &Path) -> 
     let pgdata = pgdata.to_owned();
     let expected_sha256 = chosen.data.sha256.clone();
     let expected_size = chosen.data.size;
-    let restored = tokio::task::spawn_blocking(move || -> Result<(), UnpackError> {
-        let local = |source| UnpackError::Local {
+    tokio::task::spawn_blocking(move || -> Result<(), RestoreError> {
+        let local = |source| RestoreError::Local {
             path: pgdata.display().to_string(),
             source,
         };
@@ -156,8 +234,7 @@ pub async fn restore_backup(store: &Store, chosen: &Manifest, pgdata: &Path) -> 
         result
     })
     .await
-    .map_err(|e| Status::internal(format!("a worker thread failed: {e}")))?;
-    restored.map_err(Status::from)
+    .map_err(RestoreError::Worker)?
 }
 
 /// Hashes and counts what is read through it.
@@ -306,39 +383,6 @@ impl Staging {
     }
 }
 
-/// What went wrong restoring a backup's data.
-#[derive(Debug, thiserror::Error)]
-enum UnpackError {
-    /// The store failed while the data was read.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The data is damaged.
-    #[error("backup {id} ({key} in {store}) is damaged: {detail}")]
-    Damaged {
-        id: String,
-        key: String,
-        store: String,
-        detail: String,
-    },
-    /// Writing the files failed (disk full, permissions).
-    #[error("cannot unpack into {path}: {source}")]
-    Local {
-        path: String,
-        #[source]
-        source: io::Error,
-    },
-}
-
-impl From<UnpackError> for Status {
-    fn from(error: UnpackError) -> Self {
-        match error {
-            UnpackError::Store(store) => store.into(),
-            UnpackError::Damaged { .. } => Status::data_loss(error.to_string()),
-            UnpackError::Local { .. } => Status::internal(error.to_string()),
-        }
-    }
-}
-
 /// Unpacks the backup read from `stream` into `staging`, and checks the
 /// whole object against the manifest. `store_failure` holds what the
 /// store's stream failed with, if it did.
@@ -348,10 +392,10 @@ fn unpack_and_verify(
     expected_sha256: &str,
     expected_size: u64,
     store_failure: &Mutex<Option<StoreError>>,
-    damaged: impl Fn(String) -> UnpackError,
-) -> Result<(), UnpackError> {
+    damaged: impl Fn(String) -> RestoreError,
+) -> Result<(), RestoreError> {
     let store_failed = || store_failure.lock().unwrap_or_else(PoisonError::into_inner).take();
-    let local = |source| UnpackError::Local {
+    let local = |source| RestoreError::Local {
         path: staging.display().to_string(),
         source,
     };

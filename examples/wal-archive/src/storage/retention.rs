@@ -1,7 +1,7 @@
 //! The backups in a store, and retention: keeping the `keepBackups` newest
 //! and the WAL they need.
 
-use cnpgi_pluginhelper::wal::WalFileName;
+use cnpgi_pluginhelper::lowlevel::WalFileName;
 
 use crate::storage::manifest::{self, Manifest};
 use crate::storage::store::{Store, StoreError};

@@ -23,7 +23,7 @@
 //! `restore_command` ends recovery when a WAL file is reported absent, so
 //! [`StoreError::NotFound`] means one thing only: the store was read and the
 //! key is not in it. Everything else that prevents reading it is another
-//! error, and another gRPC code ([`StoreError`]'s `From` for `Status`):
+//! error (and another gRPC code: [`crate::codes`]):
 //!
 //! * a local store whose directory is missing (an unmounted volume) is
 //!   [`StoreError::RootMissing`]: reads never create it (only writes do),
@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cnpgi_pluginhelper::wal::{WalFileKind, WalFileName};
+use cnpgi_pluginhelper::lowlevel::{WalFileKind, WalFileName};
 use futures_util::TryStreamExt;
 use object_store::{
     ClientOptions, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
@@ -172,26 +172,6 @@ pub enum StoreError {
         /// The key.
         key: String,
     },
-}
-
-impl From<StoreError> for tonic::Status {
-    /// `NOT_FOUND` only for a key the store was read and lacks; a store
-    /// that is misconfigured (missing bucket, refused credentials, an
-    /// unusable directory setting) is `FAILED_PRECONDITION`; one that cannot
-    /// be reached now (missing directory, network, 5xx, timeout)
-    /// `UNAVAILABLE`.
-    fn from(error: StoreError) -> Self {
-        match error {
-            StoreError::NotFound { .. } => tonic::Status::not_found(error.to_string()),
-            StoreError::Open { .. } | StoreError::BucketMissing { .. } | StoreError::Denied { .. } => {
-                tonic::Status::failed_precondition(error.to_string())
-            }
-            StoreError::RootMissing { .. }
-            | StoreError::Unreachable { .. }
-            | StoreError::Failed { .. }
-            | StoreError::Timeout { .. } => tonic::Status::unavailable(error.to_string()),
-        }
-    }
 }
 
 /// An error with its causes, `: `-separated (`object_store` puts the S3
@@ -800,7 +780,7 @@ mod tests {
         let key = store.key("wals/x");
         let err = store.put(&key, Bytes::from_static(b"x")).await.unwrap_err();
         assert!(err.to_string().contains("cannot create the directory"), "{err}");
-        assert_eq!(tonic::Status::from(err).code(), tonic::Code::FailedPrecondition);
+        assert!(matches!(err, StoreError::Open { .. }), "{err}");
         // Reads say what is wrong with it, never "not found".
         let err = store.get(&key).await.unwrap_err();
         assert!(matches!(err, StoreError::RootMissing { .. }), "{err}");
@@ -823,7 +803,7 @@ mod tests {
                     .contains(&format!("{} does not exist (is its volume mounted?)", root.display())),
                 "{err}"
             );
-            assert_eq!(tonic::Status::from(err).code(), tonic::Code::Unavailable);
+            assert!(matches!(err, StoreError::RootMissing { .. }), "{err}");
         }
         assert!(!root.exists());
         // A missing directory holds nothing: a first write may go there,

@@ -4,49 +4,143 @@
 //! * A WAL file is stored as `wals/…/<name>.zst`: compressed, checksummed
 //!   ([`crate::storage::object`]) and created only if absent. The same name
 //!   archived again with the same content succeeds (PostgreSQL retries
-//!   after a crash); with other content it is refused with
-//!   `ALREADY_EXISTS`, never overwritten ([`store_wal`]).
+//!   after a crash); with other content it is refused
+//!   ([`WalStoreError::Conflict`]), never overwritten ([`store_wal`]).
 //! * Archiving over an existing object with the same content checks that
-//!   copy whole: a damaged one is `DATA_LOSS`, never OK (PostgreSQL would
-//!   recycle the segment) and never overwritten.
+//!   copy whole: a damaged one is [`WalStoreError::Damaged`], never a
+//!   success (PostgreSQL would recycle the segment) and never overwritten.
 //! * The empty-archive check ([`refuse_foreign_archive`]): a first archive
-//!   into a non-empty folder is refused (`FAILED_PRECONDITION`), two
+//!   into a non-empty folder is refused ([`WalStoreError::NotEmpty`]), two
 //!   clusters must not share one; CloudNativePG asks for it through
 //!   [`CHECK_EMPTY_WAL_ARCHIVE_FILE`] in PGDATA ([`empty_archive_marker`]).
-//! * [`fetch_wal`] reads a file back and checks it against its checksum;
-//!   [`write_atomically`] writes it through a temporary file renamed into
-//!   place, so PostgreSQL never reads half a file. A name the archive lacks
-//!   is `NOT_FOUND` (PostgreSQL then ends recovery, or tries the next
-//!   timeline), and only that: a damaged object (checksum, decompression,
-//!   format, truncation) is `DATA_LOSS` naming the key; a store that cannot
-//!   be read (missing directory, network, 5xx) `UNAVAILABLE`; a missing
-//!   bucket or refused credentials `FAILED_PRECONDITION`
-//!   ([`crate::storage::store::StoreError`]).
+//! * [`restore_wal`] reads a file back, checks it against its checksum
+//!   ([`fetch_wal`]) and writes it through a temporary file renamed into
+//!   place ([`write_atomically`]), so PostgreSQL never reads half a file. A
+//!   name the archive lacks is [`WalStoreError::NotInArchive`] (PostgreSQL
+//!   then ends recovery, or tries the next timeline), and only that: a
+//!   damaged object (checksum, decompression, format, truncation) is
+//!   [`WalStoreError::Damaged`] naming the key, and a store that cannot be
+//!   read is the store's own error ([`StoreError`]), never an absence.
+//!
+//! [`crate::codes`] gives each error the gRPC code CloudNativePG reads.
 
+use std::io;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use cnpgi_pluginhelper::wal::{self, ArchiveDecision, WalFileKind, WalFileName};
-use tonic::Status;
+use cnpgi_pluginhelper::lowlevel::{ArchiveDecision, WalFileKind, WalFileName, decide_archive};
 
 use crate::storage::object::{self, ObjectError};
 use crate::storage::store::{PutOutcome, Store, StoreError};
 
+/// Why a WAL file could not be archived or restored: what failed, and on
+/// which file, object or path.
+#[derive(Debug, thiserror::Error)]
+pub enum WalStoreError {
+    /// The WAL file to archive cannot be read.
+    #[error("cannot read {}: {source}", .path.display())]
+    ReadSource {
+        /// Where PostgreSQL said it is.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The WAL file to archive is larger than any WAL file.
+    #[error("{name} is larger than 1 GiB ({size} bytes at {})", .path.display())]
+    TooLarge {
+        /// The WAL file.
+        name: String,
+        /// Where it is.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
+    /// A first archive into a folder that already holds objects (another
+    /// cluster's WAL).
+    #[error(
+        "the archive {store} is not empty: this instance was just created, restored or joined, and must \
+         not archive into another cluster's WAL; use another serverName or destinationPath, empty \
+         it, or annotate the Cluster with cnpg.io/skipEmptyWalArchiveCheck=enabled"
+    )]
+    NotEmpty {
+        /// The store and folder.
+        store: String,
+    },
+    /// The store was read and has no object for the file: the only
+    /// absence.
+    #[error("WAL file {name} is not in the archive (no object {key} in {store})")]
+    NotInArchive {
+        /// The WAL file.
+        name: String,
+        /// The key looked up.
+        key: String,
+        /// The store.
+        store: String,
+    },
+    /// The stored object cannot be read back.
+    #[error("the archived WAL file {name} (object {key} in {store}) is damaged: {source}")]
+    Damaged {
+        /// The WAL file.
+        name: String,
+        /// Its object.
+        key: String,
+        /// The store.
+        store: String,
+        /// What is wrong with it.
+        #[source]
+        source: ObjectError,
+    },
+    /// The file cannot be encoded as an object.
+    #[error("WAL file {name}: {source}")]
+    Encode {
+        /// The WAL file.
+        name: String,
+        /// Why.
+        #[source]
+        source: ObjectError,
+    },
+    /// The name is archived with other content.
+    #[error(
+        "WAL file {name} is already archived with different content (object {key} in {store}); refusing to overwrite it"
+    )]
+    Conflict {
+        /// The WAL file.
+        name: String,
+        /// Its object.
+        key: String,
+        /// The store.
+        store: String,
+    },
+    /// Another writer kept changing the object while it was archived.
+    #[error("WAL file {name} changed in the store while it was being archived (object {key} in {store}); try again")]
+    Raced {
+        /// The WAL file.
+        name: String,
+        /// Its object.
+        key: String,
+        /// The store.
+        store: String,
+    },
+    /// The restored file cannot be written.
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        /// The destination.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// A worker thread (compressing, checking, writing) failed.
+    #[error("a worker thread failed: {0}")]
+    Worker(#[source] tokio::task::JoinError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// The marker CloudNativePG leaves in PGDATA when the archive must be empty.
 pub const CHECK_EMPTY_WAL_ARCHIVE_FILE: &str = ".check-empty-wal-archive";
-
-/// `path` as an absolute path, or `INVALID_ARGUMENT` naming `field`.
-pub fn absolute(path: &str, field: &str) -> Result<PathBuf, Status> {
-    let path = PathBuf::from(path);
-    if path.is_absolute() {
-        Ok(path)
-    } else {
-        Err(Status::invalid_argument(format!(
-            "{field} {:?} is not an absolute path",
-            path.display().to_string()
-        )))
-    }
-}
 
 /// The empty-archive marker of the PGDATA the WAL file `source` is in, when
 /// CloudNativePG left one (after initdb, a restore or a join).
@@ -67,17 +161,24 @@ pub fn remove_marker(marker: &Path) {
 }
 
 /// The content of the WAL file `name` at `source` (at most
-/// [`object::MAX_CONTENT`]); a missing file is `NOT_FOUND`.
-pub async fn read_wal_file(source: &Path, name: &WalFileName) -> Result<Vec<u8>, Status> {
-    let content = tokio::fs::read(source).await.map_err(|e| {
-        let message = format!("cannot read {}: {e}", source.display());
-        match e.kind() {
-            std::io::ErrorKind::NotFound => Status::not_found(message),
-            _ => Status::internal(message),
-        }
-    })?;
+/// [`object::MAX_CONTENT`]).
+///
+/// # Errors
+///
+/// [`WalStoreError::ReadSource`], [`WalStoreError::TooLarge`].
+pub async fn read_wal_file(source: &Path, name: &WalFileName) -> Result<Vec<u8>, WalStoreError> {
+    let content = tokio::fs::read(source)
+        .await
+        .map_err(|error| WalStoreError::ReadSource {
+            path: source.to_owned(),
+            source: error,
+        })?;
     if content.len() as u64 > object::MAX_CONTENT {
-        return Err(Status::invalid_argument(format!("{name} is larger than 1 GiB")));
+        return Err(WalStoreError::TooLarge {
+            name: name.to_string(),
+            path: source.to_owned(),
+            size: content.len() as u64,
+        });
     }
     Ok(content)
 }
@@ -85,7 +186,11 @@ pub async fn read_wal_file(source: &Path, name: &WalFileName) -> Result<Vec<u8>,
 /// Refuses to archive into a folder another cluster already uses: the
 /// archive must be empty, or hold exactly this file with this content (this
 /// instance's own earlier success, the marker having outlived it).
-pub async fn refuse_foreign_archive(store: &Store, name: &WalFileName, content: &[u8]) -> Result<(), Status> {
+///
+/// # Errors
+///
+/// [`WalStoreError::NotEmpty`], or the store's.
+pub async fn refuse_foreign_archive(store: &Store, name: &WalFileName, content: &[u8]) -> Result<(), WalStoreError> {
     if store.is_empty().await? {
         return Ok(());
     }
@@ -96,27 +201,49 @@ pub async fn refuse_foreign_archive(store: &Store, name: &WalFileName, content: 
     if same {
         return Ok(());
     }
-    Err(Status::failed_precondition(format!(
-        "the archive {} is not empty: this instance was just created, restored or joined, and must \
-         not archive into another cluster's WAL; use another serverName or destinationPath, empty \
-         it, or annotate the Cluster with cnpg.io/skipEmptyWalArchiveCheck=enabled",
-        store.description()
-    )))
+    Err(WalStoreError::NotEmpty {
+        store: store.description().to_owned(),
+    })
 }
 
 /// The content of the archived WAL file `name`, checked against its
 /// checksum. `None` from the store means only that it was read and lacks
 /// the key: any other failure (a missing bucket or directory, the network)
 /// is an error that must not end PostgreSQL's recovery.
-pub async fn fetch_wal(store: &Store, name: &WalFileName) -> Result<Vec<u8>, Status> {
+///
+/// # Errors
+///
+/// [`WalStoreError::NotInArchive`] only when the store was read and lacks
+/// the object; [`WalStoreError::Damaged`]; the store's.
+pub async fn fetch_wal(store: &Store, name: &WalFileName) -> Result<Vec<u8>, WalStoreError> {
     let key = store.wal_key(name);
-    let stored = store.get(&key).await?.ok_or_else(|| wal::not_in_archive(name))?;
+    let stored = store.get(&key).await?.ok_or_else(|| WalStoreError::NotInArchive {
+        name: name.to_string(),
+        key: store.show(&key),
+        store: store.description().to_owned(),
+    })?;
     let expected = name.to_string();
     let decoded = tokio::task::spawn_blocking(move || object::decode(&stored, &expected))
         .await
-        .map_err(blocking_failed)?
-        .map_err(|e| damaged(name, &key, store, &e))?;
+        .map_err(WalStoreError::Worker)?
+        .map_err(|e| damaged(name, &key, store, e))?;
     Ok(decoded.1)
+}
+
+/// Restores the archived WAL file `name` to `destination`, whole
+/// ([`fetch_wal`], then [`write_atomically`]).
+///
+/// # Errors
+///
+/// [`fetch_wal`]'s, and [`WalStoreError::Write`].
+pub async fn restore_wal(store: &Store, name: &WalFileName, destination: &Path) -> Result<(), WalStoreError> {
+    let content = fetch_wal(store, name).await?;
+    write_atomically(destination, content)
+        .await
+        .map_err(|source| WalStoreError::Write {
+            path: destination.to_owned(),
+            source,
+        })
 }
 
 /// The archived segments (not `.partial`, `.history` or `.backup` files),
@@ -142,17 +269,14 @@ fn pgdata_of(source: &Path) -> Option<&Path> {
     (wal_dir.file_name()? == "pg_wal").then(|| wal_dir.parent()).flatten()
 }
 
-fn blocking_failed(error: tokio::task::JoinError) -> Status {
-    Status::internal(format!("a worker thread failed: {error}"))
-}
-
-/// A stored object that cannot be read back: `DATA_LOSS`, naming the key.
-fn damaged(name: &WalFileName, key: &object_store::path::Path, store: &Store, error: &ObjectError) -> Status {
-    Status::data_loss(format!(
-        "the archived WAL file {name} (object {} in {}) is damaged: {error}",
-        store.show(key),
-        store.description()
-    ))
+/// A stored object that cannot be read back, naming its key.
+fn damaged(name: &WalFileName, key: &object_store::path::Path, store: &Store, source: ObjectError) -> WalStoreError {
+    WalStoreError::Damaged {
+        name: name.to_string(),
+        key: store.show(key),
+        store: store.description().to_owned(),
+        source,
+    }
 }
 
 /// The SHA-256 of the archived copy of `name`, once that copy is known to
@@ -165,8 +289,8 @@ async fn archived_sha256(
     key: &object_store::path::Path,
     stored: Bytes,
     sha256: &str,
-) -> Result<String, Status> {
-    let (header, _) = object::header(&stored).map_err(|e| damaged(name, key, store, &e))?;
+) -> Result<String, WalStoreError> {
+    let (header, _) = object::header(&stored).map_err(|e| damaged(name, key, store, e))?;
     if header.sha256 != sha256 {
         // Different content: refused whatever the state of the stored copy.
         return Ok(header.sha256);
@@ -174,19 +298,25 @@ async fn archived_sha256(
     let expected = name.to_string();
     tokio::task::spawn_blocking(move || object::decode(&stored, &expected))
         .await
-        .map_err(blocking_failed)?
-        .map_err(|e| damaged(name, key, store, &e))?;
+        .map_err(WalStoreError::Worker)?
+        .map_err(|e| damaged(name, key, store, e))?;
     Ok(header.sha256)
 }
 
 /// Archives `content` as `name` unless the same content is there: the
-/// decision of [`wal::decide_archive`] on SHA-256s.
+/// decision of [`decide_archive`] on SHA-256s.
+///
+/// # Errors
+///
+/// [`WalStoreError::Conflict`] for other content under that name,
+/// [`WalStoreError::Damaged`] for a damaged copy of the same content,
+/// [`WalStoreError::Raced`], [`WalStoreError::Encode`], the store's.
 pub async fn store_wal(
     store: &Store,
     name: &WalFileName,
     content: Vec<u8>,
     level: i32,
-) -> Result<ArchiveDecision, Status> {
+) -> Result<ArchiveDecision, WalStoreError> {
     let key = store.wal_key(name);
     // Archiving creates a local store's directory (a restore never does).
     store.prepare_write().await?;
@@ -202,8 +332,11 @@ pub async fn store_wal(
         object::encode_with_header(&header, &content, level).map(|encoded| (sha256, encoded))
     })
     .await
-    .map_err(blocking_failed)?
-    .map_err(|e: ObjectError| Status::internal(e.to_string()))?;
+    .map_err(WalStoreError::Worker)?
+    .map_err(|source| WalStoreError::Encode {
+        name: name.to_string(),
+        source,
+    })?;
     let encoded = Bytes::from(encoded);
 
     // Twice at most: a writer that created the key between our look and our
@@ -213,7 +346,14 @@ pub async fn store_wal(
             Some(stored) => Some(archived_sha256(store, name, &key, stored, &sha256).await?),
             None => None,
         };
-        match wal::decide_archive(name, existing.as_deref(), sha256.as_str())? {
+        // The only refusal of PostgreSQL's rule is other content.
+        let decision =
+            decide_archive(name, existing.as_deref(), sha256.as_str()).map_err(|_| WalStoreError::Conflict {
+                name: name.to_string(),
+                key: store.show(&key),
+                store: store.description().to_owned(),
+            })?;
+        match decision {
             ArchiveDecision::AlreadyArchived => return Ok(ArchiveDecision::AlreadyArchived),
             ArchiveDecision::Store => {
                 if store.put_new(&key, encoded.clone()).await? == PutOutcome::Created {
@@ -222,14 +362,20 @@ pub async fn store_wal(
             }
         }
     }
-    Err(Status::aborted(format!(
-        "WAL file {name} changed in the store while it was being archived; try again"
-    )))
+    Err(WalStoreError::Raced {
+        name: name.to_string(),
+        key: store.show(&key),
+        store: store.description().to_owned(),
+    })
 }
 
 /// Writes `content` to `destination` atomically: a temporary file in the
 /// same directory, synced, then renamed over the destination.
-pub async fn write_atomically(destination: &Path, content: Vec<u8>) -> std::io::Result<()> {
+///
+/// # Errors
+///
+/// Any I/O error; the temporary file is then removed.
+pub async fn write_atomically(destination: &Path, content: Vec<u8>) -> io::Result<()> {
     let destination = destination.to_owned();
     tokio::task::spawn_blocking(move || {
         use std::io::Write;
@@ -252,7 +398,7 @@ pub async fn write_atomically(destination: &Path, content: Vec<u8>) -> std::io::
         result
     })
     .await
-    .map_err(std::io::Error::other)?
+    .map_err(io::Error::other)?
 }
 
 #[cfg(test)]
