@@ -13,11 +13,12 @@ use cnpgi_client::{
     client::{ClientOptions, PluginClient, Transport},
     probe,
 };
-use cnpgi_operator::{
-    registry::Registry,
-    routing::{Patched, RoutedCluster, Router, RoutingPolicy},
-    webhook,
+use cnpgi_host::{
+    registry::{Registry, RegistryOptions},
+    routing::{Patched, RoutedResource, Router, RoutingPolicy},
+    webhook::serve_https,
 };
+use cnpgi_operator::webhook;
 use cnpgi_pluginhelper::{
     parameters::Parameters,
     proto::operator_lifecycle::v1::{
@@ -166,7 +167,7 @@ async fn chain_beside_floor(
     floor: &mut Floor,
     effort: Effort,
 ) -> anyhow::Result<(Samples, Samples)> {
-    let cluster = RoutedCluster::new(fixtures::cluster(names));
+    let cluster = RoutedResource::new(fixtures::cluster(names));
     let pod = fixtures::pod();
     beside_floor(
         floor,
@@ -178,7 +179,7 @@ async fn chain_beside_floor(
 }
 
 /// One routed chain, checked to have patched the Pod.
-async fn chain_call(router: &Router, cluster: &RoutedCluster, pod: serde_json::Value) -> anyhow::Result<Patched> {
+async fn chain_call(router: &Router, cluster: &RoutedResource, pod: serde_json::Value) -> anyhow::Result<Patched> {
     let patched = router.lifecycle_hook(cluster, pod, Operation::Create).await?;
     anyhow::ensure!(
         patched.object["spec"]["initContainers"].is_array(),
@@ -187,7 +188,7 @@ async fn chain_call(router: &Router, cluster: &RoutedCluster, pod: serde_json::V
     Ok(patched)
 }
 
-async fn chain(router: &Router, cluster: &RoutedCluster, effort: Effort) -> anyhow::Result<Samples> {
+async fn chain(router: &Router, cluster: &RoutedResource, effort: Effort) -> anyhow::Result<Samples> {
     let pod = fixtures::pod();
     let mut call = async |pod| chain_call(router, cluster, pod).await;
     measure(effort.warmup, || pod.clone(), &mut call).await?;
@@ -235,14 +236,10 @@ struct WebhookServer {
 
 impl WebhookServer {
     async fn start(names: &[String]) -> anyhow::Result<Self> {
-        let (plugins, registry) = setup::registry_with(names).await?;
-        let router = Router::new(registry, RoutingPolicy::default());
+        let (plugins, host) = setup::host_with(names).await?;
         // Measured as `cnpgi-operator run` serves them (controller-runtime's
         // webhook metrics included).
-        let routes = webhook::observed(
-            webhook::routes(router, Duration::from_secs(8)),
-            cnpgi_operator::metrics::Metrics::default(),
-        );
+        let routes = webhook::routes(&host, Duration::from_secs(8));
         let certs = TestCertificates::generate("cnpgi-webhook.cnpgi-system.svc")?;
         let tls = cnpgi_tls::server::ReloadingServerConfig::with_alpn(
             cnpgi_tls::server::ServerTlsFiles {
@@ -256,7 +253,7 @@ impl WebhookServer {
         listener.set_nonblocking(true)?;
         let address = listener.local_addr()?;
         let handle = axum_server::Handle::new();
-        tokio::spawn(webhook::serve_https(listener, tls, routes, handle.clone()));
+        tokio::spawn(serve_https(listener, tls, routes, handle.clone()));
         let pinned = cnpgi_tls::pem::read_certificates(&certs.server.cert_path, "server certificate")?;
         Ok(Self {
             address,
@@ -490,7 +487,7 @@ pub(crate) async fn connections(effort: Effort) -> anyhow::Result<Connections> {
     let names = names(1);
     let (_plugins, registry) = setup::registry_with(&names).await?;
     let router = Router::new(registry.clone(), RoutingPolicy::default());
-    let cluster = RoutedCluster::new(fixtures::cluster(&names));
+    let cluster = RoutedResource::new(fixtures::cluster(&names));
     let pod = fixtures::pod();
     let client = registry.get(HELLO).map_err(anyhow::Error::from)?.client;
     for _ in 0..effort.warmup {
@@ -555,7 +552,7 @@ fn lookup_ns(registry: &Registry, names: &[String], rounds: usize) -> f64 {
 /// 6. Routing 3 enabled plugins with 3 registered, then with 100 registered.
 pub(crate) async fn scale(effort: Effort) -> anyhow::Result<Scale> {
     let enabled = names(3);
-    let cluster = RoutedCluster::new(fixtures::cluster(&enabled));
+    let cluster = RoutedResource::new(fixtures::cluster(&enabled));
     let (mut plugins, registry) = setup::registry_with(&enabled).await?;
     let router = Router::new(registry.clone(), RoutingPolicy::default());
     let chain_small = chain(&router, &cluster, effort).await?;
@@ -804,7 +801,7 @@ pub(crate) async fn go_plugin_chain(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let registry = Arc::new(Registry::new(cnpgi_operator::registry::RegistryOptions::default()));
+    let registry = Arc::new(Registry::new(RegistryOptions::default()));
     registry
         .add("bench", setup::tls_client(HELLO, &address.to_string(), &certs)?)
         .await?;

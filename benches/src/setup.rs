@@ -3,7 +3,8 @@
 use std::{net::SocketAddr, sync::Arc};
 
 use cnpgi_client::client::{ClientOptions, PluginClient, TlsTransport, Transport};
-use cnpgi_operator::registry::{Registry, RegistryOptions};
+use cnpgi_host::{Host, HostOptions, registry::Registry};
+use cnpgi_operator::crd::Cluster;
 use cnpgi_pluginhelper::{
     proto::operator_lifecycle::v1::{
         OperatorLifecycleCapabilitiesRequest, OperatorLifecycleCapabilitiesResponse, OperatorLifecycleRequest,
@@ -43,17 +44,25 @@ pub(crate) fn tls_client(name: &str, address: &str, certs: &TestCertificates) ->
     Ok(PluginClient::new(name, transport, &ClientOptions::default())?)
 }
 
-/// Starts plugins named `names` and registers them; returns both.
-pub(crate) async fn registry_with(names: &[String]) -> anyhow::Result<(Vec<TestPlugin>, Arc<Registry>)> {
-    let registry = Arc::new(Registry::new(RegistryOptions::default()));
+/// Starts plugins named `names` and registers them in a host of Clusters
+/// (as `cnpgi-operator run` has); returns both.
+pub(crate) async fn host_with(names: &[String]) -> anyhow::Result<(Vec<TestPlugin>, Host<Cluster>)> {
+    let host = Host::new(HostOptions::default());
     let mut plugins = Vec::new();
     for name in names {
         let plugin = start_plugin(name).await?;
-        registry.add("bench", client_for(&plugin, name)?).await?;
-        anyhow::ensure!(registry.get(name).is_ok(), "plugin {name} is not routable");
+        host.add_plugin("bench", client_for(&plugin, name)?).await?;
+        anyhow::ensure!(host.routable(name).is_ok(), "plugin {name} is not routable");
         plugins.push(plugin);
     }
-    Ok((plugins, registry))
+    Ok((plugins, host))
+}
+
+/// Starts plugins named `names` and registers them; returns both, the
+/// registry to route through directly.
+pub(crate) async fn registry_with(names: &[String]) -> anyhow::Result<(Vec<TestPlugin>, Arc<Registry>)> {
+    let (plugins, host) = host_with(names).await?;
+    Ok((plugins, host.registry().clone()))
 }
 
 /// Answers every hook with `answer` (empty: "no change") and does nothing

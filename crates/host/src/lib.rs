@@ -103,7 +103,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::{fmt, marker::PhantomData, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, fmt, marker::PhantomData, sync::Arc, time::Duration};
 
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
@@ -123,6 +123,9 @@ pub use cnpgi_client::{
     client::{ClientOptions, PluginClient, Transport},
     probe::PluginInfo,
 };
+/// When a PostgreSQL configuration is written (init, restore, reconcile,
+/// upgrade), for [`Host::enrich_configuration`], re-exported from the protocol.
+pub use cnpgi_proto::identity::v1::operation_type::Type as ConfigurationOperation;
 /// The Operator service's RPCs a plugin may advertise.
 pub use cnpgi_proto::operator::v1::operator_capability::rpc::Type as OperatorRpc;
 /// The kind of operation a lifecycle hook is called for (create, patch,
@@ -132,13 +135,15 @@ pub use cnpgi_proto::operator_lifecycle::v1::operator_operation_type::Type as Op
 /// resource that enables the plugins (whatever its kind), `Backup` CloudNativePG's Backups.
 pub use cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind as HookKind;
 
+use cnpgi_client::client::CallObserver;
+
 use crate::{
     discovery::DiscoverySource,
     metrics::Metrics,
-    registry::{Registry, RegistryOptions},
+    registry::{LookupError, Plugin, Registry, RegistryError, RegistryOptions, Routable},
     routing::{
-        CnpgLayout, FieldError, HookOutcome, HookPhase, Patched, PluginLayout, RouteError, RoutedResource, Router,
-        RoutingPolicy,
+        CnpgLayout, FieldError, HookOutcome, HookPhase, Patched, PluginLayout, PluginStatusUpdate, RouteError,
+        RoutedResource, Router, RoutingPolicy,
     },
     webhook::AdmissionPaths,
 };
@@ -157,12 +162,38 @@ pub trait PluginResource:
 }
 
 /// How a [`Host`] is built.
+///
+/// ```
+/// use std::{collections::BTreeSet, time::Duration};
+///
+/// use cnpgi_host::{ClientOptions, HostOptions, metrics::Metrics, registry::RegistryOptions, routing::RoutingPolicy};
+///
+/// // The metrics to serve, shared by the registry, every plugin client and the webhooks.
+/// let metrics = Metrics::default();
+/// let options = HostOptions {
+///     registry: RegistryOptions { probe_interval: Duration::from_secs(30), metrics: metrics.clone() },
+///     policy: RoutingPolicy {
+///         fail_open: BTreeSet::from(["optional.example.com".to_owned()]),
+///         ..RoutingPolicy::default()
+///     },
+///     client: ClientOptions { call_timeout: Duration::from_secs(10), ..ClientOptions::default() },
+/// };
+/// # let _ = options;
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct HostOptions {
-    /// The registry's tunables (probe interval, metrics).
+    /// The registry's tunables: how often plugins are probed, and the
+    /// metrics everything the host does is recorded in ([`Host::metrics`]).
     pub registry: RegistryOptions,
-    /// Which plugins may fail without failing an operation.
+    /// Which plugins may fail without failing an operation
+    /// ([`RoutingPolicy::fail_open`]), and how long an operation waits for
+    /// a plugin that is arriving.
     pub policy: RoutingPolicy,
+    /// The plugin clients' tunables (call deadline, connection timeout,
+    /// keepalive), as [`Host::client_options`] hands them to discovery
+    /// sources. Its `observer` is told about every call besides the host's
+    /// metrics.
+    pub client: ClientOptions,
 }
 
 /// Why a [`Host`] operation failed.
@@ -194,9 +225,16 @@ impl HostError {
 /// A plugin host for resources of type `K`: the registry, its discovery,
 /// and routing with `K`'s layout, behind typed calls. Cloning is cheap (the
 /// clones share the registry).
+///
+/// Its typed calls take and give `K`; the calls on JSON (`*_json`, and
+/// those taking a [`RoutedResource`]) serve an operator that keeps the
+/// resource or the objects it writes as JSON, for instance to hash exactly
+/// what the plugins answered, or to route a resource read from a file that
+/// `K` would not round-trip.
 pub struct Host<K> {
     registry: Arc<Registry>,
     router: Router,
+    client: ClientOptions,
     resource: PhantomData<fn() -> K>,
 }
 
@@ -205,8 +243,24 @@ impl<K> Clone for Host<K> {
         Self {
             registry: self.registry.clone(),
             router: self.router.clone(),
+            client: self.client.clone(),
             resource: PhantomData,
         }
+    }
+}
+
+/// Tells two observers about every call: the host's metrics and the one
+/// given in [`HostOptions::client`].
+#[derive(Debug)]
+struct BothObservers {
+    metrics: Metrics,
+    other: Arc<dyn CallObserver>,
+}
+
+impl CallObserver for BothObservers {
+    fn call_ended(&self, plugin: &str, method: &str, elapsed: Duration, code: Option<tonic::Code>) {
+        self.metrics.call_ended(plugin, method, elapsed, code);
+        self.other.call_ended(plugin, method, elapsed, code);
     }
 }
 
@@ -227,16 +281,27 @@ impl<K: PluginResource> Host<K> {
         Self {
             registry,
             router,
+            client: options.client,
             resource: PhantomData,
         }
     }
 
-    /// The registry of plugins.
+    /// The registry itself: hard mode, as kube-rs' `applier` is to its
+    /// `Controller`. The host's own calls ([`Host::discover`],
+    /// [`Host::add_plugin`], [`Host::routable`], [`Host::plugins`],
+    /// [`Host::pending_sources`]) cover what an operator needs; this is for
+    /// what they do not, such as forgetting a plugin ([`Registry::remove`])
+    /// or a discovery source of one's own run by hand.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
     }
 
-    /// The router, for calls on JSON (see [`routing`]).
+    /// The router itself: hard mode, as kube-rs' `applier` is to its
+    /// `Controller`. The host's calls route every operation an operator of
+    /// `K` makes; this is for what they do not, such as the reconciler
+    /// hooks of another kind than the resource ([`HookKind::Backup`], with
+    /// [`Router::reconciler_hooks`]) or a router with another policy
+    /// ([`Router::with_arrival_wait`]).
     pub fn router(&self) -> &Router {
         &self.router
     }
@@ -246,12 +311,16 @@ impl<K: PluginResource> Host<K> {
         &self.registry.options().metrics
     }
 
-    /// Client options recording every plugin call in [`Host::metrics`], for
-    /// discovery sources.
+    /// The client options of [`HostOptions::client`], recording every
+    /// plugin call in [`Host::metrics`] as well: what discovery sources
+    /// (and [`Host::add_plugin`]'s clients) should be built with.
     pub fn client_options(&self) -> ClientOptions {
         ClientOptions {
-            observer: Arc::new(self.metrics().clone()),
-            ..ClientOptions::default()
+            observer: Arc::new(BothObservers {
+                metrics: self.metrics().clone(),
+                other: self.client.observer.clone(),
+            }),
+            ..self.client.clone()
         }
     }
 
@@ -266,6 +335,31 @@ impl<K: PluginResource> Host<K> {
     /// should start anyway.
     pub async fn ready(&self) {
         self.registry.ready().await;
+    }
+
+    /// Registers `client`, a plugin found by `source` outside any
+    /// discovery source (a command starting its plugins itself, a test),
+    /// and probes it once ([`Registry::add`]): it is routable on return if
+    /// it answered.
+    pub async fn add_plugin(&self, source: &str, client: PluginClient) -> Result<Arc<Plugin>, RegistryError> {
+        self.registry.add(source, client).await
+    }
+
+    /// Every registered plugin, routable or not, sorted by name.
+    pub fn plugins(&self) -> Vec<Arc<Plugin>> {
+        self.registry.plugins()
+    }
+
+    /// The plugin `name` if it can be called now (its client, and what it
+    /// advertised), else why not.
+    pub fn routable(&self, name: &str) -> Result<Routable, LookupError> {
+        self.registry.get(name)
+    }
+
+    /// The discovery sources still on their first pass, sorted: what
+    /// [`Host::ready`] still waits for (to say so when it takes too long).
+    pub fn pending_sources(&self) -> Vec<String> {
+        self.registry.pending_sources()
     }
 
     /// A stream that yields each time routing may answer differently (a
@@ -284,6 +378,12 @@ impl<K: PluginResource> Host<K> {
     pub fn routed(&self, resource: &K) -> Result<RoutedResource, HostError> {
         let value = serde_json::to_value(resource).map_err(RouteError::Encode)?;
         Ok(self.router.routed(value))
+    }
+
+    /// `value`, a resource given as JSON, as routed to its plugins (encoded
+    /// once, its plugins read with `K`'s layout): for the calls on JSON.
+    pub fn routed_json(&self, value: Value) -> RoutedResource {
+        self.router.routed(value)
     }
 
     /// `ValidateClusterCreate` through the resource's plugins: every field error.
@@ -308,6 +408,26 @@ impl<K: PluginResource> Host<K> {
             source,
         })?;
         Ok((typed, patched))
+    }
+
+    /// [`Host::mutate`] on JSON: the resource as the plugins defaulted it,
+    /// and each plugin's patch.
+    pub async fn mutate_json(&self, resource: RoutedResource) -> Result<Patched, HostError> {
+        Ok(self.router.mutate(resource).await?)
+    }
+
+    /// [`Host::validate_create`] on JSON: every field error.
+    pub async fn validate_create_json(&self, resource: &RoutedResource) -> Result<Vec<FieldError>, HostError> {
+        Ok(self.router.validate_create(resource).await?)
+    }
+
+    /// [`Host::validate_change`] on JSON: every field error.
+    pub async fn validate_change_json(
+        &self,
+        old: &RoutedResource,
+        new: &RoutedResource,
+    ) -> Result<Vec<FieldError>, HostError> {
+        Ok(self.router.validate_change(old, new).await?)
     }
 
     /// `LifecycleHook` for `operation` on `object`, a child object the
@@ -337,6 +457,30 @@ impl<K: PluginResource> Host<K> {
         })
     }
 
+    /// [`Host::lifecycle_hook`] on JSON: `object` (which carries its
+    /// `apiVersion` and `kind`) as the plugins patched it, and each plugin's
+    /// patch, without a round trip through a Rust type.
+    pub async fn lifecycle_hook_json(
+        &self,
+        resource: &RoutedResource,
+        object: Value,
+        operation: Operation,
+    ) -> Result<Patched, HostError> {
+        Ok(self.router.lifecycle_hook(resource, object, operation).await?)
+    }
+
+    /// `Postgres.EnrichConfiguration` through the resource's plugins
+    /// ([`Router::enrich_configuration`]): `configs` as the last plugin
+    /// answering a non-empty map replaced it (each is sent the original).
+    pub async fn enrich_configuration(
+        &self,
+        resource: &RoutedResource,
+        configs: &BTreeMap<String, String>,
+        operation: ConfigurationOperation,
+    ) -> Result<BTreeMap<String, String>, HostError> {
+        Ok(self.router.enrich_configuration(resource, configs, operation).await?)
+    }
+
     /// `ReconcilerHooks` `Pre` or `Post` on the resource itself, through
     /// the plugins hooking [`HookKind::Cluster`].
     pub async fn reconciler_hooks(
@@ -348,6 +492,20 @@ impl<K: PluginResource> Host<K> {
             .router
             .reconciler_hooks(phase, HookKind::Cluster, resource, resource.definition())
             .await?)
+    }
+
+    /// The resource's plugin entries as they are now (`SetStatusInCluster`
+    /// asked, see [`Router::set_status`]), in routing order: for an operator
+    /// that writes them into a typed status itself ([`Host::plugin_status`]
+    /// writes them with the layout).
+    pub async fn status_entries(&self, resource: &RoutedResource) -> Result<Vec<PluginStatusUpdate>, HostError> {
+        Ok(self.router.set_status(resource).await?)
+    }
+
+    /// `Deregister`: tells `plugin`, no longer enabled by `resource`, that
+    /// the resource stopped using it (a plugin without the RPC is not called).
+    pub async fn deregister(&self, plugin: &str, resource: &RoutedResource) -> Result<(), HostError> {
+        Ok(self.router.deregister(plugin, resource).await?)
     }
 
     /// The resource's status with its plugin entries as they are now

@@ -47,7 +47,7 @@ use prometheus_client::{
         gauge::{ConstGauge, Gauge},
         histogram::{Histogram, exponential_buckets},
     },
-    registry::{Registry, Unit},
+    registry::{Metric, Registry, Unit},
 };
 
 /// Labels of a call: which plugin, which RPC (`Service/Method`).
@@ -164,6 +164,49 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 16))
 }
 
+/// controller-runtime's names and help texts for the metrics of an
+/// activity it measures: a counter, the time each took (a histogram, in
+/// seconds), and how many run now (a gauge).
+struct ActivityNames {
+    count: &'static str,
+    count_help: &'static str,
+    time: &'static str,
+    time_help: &'static str,
+    running: &'static str,
+    running_help: &'static str,
+}
+
+/// Reconciles: the errors counted (the total, by result, is registered apart).
+const RECONCILES: ActivityNames = ActivityNames {
+    count: "controller_runtime_reconcile_errors",
+    count_help: "Total number of reconciliation errors per controller",
+    time: "controller_runtime_reconcile_time",
+    time_help: "Length of time per reconciliation per controller",
+    running: "controller_runtime_active_workers",
+    running_help: "Number of currently used workers per controller",
+};
+
+/// Admission requests.
+const WEBHOOKS: ActivityNames = ActivityNames {
+    count: "controller_runtime_webhook_requests",
+    count_help: "Total number of admission requests by HTTP status code",
+    time: "controller_runtime_webhook_latency",
+    time_help: "Histogram of the latency of processing admission requests",
+    running: "controller_runtime_webhook_requests_in_flight",
+    running_help: "Current number of admission requests being served",
+};
+
+/// Adds an activity's counter, histogram and gauge to `registry` under `names`.
+fn register_activity<C: Metric + Clone, T: Metric + Clone, R: Metric + Clone>(
+    registry: &mut Registry,
+    names: &ActivityNames,
+    (count, time, running): (&C, &T, &R),
+) {
+    registry.register(names.count, names.count_help, count.clone());
+    registry.register_with_unit(names.time, names.time_help, Unit::Seconds, time.clone());
+    registry.register(names.running, names.running_help, running.clone());
+}
+
 /// The operator's metrics: plugins, reconciler, webhooks, leader election.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -222,39 +265,11 @@ impl Metrics {
             "Total number of reconciliations per controller",
             self.reconciles.clone(),
         );
-        registry.register(
-            "controller_runtime_reconcile_errors",
-            "Total number of reconciliation errors per controller",
-            self.reconcile_errors.clone(),
-        );
-        registry.register_with_unit(
-            "controller_runtime_reconcile_time",
-            "Length of time per reconciliation per controller",
-            Unit::Seconds,
-            self.reconcile_time.clone(),
-        );
-        registry.register(
-            "controller_runtime_active_workers",
-            "Number of currently used workers per controller",
-            self.active_workers.clone(),
-        );
+        let reconciles = (&self.reconcile_errors, &self.reconcile_time, &self.active_workers);
+        register_activity(registry, &RECONCILES, reconciles);
         registry.register_collector(Box::new(self.queue.clone()));
-        registry.register(
-            "controller_runtime_webhook_requests",
-            "Total number of admission requests by HTTP status code",
-            self.webhook_requests.clone(),
-        );
-        registry.register_with_unit(
-            "controller_runtime_webhook_latency",
-            "Histogram of the latency of processing admission requests",
-            Unit::Seconds,
-            self.webhook_latency.clone(),
-        );
-        registry.register(
-            "controller_runtime_webhook_requests_in_flight",
-            "Current number of admission requests being served",
-            self.webhook_in_flight.clone(),
-        );
+        let webhooks = (&self.webhook_requests, &self.webhook_latency, &self.webhook_in_flight);
+        register_activity(registry, &WEBHOOKS, webhooks);
         registry.register(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
@@ -586,26 +601,32 @@ fn boot_time(stat: &str) -> Option<f64> {
     stat.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()
 }
 
+/// Writes `metric`, read on this scrape, as `name`.
+fn encode_read(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    metric: impl EncodeMetric,
+) -> Result<(), std::fmt::Error> {
+    let descriptor = encoder.encode_descriptor(name, help, None, metric.metric_type())?;
+    metric.encode(descriptor)
+}
+
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let read = |path: &str| std::fs::read_to_string(path).ok();
         let stat = read("/proc/self/stat");
         if let Some((cpu, start)) = stat.as_deref().and_then(cpu_and_start) {
-            let metric = encoder.encode_descriptor(
-                "process_cpu_seconds",
-                "Total user and system CPU time spent in seconds.",
-                None,
-                MetricType::Counter,
-            )?;
-            ConstCounter::new(cpu).encode(metric)?;
+            let help = "Total user and system CPU time spent in seconds.";
+            encode_read(&mut encoder, "process_cpu_seconds", help, ConstCounter::new(cpu))?;
             if let Some(boot) = read("/proc/stat").as_deref().and_then(boot_time) {
-                let metric = encoder.encode_descriptor(
+                let help = "Start time of the process since unix epoch in seconds.";
+                encode_read(
+                    &mut encoder,
                     "process_start_time_seconds",
-                    "Start time of the process since unix epoch in seconds.",
-                    None,
-                    MetricType::Gauge,
+                    help,
+                    ConstGauge::new(boot + start),
                 )?;
-                ConstGauge::new(boot + start).encode(metric)?;
             }
         }
         if let Some(status) = read("/proc/self/status") {
@@ -622,30 +643,19 @@ impl Collector for ProcessCollector {
                 ),
             ] {
                 if let Some(bytes) = status_bytes(&status, field) {
-                    let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-                    ConstGauge::new(bytes).encode(metric)?;
+                    encode_read(&mut encoder, name, help, ConstGauge::new(bytes))?;
                 }
             }
         }
         if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
             // The directory handle being read is one of them, as in Go's count.
             let open = entries.count() as f64;
-            let metric = encoder.encode_descriptor(
-                "process_open_fds",
-                "Number of open file descriptors.",
-                None,
-                MetricType::Gauge,
-            )?;
-            ConstGauge::new(open).encode(metric)?;
+            let help = "Number of open file descriptors.";
+            encode_read(&mut encoder, "process_open_fds", help, ConstGauge::new(open))?;
         }
         if let Some(max) = read("/proc/self/limits").as_deref().and_then(max_fds) {
-            let metric = encoder.encode_descriptor(
-                "process_max_fds",
-                "Maximum number of open file descriptors.",
-                None,
-                MetricType::Gauge,
-            )?;
-            ConstGauge::new(max).encode(metric)?;
+            let help = "Maximum number of open file descriptors.";
+            encode_read(&mut encoder, "process_max_fds", help, ConstGauge::new(max))?;
         }
         Ok(())
     }

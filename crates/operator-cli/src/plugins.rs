@@ -5,16 +5,16 @@ use std::{
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::Arc,
     time::{Duration, Instant},
 };
 
 use clap::Args;
 use cnpgi_client::client::{ClientOptions, NO_DEADLINE, PluginClient, Transport};
-use cnpgi_operator::{
+use cnpgi_host::{
+    Host,
     discovery::static_list::{StaticPlugin, TlsFiles},
-    registry::{Registry, RegistryOptions},
 };
+use cnpgi_operator::crd::Cluster;
 
 /// Where plugins are.
 #[derive(Debug, Clone, Args)]
@@ -133,8 +133,6 @@ impl Drop for PluginProcess {
 
 /// The plugins of a local command, connected.
 pub(crate) struct LocalPlugins {
-    /// The routable plugins (empty for [`LocalPlugins::connect`]).
-    pub(crate) registry: Arc<Registry>,
     /// (name it was found under, where it came from, client), in the order found.
     pub(crate) found: Vec<(String, String, PluginClient)>,
     _processes: Vec<PluginProcess>,
@@ -142,7 +140,7 @@ pub(crate) struct LocalPlugins {
 
 /// Plugin sockets in `dir`, sorted; an unreadable directory has none.
 fn sockets(dir: &Path) -> Vec<String> {
-    cnpgi_operator::discovery::socket_dir::sockets(dir)
+    cnpgi_host::discovery::socket_dir::sockets(dir)
         .map(|names| names.into_iter().collect())
         .unwrap_or_default()
 }
@@ -209,17 +207,16 @@ async fn start_process(path: &Path, timeout: Duration) -> Result<(PluginProcess,
 }
 
 impl LocalPlugins {
-    /// Starts, connects and probes every plugin the flags name. Each must
-    /// be routable, or the error names it.
-    pub(crate) async fn start(flags: &LocalPluginFlags) -> Result<Self, PluginStartError> {
+    /// Starts and connects every plugin the flags name, and registers each
+    /// in `host` (which probes it). Each must be routable, or the error
+    /// names it.
+    pub(crate) async fn start(flags: &LocalPluginFlags, host: &Host<Cluster>) -> Result<Self, PluginStartError> {
         let plugins = Self::connect(flags).await?;
         for (name, origin, client) in &plugins.found {
-            plugins
-                .registry
-                .add(origin, client.clone())
+            host.add_plugin(origin, client.clone())
                 .await
                 .map_err(|e| PluginStartError(e.to_string()))?;
-            if let Err(e) = plugins.registry.get(name) {
+            if let Err(e) = host.routable(name) {
                 return Err(PluginStartError(format!(
                     "plugin {name} ({origin}) does not answer: {e}"
                 )));
@@ -235,7 +232,6 @@ impl LocalPlugins {
             connect_timeout: Duration::from_secs(5),
             ..ClientOptions::default()
         };
-        let registry = Arc::new(Registry::new(RegistryOptions::default()));
         let mut processes = Vec::new();
         let mut candidates: Vec<(String, String, Result<PluginClient, String>)> = Vec::new();
 
@@ -272,7 +268,6 @@ impl LocalPlugins {
             found.push((name, origin, client));
         }
         Ok(Self {
-            registry,
             found,
             _processes: processes,
         })

@@ -8,10 +8,14 @@ use std::{
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use cnpgi_operator::{
+use cnpgi_host::{
+    Host, HostError, HostOptions,
     registry::LookupError,
+    routing::{PluginPatch, RouteError},
+};
+use cnpgi_operator::{
+    crd::Cluster,
     render::{self as pipeline, RenderError, Rendered},
-    routing::{PluginPatch, RouteError, Router, RoutingPolicy},
 };
 use serde_json::Value;
 
@@ -142,15 +146,15 @@ pub(crate) async fn render(args: RenderArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let plugins = match LocalPlugins::start(&args.plugins).await {
+    let host = Host::<Cluster>::new(HostOptions::default());
+    let plugins = match LocalPlugins::start(&args.plugins, &host).await {
         Ok(plugins) => plugins,
         Err(error) => {
             eprintln!("error: {error}");
             return ExitCode::from(2);
         }
     };
-    let router = Router::new(plugins.registry.clone(), RoutingPolicy::default());
-    match pipeline::render(&router, &cluster, old.as_ref()).await {
+    match pipeline::render(&host, &cluster, old.as_ref()).await {
         Ok(rendered) => {
             let colour = match args.color {
                 Color::Always => true,
@@ -175,7 +179,7 @@ pub(crate) async fn render(args: RenderArgs) -> ExitCode {
             }
             ExitCode::from(1)
         }
-        Err(RenderError::Plugin(RouteError::Unavailable(LookupError::Unknown { name }))) => {
+        Err(RenderError::Plugin(HostError::Route(RouteError::Unavailable(LookupError::Unknown { name })))) => {
             let found: Vec<&str> = plugins.found.iter().map(|(name, _, _)| name.as_str()).collect();
             let inputs = [
                 Some((args.cluster.as_path(), &cluster)),

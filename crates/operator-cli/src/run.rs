@@ -16,8 +16,8 @@ use anyhow::Context as _;
 use axum::{Router as HttpRouter, extract::State, http::StatusCode, routing::get};
 use clap::{ArgAction, Args};
 use cnpgi_client::client::{ClientOptions, NO_DEADLINE};
-use cnpgi_operator::{
-    controller::{self, Context},
+use cnpgi_host::{
+    Host, HostOptions,
     discovery::{
         DiscoverySource,
         kubernetes::KubernetesServices,
@@ -25,10 +25,14 @@ use cnpgi_operator::{
         static_list::{StaticList, StaticPlugin},
     },
     leader::{LeaderElector, LeaseOptions},
-    metrics::Metrics,
-    registry::{Registry, RegistryOptions},
-    routing::{Router, RoutingPolicy},
+    registry::RegistryOptions,
+    routing::RoutingPolicy,
     serving::{self, ServerLimits},
+    webhook::serve_https_with,
+};
+use cnpgi_operator::{
+    controller::{self, Context},
+    crd::Cluster,
     webhook,
 };
 use cnpgi_tls::server::{ReloadingServerConfig, ServerTlsFiles};
@@ -360,43 +364,30 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let static_plugins = args.plugins.static_plugins()?;
     let dial_overrides = parse_dial_overrides(&args.dial_overrides)?;
 
-    let PluginSide {
-        metrics,
-        prometheus,
-        client_options,
-        registry,
-        router,
-    } = plugin_side(&args);
+    let (host, prometheus) = plugin_host(&args);
     let ControlFlow::Continue(client) = kubernetes_client(&args, &mut signal).await? else {
         tracing::info!("stopped while starting");
         return Ok(());
     };
 
-    let discovery = start_discovery(
-        &args,
-        client.as_ref(),
-        &registry,
-        &client_options,
-        dial_overrides,
-        static_plugins,
-    );
+    let discovery = start_discovery(&args, client.as_ref(), &host, dial_overrides, static_plugins);
     let (stop_tx, stop_rx) = watch::channel(false);
     let (discovered_tx, discovered_rx) = watch::channel(false);
     let ready = Arc::new(AtomicBool::new(false));
     let limits = server_limits(&args);
     let (probes, api_check) = start_probe_server(&args, client.as_ref(), ready.clone(), &limits)?;
     let metrics_server = start_metrics_server(&args, prometheus, &limits)?;
-    let webhook = start_webhook_server(&args, &router, &metrics, &limits)?;
+    let webhook = start_webhook_server(&args, &host, &limits)?;
     let mut controller_task = client
         .as_ref()
         .filter(|_| !args.disable_controller)
-        .map(|client| start_reconciler(&args, client, &router, &metrics, discovered_rx, stop_rx));
+        .map(|client| start_reconciler(&args, client, &host, discovered_rx, stop_rx));
     // Ready (so the webhook Service routes here), and reconciling, once
     // discovery had its look: waited for once, here.
     let readiness = tokio::spawn({
-        let (registry, ready) = (registry.clone(), ready.clone());
+        let (host, ready) = (host.clone(), ready.clone());
         async move {
-            wait_for_discovery(&registry).await;
+            wait_for_discovery(&host).await;
             ready.store(true, Ordering::SeqCst);
             let _ = discovered_tx.send(true);
         }
@@ -427,43 +418,30 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What the operator calls plugins with: their metrics (also told about
-/// every call), the registry of discovered plugins, and the router.
-struct PluginSide {
-    metrics: Metrics,
-    prometheus: prometheus_client::registry::Registry,
-    client_options: ClientOptions,
-    registry: Arc<Registry>,
-    router: Router,
-}
-
-fn plugin_side(args: &RunArgs) -> PluginSide {
-    let metrics = Metrics::default();
-    let mut prometheus = prometheus_client::registry::Registry::default();
-    metrics.register(&mut prometheus);
-    let client_options = ClientOptions {
-        call_timeout: crate::instance::deadline(args.plugin_timeout_seconds).unwrap_or(NO_DEADLINE),
-        observer: Arc::new(metrics.clone()),
-        ..ClientOptions::default()
-    };
-    let registry = Arc::new(Registry::new(RegistryOptions {
-        probe_interval: Duration::from_secs(args.probe_interval_seconds),
-        metrics: metrics.clone(),
-    }));
-    let router = Router::new(
-        registry.clone(),
-        RoutingPolicy {
+/// The operator's plugin host, and the Prometheus registry `/metrics`
+/// serves its metrics from (every plugin call, plugin readiness, discovery,
+/// webhooks, reconciles, leader election): plugins probed every
+/// `--probe-interval-seconds`, called with a deadline of
+/// `--plugin-timeout-seconds`, and those named by `--fail-open` skipped
+/// when they fail.
+fn plugin_host(args: &RunArgs) -> (Host<Cluster>, prometheus_client::registry::Registry) {
+    let host = Host::new(HostOptions {
+        registry: RegistryOptions {
+            probe_interval: Duration::from_secs(args.probe_interval_seconds),
+            ..RegistryOptions::default()
+        },
+        policy: RoutingPolicy {
             fail_open: args.fail_open.iter().cloned().collect::<BTreeSet<_>>(),
             ..RoutingPolicy::default()
         },
-    );
-    PluginSide {
-        metrics,
-        prometheus,
-        client_options,
-        registry,
-        router,
-    }
+        client: ClientOptions {
+            call_timeout: crate::instance::deadline(args.plugin_timeout_seconds).unwrap_or(NO_DEADLINE),
+            ..ClientOptions::default()
+        },
+    });
+    let mut prometheus = prometheus_client::registry::Registry::default();
+    host.metrics().register(&mut prometheus);
+    (host, prometheus)
 }
 
 /// The Kubernetes client, when discovery or the controller needs one;
@@ -500,17 +478,17 @@ type Server = (
     axum_server::Handle<SocketAddr>,
 );
 
-/// Starts every discovery source: labelled Services (with the dial
-/// overrides), socket directories and the static list.
+/// Starts every discovery source on `host`: labelled Services (with the
+/// dial overrides), socket directories and the static list.
 fn start_discovery(
     args: &RunArgs,
     client: Option<&kube::Client>,
-    registry: &Arc<Registry>,
-    client_options: &ClientOptions,
+    host: &Host<Cluster>,
     dial_overrides: BTreeMap<String, String>,
     static_plugins: Vec<StaticPlugin>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut sources: Vec<Box<dyn DiscoverySource>> = Vec::new();
+    let client_options = host.client_options();
+    let mut sources = Vec::new();
     if let (true, Some(client)) = (args.kubernetes_plugins, client) {
         for (name, address) in &dial_overrides {
             tracing::info!(service = %name, %address, "dialing a plugin Service at an overridden address");
@@ -522,27 +500,29 @@ fn start_discovery(
             client_options.clone(),
         );
         services.dial_overrides = dial_overrides;
-        sources.push(Box::new(services));
+        sources.push(discover(host, services));
     }
     for dir in &args.plugins.plugin_dirs {
-        sources.push(Box::new(SocketDirectory {
+        let directory = SocketDirectory {
             options: client_options.clone(),
             ..SocketDirectory::new(dir)
-        }));
+        };
+        sources.push(discover(host, directory));
     }
     if !static_plugins.is_empty() {
-        sources.push(Box::new(StaticList {
-            options: client_options.clone(),
+        let list = StaticList {
+            options: client_options,
             ..StaticList::new(static_plugins)
-        }));
+        };
+        sources.push(discover(host, list));
     }
     sources
-        .into_iter()
-        .map(|source| {
-            tracing::info!(source = %source.name(), "starting plugin discovery");
-            cnpgi_operator::discovery::spawn(source, registry.clone())
-        })
-        .collect()
+}
+
+/// Starts `source` on `host`, saying so.
+fn discover(host: &Host<Cluster>, source: impl DiscoverySource) -> tokio::task::JoinHandle<()> {
+    tracing::info!(source = %source.name(), "starting plugin discovery");
+    host.discover(source)
 }
 
 /// Serves `/healthz` and `/readyz` (unless disabled); with a Kubernetes
@@ -598,13 +578,8 @@ fn serve_plain(address: SocketAddr, app: HttpRouter, limits: &ServerLimits, what
     Ok((task, handle))
 }
 
-/// Serves the admission webhooks over HTTPS, unless disabled.
-fn start_webhook_server(
-    args: &RunArgs,
-    router: &Router,
-    metrics: &Metrics,
-    limits: &ServerLimits,
-) -> anyhow::Result<Option<Server>> {
+/// Serves the admission webhooks through `host` over HTTPS, unless disabled.
+fn start_webhook_server(args: &RunArgs, host: &Host<Cluster>, limits: &ServerLimits) -> anyhow::Result<Option<Server>> {
     if args.disable_webhooks {
         return Ok(None);
     }
@@ -618,15 +593,12 @@ fn start_webhook_server(
     )?;
     let listener = std::net::TcpListener::bind(args.webhook_address)
         .with_context(|| format!("cannot listen on {}", args.webhook_address))?;
-    let routes = webhook::observed(
-        webhook::routes(router.clone(), Duration::from_secs(args.webhook_timeout_seconds)),
-        metrics.clone(),
-    );
+    let routes = webhook::routes(host, Duration::from_secs(args.webhook_timeout_seconds));
     tracing::info!(address = %args.webhook_address, "serving admission webhooks");
     let handle = axum_server::Handle::new();
     let task = {
         let (handle, limits) = (handle.clone(), limits.clone());
-        tokio::spawn(async move { webhook::serve_https_with(listener, tls, routes, handle, &limits).await })
+        tokio::spawn(async move { serve_https_with(listener, tls, routes, handle, &limits).await })
     };
     Ok(Some((task, handle)))
 }
@@ -640,14 +612,14 @@ const DISCOVERY_FIRST_PASS_WAIT: Duration = Duration::from_secs(30);
 /// then found probed), or after [`DISCOVERY_FIRST_PASS_WAIT`] with a warning
 /// naming the sources still looking: routing before that would refuse
 /// Clusters for plugins merely not found yet.
-async fn wait_for_discovery(registry: &Registry) {
-    match tokio::time::timeout(DISCOVERY_FIRST_PASS_WAIT, registry.ready()).await {
+async fn wait_for_discovery(host: &Host<Cluster>) {
+    match tokio::time::timeout(DISCOVERY_FIRST_PASS_WAIT, host.ready()).await {
         Ok(()) => {
-            let plugins: Vec<String> = registry.plugins().iter().map(|p| p.name().to_owned()).collect();
+            let plugins: Vec<String> = host.plugins().iter().map(|p| p.name().to_owned()).collect();
             tracing::info!(?plugins, "plugin discovery: first pass done");
         }
         Err(_) => tracing::warn!(
-            pending = ?registry.pending_sources(),
+            pending = ?host.pending_sources(),
             "plugin discovery: first pass not done after {DISCOVERY_FIRST_PASS_WAIT:?}; going on without it"
         ),
     }
@@ -659,8 +631,7 @@ async fn wait_for_discovery(registry: &Registry) {
 fn start_reconciler(
     args: &RunArgs,
     client: &kube::Client,
-    router: &Router,
-    metrics: &Metrics,
+    host: &Host<Cluster>,
     mut discovered: watch::Receiver<bool>,
     stop: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
@@ -670,10 +641,8 @@ fn start_reconciler(
             let _ = stop.wait_for(|stop| *stop).await;
         }
     };
-    let mut ctx = Context::new(client.clone(), router.clone(), "cnpgi-operator");
-    ctx.metrics = metrics.clone();
-    let ctx = Arc::new(ctx);
-    let metrics = metrics.clone();
+    let ctx = Arc::new(Context::new(client.clone(), host.clone(), "cnpgi-operator"));
+    let metrics = host.metrics().clone();
     let lease = args.leader_election_id.clone();
     let namespace = args.watch_namespace.clone();
     let elector = args.leader_elect.then(|| {

@@ -7,17 +7,18 @@
 
 use std::{
     process::{Command, Stdio},
-    sync::Arc,
     time::{Duration, Instant},
 };
 
 use base64::Engine;
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
-use cnpgi_operator::routing::RoutedCluster;
+use cnpgi_host::{
+    Host, HostOptions,
+    routing::{HookOutcome, HookPhase},
+};
 use cnpgi_operator::{
+    crd::Cluster,
     pods,
-    registry::{Registry, RegistryOptions},
-    routing::{HookOutcome, HookPhase, Router, RoutingPolicy},
     webhook::{self, MUTATE_PATH, VALIDATE_PATH},
 };
 use cnpgi_pluginhelper::testing::ChildGuard;
@@ -79,11 +80,10 @@ async fn webhook_and_lifecycle_paths_through_a_go_plugin() {
         assert!(Instant::now() < deadline, "the Go plugin did not open its socket");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let registry = Arc::new(Registry::new(RegistryOptions::default()));
+    let host = Host::<Cluster>::new(HostOptions::default());
     let client = PluginClient::new(GO_PLUGIN, Transport::Unix { path: socket }, &ClientOptions::default()).unwrap();
-    registry.add("go", client).await.unwrap();
-    let router = Router::new(registry, RoutingPolicy::default());
-    let routes = webhook::routes(router.clone(), Duration::from_secs(5));
+    host.add_plugin("go", client).await.unwrap();
+    let routes = webhook::routes(&host, Duration::from_secs(5));
 
     // Mutating webhook: the Go plugin's default comes back as a base64 JSON Patch.
     let original = cluster(None);
@@ -112,12 +112,12 @@ async fn webhook_and_lifecycle_paths_through_a_go_plugin() {
     // Lifecycle: the reconciler's Pod carries the Go plugin's label, and a
     // parameter change shows as drift.
     let red = cluster(Some("red"));
-    let pod = pods::build_pod(&router, &RoutedCluster::new(red.clone()), &Default::default(), 1)
+    let pod = pods::build_pod(&host, &host.routed_json(red.clone()), &Default::default(), 1)
         .await
         .unwrap();
     assert_eq!(pod["metadata"]["labels"]["go-plugin"], "red");
     assert_eq!(pod["spec"]["containers"][0]["name"], "postgres");
-    let hash = pods::wanted_hash(&router, &RoutedCluster::new(red.clone()), &Default::default(), 1)
+    let hash = pods::wanted_hash(&host, &host.routed_json(red.clone()), &Default::default(), 1)
         .await
         .unwrap();
     assert_eq!(
@@ -125,35 +125,23 @@ async fn webhook_and_lifecycle_paths_through_a_go_plugin() {
         hash.as_str()
     );
     assert_ne!(
-        pods::wanted_hash(
-            &router,
-            &RoutedCluster::new(cluster(Some("blue"))),
-            &Default::default(),
-            1
-        )
-        .await
-        .unwrap(),
+        pods::wanted_hash(&host, &host.routed_json(cluster(Some("blue"))), &Default::default(), 1)
+            .await
+            .unwrap(),
         hash
     );
 
     // ReconcilerHooks, answered by upstream's Go stubs: continue, requeue
     // after the plugin's delay, terminate.
-    let kind = cnpgi_pluginhelper::proto::reconciler::v1::reconciler_hooks_capability::Kind::Cluster;
     let annotated = |annotation: &str| {
         let mut cluster = cluster(Some("red"));
         cluster["metadata"]["annotations"] = json!({ annotation: "yes" });
         cluster
     };
     let hooks = |cluster: Value| {
-        let router = router.clone();
+        let host = host.clone();
         async move {
-            router
-                .reconciler_hooks(
-                    HookPhase::Pre,
-                    kind,
-                    &RoutedCluster::new(cluster.clone()),
-                    &serde_json::to_vec(&cluster).unwrap(),
-                )
+            host.reconciler_hooks(HookPhase::Pre, &host.routed_json(cluster))
                 .await
                 .unwrap()
         }

@@ -57,13 +57,15 @@ use serde_json::json;
 
 pub use crate::pods::{CLUSTER_LABEL, INSTANCE_LABEL, PLUGINS_HASH_ANNOTATION};
 use cnpgi_core::service;
-use cnpgi_proto::reconciler::v1::reconciler_hooks_capability::Kind as HookKind;
+use cnpgi_host::{
+    Host, HostError,
+    metrics::ReconcileResult,
+    routing::{HookOutcome, HookPhase, RoutedResource},
+};
 
 use crate::{
     crd::{Cluster, ClusterStatus},
-    metrics::{Metrics, ReconcileResult},
     pods::{PLUGINS_INPUTS_ANNOTATION, build_pod, inputs_fingerprint, postgresql_configuration, wanted_hash},
-    routing::{HookOutcome, HookPhase, RouteError, RoutedCluster, Router},
 };
 
 /// Field manager of every write the reconciler makes (Pod creates, status
@@ -85,7 +87,7 @@ pub const HOOK_ERROR_RETRY: Duration = Duration::from_secs(15);
 pub enum ReconcileError {
     /// A plugin failed; nothing was written.
     #[error(transparent)]
-    Plugin(#[from] RouteError),
+    Plugin(#[from] HostError),
     /// A Kubernetes API call failed.
     #[error("cannot {action}: {detail}")]
     Kube {
@@ -144,15 +146,14 @@ fn describe_kube_error(error: &kube::Error) -> String {
 pub struct Context {
     /// Kubernetes client.
     pub client: Client,
-    /// Routes calls to plugins.
-    pub router: Router,
+    /// The plugin host: every plugin call goes through it, and reconciles
+    /// are measured in its metrics (`controller_runtime_reconcile_*`,
+    /// `workqueue_depth`: [`Host::metrics`]).
+    pub host: Host<Cluster>,
     /// Records Events on Clusters.
     pub recorder: Recorder,
     /// Delay before re-checking a healthy Cluster.
     pub resync: Duration,
-    /// Where reconciles are measured (`controller_runtime_reconcile_*`,
-    /// `workqueue_depth`); a private set unless replaced by the one served.
-    pub metrics: Metrics,
     /// Consecutive API-error reconciles, by `namespace/name`.
     failures: Mutex<HashMap<String, u32>>,
     /// By Cluster `namespace/name`, the inputs fingerprint under which each
@@ -161,8 +162,8 @@ pub struct Context {
 }
 
 impl Context {
-    /// A context reporting Events as `controller`.
-    pub fn new(client: Client, router: Router, controller: &str) -> Self {
+    /// A context routing through `host`, reporting Events as `controller`.
+    pub fn new(client: Client, host: Host<Cluster>, controller: &str) -> Self {
         let reporter = Reporter {
             controller: controller.to_owned(),
             instance: std::env::var("POD_NAME").ok(),
@@ -170,9 +171,8 @@ impl Context {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             client,
-            router,
+            host,
             resync: Duration::from_secs(300),
-            metrics: Metrics::default(),
             failures: Mutex::new(HashMap::new()),
             evaluated: Mutex::new(HashMap::new()),
         }
@@ -303,12 +303,13 @@ impl Next {
     }
 }
 
-/// Reconciles one Cluster, measured in `ctx.metrics`
+/// Reconciles one Cluster, measured in the host's metrics
 /// (`controller_runtime_reconcile_*`, and `workqueue_depth` for the
 /// requeue it asks for).
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let key = cluster_key(&cluster);
-    let timer = ctx.metrics.reconcile_started(CONTROLLER_NAME, &key);
+    let metrics = ctx.host.metrics();
+    let timer = metrics.reconcile_started(CONTROLLER_NAME, &key);
     let result = reconcile_cluster(cluster, ctx.clone()).await;
     let outcome = match result {
         Err(_) => ReconcileResult::Error,
@@ -318,10 +319,10 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         Ok(Next::After(delay)) if delay == ctx.resync => ReconcileResult::Success,
         Ok(Next::After(_)) => ReconcileResult::RequeueAfter,
     };
-    ctx.metrics.reconcile_ended(timer, outcome);
+    metrics.reconcile_ended(timer, outcome);
     // An error's retry is scheduled by `error_policy`.
     if let Ok(Next::After(delay)) = result {
-        ctx.metrics.requeued(CONTROLLER_NAME, &key, delay);
+        metrics.requeued(CONTROLLER_NAME, &key, delay);
     }
     result.map(Next::action)
 }
@@ -406,7 +407,7 @@ async fn reconcile_pods(
 ) -> Result<Next, ReconcileError> {
     let name = cluster.name_any();
     // Encoded once: every plugin call of this reconcile sends these bytes.
-    let routed = RoutedCluster::new(serde_json::to_value(cluster)?);
+    let routed = ctx.host.routed_json(serde_json::to_value(cluster)?);
     let wanted = cluster.spec.instances.max(0);
 
     if let Some(action) = pre_hooks(ctx, &name, &routed).await? {
@@ -422,7 +423,7 @@ async fn reconcile_pods(
     let mut to_create = Vec::new();
     for n in (1..=wanted).filter(|n| !by_number.contains_key(n)) {
         let configuration = configuration.get(ctx, &routed).await?;
-        to_create.push(build_pod(&ctx.router, &routed, configuration, n).await?);
+        to_create.push(build_pod(&ctx.host, &routed, configuration, n).await?);
     }
     // Drift: roll the first Pod the plugins want different, one at a time.
     let rolled = to_create.is_empty()
@@ -437,10 +438,7 @@ async fn reconcile_pods(
         )
         .await?;
     create_pods(pods, &name, to_create).await?;
-    let post = ctx
-        .router
-        .reconciler_hooks(HookPhase::Post, HookKind::Cluster, &routed, routed.definition())
-        .await?;
+    let post = ctx.host.reconciler_hooks(HookPhase::Post, &routed).await?;
     update_plugin_status(ctx, &routed, status).await?;
     let healthy = set_phase(cluster, status, &by_number, wanted, rolled);
     Ok(match post {
@@ -455,36 +453,30 @@ async fn reconcile_pods(
 
 /// The `Pre` reconciler hooks: `Some(action)` when a plugin deferred or
 /// ended this reconcile.
-async fn pre_hooks(ctx: &Context, name: &str, routed: &RoutedCluster) -> Result<Option<Next>, ReconcileError> {
-    Ok(
-        match ctx
-            .router
-            .reconciler_hooks(HookPhase::Pre, HookKind::Cluster, routed, routed.definition())
-            .await?
-        {
-            HookOutcome::Continue => None,
-            HookOutcome::Requeue { plugin, after } => {
-                tracing::info!(cluster = %name, %plugin, ?after, "a ReconcilerHooks Pre hook asked for a requeue");
-                Some(Next::After(requeue_delay(after)))
-            }
-            HookOutcome::Terminate { plugin } => {
-                tracing::info!(cluster = %name, %plugin, "a ReconcilerHooks Pre hook ended this reconcile");
-                Some(Next::Change)
-            }
-        },
-    )
+async fn pre_hooks(ctx: &Context, name: &str, routed: &RoutedResource) -> Result<Option<Next>, ReconcileError> {
+    Ok(match ctx.host.reconciler_hooks(HookPhase::Pre, routed).await? {
+        HookOutcome::Continue => None,
+        HookOutcome::Requeue { plugin, after } => {
+            tracing::info!(cluster = %name, %plugin, ?after, "a ReconcilerHooks Pre hook asked for a requeue");
+            Some(Next::After(requeue_delay(after)))
+        }
+        HookOutcome::Terminate { plugin } => {
+            tracing::info!(cluster = %name, %plugin, "a ReconcilerHooks Pre hook ended this reconcile");
+            Some(Next::Change)
+        }
+    })
 }
 
 /// Plugins removed from the Cluster are told once (`Deregister`; a failure
 /// is logged, not retried), then dropped from the status.
-async fn deregister_removed(ctx: &Context, name: &str, routed: &RoutedCluster, status: &ClusterStatus) {
+async fn deregister_removed(ctx: &Context, name: &str, routed: &RoutedResource, status: &ClusterStatus) {
     let enabled: BTreeSet<&str> = routed.enabled().iter().map(|p| p.name.as_str()).collect();
     for gone in status
         .plugin_status
         .iter()
         .filter(|s| !enabled.contains(s.name.as_str()))
     {
-        match ctx.router.deregister(&gone.name, routed).await {
+        match ctx.host.deregister(&gone.name, routed).await {
             Ok(()) => tracing::info!(cluster = %name, plugin = %gone.name, "plugin deregistered"),
             Err(error) => {
                 tracing::warn!(cluster = %name, plugin = %gone.name, %error, "Deregister failed; not retried")
@@ -548,10 +540,10 @@ async fn create_pods(pods: &Api<Pod>, name: &str, to_create: Vec<serde_json::Val
 /// status text when a plugin answers empty.
 async fn update_plugin_status(
     ctx: &Context,
-    routed: &RoutedCluster,
+    routed: &RoutedResource,
     status: &mut ClusterStatus,
 ) -> Result<(), ReconcileError> {
-    let updates = ctx.router.set_status(routed).await?;
+    let updates = ctx.host.status_entries(routed).await?;
     let previous: BTreeMap<String, String> = status
         .plugin_status
         .iter()
@@ -600,7 +592,7 @@ fn set_phase(
 async fn roll_first_drifted(
     ctx: &Context,
     key: &str,
-    cluster: &RoutedCluster,
+    cluster: &RoutedResource,
     configuration: &Configuration,
     pods: &Api<Pod>,
     by_number: &BTreeMap<i32, Pod>,
@@ -611,13 +603,13 @@ async fn roll_first_drifted(
     let mut rolled = false;
     for (n, pod) in by_number.iter().filter(|(n, _)| **n <= wanted) {
         let uid = pod.uid().unwrap_or_else(|| pod.name_any());
-        let inputs = inputs_fingerprint(&ctx.router, cluster, *n);
+        let inputs = inputs_fingerprint(&ctx.host, cluster, *n);
         let annotations = pod.annotations();
         let unchanged = annotations.get(PLUGINS_INPUTS_ANNOTATION) == Some(&inputs) || seen.get(&uid) == Some(&inputs);
         if !unchanged {
             let live = annotations.get(PLUGINS_HASH_ANNOTATION).cloned().unwrap_or_default();
             let configuration = configuration.get(ctx, cluster).await?;
-            if live != wanted_hash(&ctx.router, cluster, configuration, *n).await? {
+            if live != wanted_hash(&ctx.host, cluster, configuration, *n).await? {
                 tracing::info!(cluster = %key, pod = %pod.name_any(), "plugins want a different Pod; rolling it");
                 pods.delete(&pod.name_any(), &DeleteParams::default())
                     .await
@@ -641,9 +633,9 @@ async fn roll_first_drifted(
 struct Configuration(tokio::sync::OnceCell<BTreeMap<String, String>>);
 
 impl Configuration {
-    async fn get(&self, ctx: &Context, cluster: &RoutedCluster) -> Result<&BTreeMap<String, String>, RouteError> {
+    async fn get(&self, ctx: &Context, cluster: &RoutedResource) -> Result<&BTreeMap<String, String>, HostError> {
         self.0
-            .get_or_try_init(|| postgresql_configuration(&ctx.router, cluster))
+            .get_or_try_init(|| postgresql_configuration(&ctx.host, cluster))
             .await
     }
 }
@@ -663,7 +655,8 @@ pub fn error_policy(cluster: Arc<Cluster>, error: &ReconcileError, ctx: Arc<Cont
     let delay = match error {
         ReconcileError::Plugin(error)
             if error
-                .rpc()
+                .route()
+                .and_then(|error| error.rpc())
                 .is_some_and(|rpc| service::RECONCILER_HOOKS.rpcs.iter().any(|hook| hook.method == rpc)) =>
         {
             HOOK_ERROR_RETRY
@@ -678,7 +671,7 @@ pub fn error_policy(cluster: Arc<Cluster>, error: &ReconcileError, ctx: Arc<Cont
         retry_in_seconds = delay.as_secs(),
         "reconcile failed"
     );
-    ctx.metrics.requeued(CONTROLLER_NAME, &key, delay);
+    ctx.host.metrics().requeued(CONTROLLER_NAME, &key, delay);
     Action::requeue(delay)
 }
 
@@ -721,7 +714,7 @@ fn after_reconcile<E: std::error::Error>(
         Ok(_) => {}
         Err(ControllerError::ObjectNotFound(gone)) => {
             let gone = key(gone.namespace.as_deref(), &gone.name);
-            ctx.metrics.forget_object(&gone);
+            ctx.host.metrics().forget_object(&gone);
             ctx.forget(&gone);
         }
         Err(error) => tracing::debug!(%error, "reconcile round ended with an error"),
@@ -733,14 +726,15 @@ mod tests {
     use http::{Request, Response};
     use kube::{client::Body, runtime::reflector::ObjectRef};
 
+    use cnpgi_host::HostOptions;
+
     use super::*;
-    use crate::registry::Registry;
 
     fn context() -> Context {
         let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         Context::new(
             Client::new(service, "default"),
-            Router::new(Arc::new(Registry::default()), crate::routing::RoutingPolicy::default()),
+            Host::new(HostOptions::default()),
             "test",
         )
     }

@@ -108,8 +108,8 @@ mod tests {
 
     use super::*;
 
-    /// Hosted through the typed facade, a Cluster routes as the operator
-    /// routes it (its JSON and enabled plugins are the same).
+    /// Hosted through the typed facade, a Cluster routes as the reconciler
+    /// routes it, as JSON (its bytes and enabled plugins are the same).
     #[test]
     fn a_hosted_cluster_routes_as_the_operator_routes_it() {
         let cluster: Cluster = serde_json::from_value(serde_json::json!({
@@ -120,9 +120,10 @@ mod tests {
         .unwrap();
         let host = cnpgi_host::Host::<Cluster>::new(cnpgi_host::HostOptions::default());
         let hosted = host.routed(&cluster).unwrap();
-        let routed = crate::routing::RoutedCluster::new(serde_json::to_value(&cluster).unwrap());
+        let routed = host.routed_json(serde_json::to_value(&cluster).unwrap());
         assert_eq!(hosted.definition(), routed.definition());
-        let names = |r: &crate::routing::RoutedCluster| r.enabled().iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        let names =
+            |r: &cnpgi_host::routing::RoutedResource| r.enabled().iter().map(|p| p.name.clone()).collect::<Vec<_>>();
         assert_eq!(names(&hosted), ["a.example.com", "b.example.com"]);
         assert_eq!(names(&hosted), names(&routed));
     }

@@ -15,14 +15,14 @@
 use std::collections::BTreeMap;
 
 use cnpgi_core::service;
-use cnpgi_proto::{
-    identity::v1::operation_type::Type as OperationType,
-    operator_lifecycle::v1::operator_operation_type::Type as Operation,
+use cnpgi_host::{
+    ConfigurationOperation, Host, HostError, Operation,
+    routing::{Patched, RouteError, RoutedResource},
 };
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::routing::{Patched, RouteError, RoutedCluster, Router};
+use crate::crd::Cluster;
 
 pub use cnpgi_core::{
     pod::{CLUSTER_LABEL, INSTANCE_LABEL, instance_pod},
@@ -94,22 +94,21 @@ fn write_canonical(value: &Value, hasher: &mut Sha256) {
 /// through the plugins' `EnrichConfiguration` (`TYPE_RECONCILE`). One call
 /// chain per reconcile: every Pod's template shares it.
 pub async fn postgresql_configuration(
-    router: &Router,
-    cluster: &RoutedCluster,
-) -> Result<BTreeMap<String, String>, RouteError> {
-    router
-        .enrich_configuration(
-            cluster,
-            &cnpgi_core::postgres::parameters(cluster.value()),
-            OperationType::Reconcile,
-        )
-        .await
+    host: &Host<Cluster>,
+    cluster: &RoutedResource,
+) -> Result<BTreeMap<String, String>, HostError> {
+    host.enrich_configuration(
+        cluster,
+        &cnpgi_core::postgres::parameters(cluster.value()),
+        ConfigurationOperation::Reconcile,
+    )
+    .await
 }
 
 /// The template of instance `n` before the lifecycle hooks: [`instance_pod`]
 /// with [`CONFIGURATION_ANNOTATION`] when `configuration` is not empty.
 pub fn instance_template(
-    cluster: &RoutedCluster,
+    cluster: &RoutedResource,
     configuration: &BTreeMap<String, String>,
     n: i32,
 ) -> Result<Value, RouteError> {
@@ -128,13 +127,13 @@ pub fn instance_template(
 /// What the plugins want for instance `n` now (the EVALUATE chain on
 /// [`instance_template`]), as a hash.
 pub async fn wanted_hash(
-    router: &Router,
-    cluster: &RoutedCluster,
+    host: &Host<Cluster>,
+    cluster: &RoutedResource,
     configuration: &BTreeMap<String, String>,
     n: i32,
-) -> Result<String, RouteError> {
+) -> Result<String, HostError> {
     let template = instance_template(cluster, configuration, n)?;
-    let evaluated = router.lifecycle_hook(cluster, template, Operation::Evaluate).await?;
+    let evaluated = host.lifecycle_hook_json(cluster, template, Operation::Evaluate).await?;
     Ok(plugins_hash(&evaluated.object))
 }
 
@@ -147,13 +146,13 @@ pub async fn wanted_hash(
 /// answer as before, so the reconciler skips it; it lives with the
 /// operator's build, unlike [`PLUGINS_HASH_ANNOTATION`] (an upgrade costs
 /// one evaluation round, not a roll).
-pub fn inputs_fingerprint(router: &Router, cluster: &RoutedCluster, n: i32) -> String {
+pub fn inputs_fingerprint(host: &Host<Cluster>, cluster: &RoutedResource, n: i32) -> String {
     let value = cluster.value();
     let part = |pointer: &str| value.pointer(pointer).cloned().unwrap_or(Value::Null);
     let plugins: Vec<Value> = cluster
         .enabled()
         .iter()
-        .map(|plugin| match router.registry().get(&plugin.name) {
+        .map(|plugin| match host.routable(&plugin.name) {
             Ok(routable) => json!([
                 plugin.name,
                 routable.info.metadata.version,
@@ -186,42 +185,42 @@ pub fn inputs_fingerprint(router: &Router, cluster: &RoutedCluster, n: i32) -> S
 /// hash is the drift hash an `EVALUATE` of the same inputs gives later
 /// (CloudNativePG too compares a live Pod with the `EVALUATE` answer).
 pub async fn build_pod(
-    router: &Router,
-    cluster: &RoutedCluster,
+    host: &Host<Cluster>,
+    cluster: &RoutedResource,
     configuration: &BTreeMap<String, String>,
     n: i32,
-) -> Result<Value, RouteError> {
+) -> Result<Value, HostError> {
     let template = instance_template(cluster, configuration, n)?;
-    Ok(create_chain(router, cluster, template, n).await?.object)
+    Ok(create_chain(host, cluster, template, n).await?.object)
 }
 
 /// Like [`build_pod`], with the template and each plugin's patch (for
 /// `render --diff`).
 pub async fn build_pod_with_patches(
-    router: &Router,
-    cluster: &RoutedCluster,
+    host: &Host<Cluster>,
+    cluster: &RoutedResource,
     configuration: &BTreeMap<String, String>,
     n: i32,
-) -> Result<(Value, Patched), RouteError> {
+) -> Result<(Value, Patched), HostError> {
     let template = instance_template(cluster, configuration, n)?;
-    let patched = create_chain(router, cluster, template.clone(), n).await?;
+    let patched = create_chain(host, cluster, template.clone(), n).await?;
     Ok((template, patched))
 }
 
 /// The CREATE chain on `template`, annotated as [`build_pod`] says.
 async fn create_chain(
-    router: &Router,
-    cluster: &RoutedCluster,
+    host: &Host<Cluster>,
+    cluster: &RoutedResource,
     template: Value,
     n: i32,
-) -> Result<Patched, RouteError> {
-    let mut patched = router.lifecycle_hook(cluster, template, Operation::Create).await?;
+) -> Result<Patched, HostError> {
+    let mut patched = host.lifecycle_hook_json(cluster, template, Operation::Create).await?;
     let hash = plugins_hash(&patched.object);
     annotate(
         &mut patched,
         [
             (PLUGINS_HASH_ANNOTATION, hash),
-            (PLUGINS_INPUTS_ANNOTATION, inputs_fingerprint(router, cluster, n)),
+            (PLUGINS_INPUTS_ANNOTATION, inputs_fingerprint(host, cluster, n)),
         ],
     )?;
     Ok(patched)
@@ -342,7 +341,7 @@ mod answers {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::routing::{Patched, PluginPatch, apply_in_place};
+    use cnpgi_host::routing::{Patched, PluginPatch, apply_in_place};
 
     /// Any JSON value, nested a few levels, now and then a large string.
     fn any_json() -> impl Strategy<Value = Value> {

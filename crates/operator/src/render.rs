@@ -1,5 +1,11 @@
 //! The whole plugin pipeline on one Cluster, without a Kubernetes cluster:
-//! what `cnpgi-operator render` runs, with the operator's own routing code.
+//! what `cnpgi-operator render` runs, through the operator's own plugin
+//! host and Pod-building code.
+//!
+//! The Cluster stays JSON from end to end (the host's calls on JSON): it
+//! may be one of CloudNativePG's (`postgresql.cnpg.io/v1`), whose fields the
+//! `cnpgi.io/v1` type would not keep, and the plugins see every field the
+//! user wrote.
 //!
 //! In the operator's order: the `MutateCluster` chain, then
 //! `ValidateClusterCreate` (or `ValidateClusterChange` against an old
@@ -11,9 +17,14 @@ use serde_json::Value;
 
 use cnpgi_core::status::{PluginStatusUpdate, write_plugin_status};
 
+use cnpgi_host::{
+    Host, HostError,
+    routing::{FieldError, PluginPatch},
+};
+
 use crate::{
+    crd::Cluster,
     pods::{build_pod_with_patches, postgresql_configuration},
-    routing::{FieldError, PluginPatch, RouteError, RoutedCluster, Router},
 };
 
 /// Why the pipeline stopped.
@@ -24,7 +35,7 @@ pub enum RenderError {
     Invalid(Vec<FieldError>),
     /// A plugin failed.
     #[error(transparent)]
-    Plugin(#[from] RouteError),
+    Plugin(#[from] HostError),
 }
 
 /// One instance Pod, and the patch each plugin made to it.
@@ -54,17 +65,16 @@ pub struct Rendered {
     pub status: Vec<PluginStatusUpdate>,
 }
 
-/// Runs the pipeline on `cluster` (and `old`, for a change).
-pub async fn render(router: &Router, cluster: &Value, old: Option<&Value>) -> Result<Rendered, RenderError> {
-    let mutated = router.mutate(RoutedCluster::new(cluster.clone())).await?;
-    let routed = RoutedCluster::new(mutated.object);
+/// Runs the pipeline on `cluster` (and `old`, for a change) through `host`'s plugins.
+pub async fn render(host: &Host<Cluster>, cluster: &Value, old: Option<&Value>) -> Result<Rendered, RenderError> {
+    let mutated = host.mutate_json(host.routed_json(cluster.clone())).await?;
+    let routed = host.routed_json(mutated.object);
     let errors = match old {
         Some(old) => {
-            router
-                .validate_change(&RoutedCluster::new(old.clone()), &routed)
+            host.validate_change_json(&host.routed_json(old.clone()), &routed)
                 .await?
         }
-        None => router.validate_create(&routed).await?,
+        None => host.validate_create_json(&routed).await?,
     };
     if !errors.is_empty() {
         return Err(RenderError::Invalid(errors));
@@ -76,16 +86,16 @@ pub async fn render(router: &Router, cluster: &Value, old: Option<&Value>) -> Re
         .unwrap_or(1)
         .clamp(0, 1000) as i32;
     let mut pods = Vec::new();
-    let configuration = postgresql_configuration(router, &routed).await?;
+    let configuration = postgresql_configuration(host, &routed).await?;
     for n in 1..=instances {
-        let (template, patched) = build_pod_with_patches(router, &routed, &configuration, n).await?;
+        let (template, patched) = build_pod_with_patches(host, &routed, &configuration, n).await?;
         pods.push(RenderedPod {
             template,
             pod: patched.object,
             patches: patched.patches,
         });
     }
-    let status = router.set_status(&routed).await?;
+    let status = host.status_entries(&routed).await?;
     let mut cluster_json = routed.into_value();
     write_plugin_status(&mut cluster_json, &status);
     Ok(Rendered {

@@ -1,5 +1,5 @@
-//! Admission webhooks for Clusters, routed to plugins: the host library's
-//! handlers ([`cnpgi_host::webhook`]) at the Cluster's paths.
+//! Admission webhooks for Clusters, routed to plugins: the host's admission
+//! routes ([`Host::admission_routes`]) at the Cluster's paths.
 //!
 //! * `POST /mutate-cluster`: chained `MutateCluster` through the Cluster's
 //!   plugins; the combined change goes back as a base64-encoded JSON Patch.
@@ -10,13 +10,9 @@
 use std::time::Duration;
 
 use axum::Router as HttpRouter;
+use cnpgi_host::{Host, webhook::AdmissionPaths};
 
-pub use cnpgi_host::webhook::{
-    AdmissionPaths, MAX_BODY_BYTES, ReloadingTlsAcceptor, admission_routes, observed_paths, serve_https,
-    serve_https_with,
-};
-
-use crate::{metrics::Metrics, routing::Router};
+use crate::crd::Cluster;
 
 /// Path of the mutating webhook.
 pub const MUTATE_PATH: &str = "/mutate-cluster";
@@ -28,16 +24,11 @@ pub fn cluster_paths() -> AdmissionPaths {
     AdmissionPaths::new("Cluster", MUTATE_PATH, VALIDATE_PATH)
 }
 
-/// The webhook's HTTP routes, answering within `deadline` (keep it below
-/// the `timeoutSeconds` of the webhook configuration), accepting bodies of
-/// up to [`MAX_BODY_BYTES`].
-pub fn routes(router: Router, deadline: Duration) -> HttpRouter {
-    admission_routes(router, &cluster_paths(), deadline)
-}
-
-/// `app` (the webhook routes) with each admission request to
-/// [`MUTATE_PATH`] or [`VALIDATE_PATH`] measured in `metrics`, as
-/// controller-runtime does (see [`observed_paths`]).
-pub fn observed(app: HttpRouter, metrics: Metrics) -> HttpRouter {
-    observed_paths(app, metrics, &[MUTATE_PATH, VALIDATE_PATH])
+/// The webhooks' HTTP routes through `host`, answering within `deadline`
+/// (keep it below the `timeoutSeconds` of the webhook configuration),
+/// accepting bodies of up to [`cnpgi_host::webhook::MAX_BODY_BYTES`], each
+/// admission request measured in the host's metrics as controller-runtime
+/// does: serve them with [`cnpgi_host::webhook::serve_https_with`].
+pub fn routes(host: &Host<Cluster>, deadline: Duration) -> HttpRouter {
+    host.admission_routes(&cluster_paths(), deadline)
 }

@@ -3,17 +3,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-use cnpgi_operator::routing::RoutedCluster;
 use std::{sync::Arc, time::Duration};
 
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
-use cnpgi_operator::testing::FakeApiServer;
+use cnpgi_host::{Host, HostOptions, testing::FakeApiServer};
 use cnpgi_operator::{
     controller::{self, Context, ReconcileError},
     crd::Cluster,
     pods::{self, CLUSTER_LABEL, PLUGINS_HASH_ANNOTATION},
-    registry::{Registry, RegistryOptions},
-    routing::{Router, RoutingPolicy},
 };
 use cnpgi_pluginhelper::{testing::TestPlugin, transport::PluginListener};
 use serde_json::{Value, json};
@@ -25,7 +22,7 @@ const CLUSTERS: &str = "/apis/cnpgi.io/v1/namespaces/default/clusters";
 struct Plugins {
     _dir: tempfile::TempDir,
     _served: TestPlugin,
-    router: Router,
+    host: Host<Cluster>,
 }
 
 async fn plugins() -> Plugins {
@@ -37,19 +34,18 @@ async fn plugins_observed(options: ClientOptions) -> Plugins {
     let served = TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
         .await
         .unwrap();
-    let registry = Arc::new(Registry::new(RegistryOptions::default()));
+    let host = Host::new(HostOptions::default());
     let path = dir.path().join(HELLO);
-    registry
-        .add(
-            "static",
-            PluginClient::new(HELLO, Transport::Unix { path }, &options).unwrap(),
-        )
-        .await
-        .unwrap();
+    host.add_plugin(
+        "static",
+        PluginClient::new(HELLO, Transport::Unix { path }, &options).unwrap(),
+    )
+    .await
+    .unwrap();
     Plugins {
         _dir: dir,
         _served: served,
-        router: Router::new(registry, RoutingPolicy::default()),
+        host,
     }
 }
 
@@ -69,8 +65,8 @@ async fn pods_are_built_through_the_lifecycle_chain() {
         json!([{"name": HELLO, "parameters": {"labels": "{\"team\":\"db\"}"}}]),
     );
     let pod = pods::build_pod(
-        &plugins.router,
-        &RoutedCluster::new(cluster.clone()),
+        &plugins.host,
+        &plugins.host.routed_json(cluster.clone()),
         &Default::default(),
         1,
     )
@@ -91,8 +87,8 @@ async fn pods_are_built_through_the_lifecycle_chain() {
 
     assert_eq!(
         pods::wanted_hash(
-            &plugins.router,
-            &RoutedCluster::new(cluster.clone()),
+            &plugins.host,
+            &plugins.host.routed_json(cluster.clone()),
             &Default::default(),
             1
         )
@@ -107,8 +103,8 @@ async fn pods_are_built_through_the_lifecycle_chain() {
     );
     assert_ne!(
         pods::wanted_hash(
-            &plugins.router,
-            &RoutedCluster::new(changed.clone()),
+            &plugins.host,
+            &plugins.host.routed_json(changed.clone()),
             &Default::default(),
             1
         )
@@ -125,7 +121,7 @@ async fn context(plugins: &Plugins, api: &FakeApiServer, cluster: &Value) -> Arc
     let url = api.clone().start().await;
     let mut ctx = Context::new(
         FakeApiServer::client(&url, "default"),
-        plugins.router.clone(),
+        plugins.host.clone(),
         "cnpgi-operator",
     );
     ctx.resync = Duration::from_secs(60);
@@ -298,9 +294,8 @@ async fn removed_plugins_are_deregistered_once_and_empty_status_answers_keep_the
     tokio::spawn(server.serve(listener, std::future::pending()));
     let path = plugins._dir.path().join(GONE);
     plugins
-        .router
-        .registry()
-        .add(
+        .host
+        .add_plugin(
             "static",
             PluginClient::new(GONE, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
         )
@@ -352,7 +347,7 @@ async fn an_api_failure_is_surfaced_on_the_cluster_and_retried_with_backoff() {
     let url = api.clone().start().await;
     let ctx = Arc::new(Context::new(
         FakeApiServer::client(&url, "default"),
-        plugins.router.clone(),
+        plugins.host.clone(),
         "cnpgi-operator",
     ));
     let parsed: Arc<Cluster> = Arc::new(serde_json::from_value(cluster).unwrap());
@@ -497,13 +492,9 @@ async fn reconciles_are_measured_with_controller_runtime_names() {
     let api = FakeApiServer::new();
     let good = cluster_json(1, json!([{"name": HELLO}]));
     let ctx = context(&plugins, &api, &good).await;
-    let metrics = cnpgi_operator::metrics::Metrics::default();
+    // The host's metrics: those `cnpgi-operator run` serves.
     let mut registry = prometheus_client::registry::Registry::default();
-    metrics.register(&mut registry);
-    let mut with_metrics = Context::new(ctx.client.clone(), plugins.router.clone(), "cnpgi-operator");
-    with_metrics.resync = ctx.resync;
-    with_metrics.metrics = metrics.clone();
-    let ctx = Arc::new(with_metrics);
+    ctx.host.metrics().register(&mut registry);
 
     controller::reconcile(Arc::new(serde_json::from_value(good).unwrap()), ctx.clone())
         .await

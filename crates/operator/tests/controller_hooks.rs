@@ -12,12 +12,8 @@ use std::{
 };
 
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
-use cnpgi_operator::{
-    controller::{self, Context, ReconcileError},
-    registry::{Registry, RegistryOptions},
-    routing::{Router, RoutingPolicy},
-    testing::FakeApiServer,
-};
+use cnpgi_host::{Host, HostOptions, testing::FakeApiServer};
+use cnpgi_operator::controller::{self, Context, ReconcileError};
 use cnpgi_pluginhelper::{
     proto::{
         identity::v1::plugin_capability::service::Type as ServiceType,
@@ -85,15 +81,14 @@ async fn pre_and_post_hooks_steer_the_reconcile() {
     let server = PluginServer::new(TestIdentity::new(PLUGIN).with_service(ServiceType::ReconcilerHooks))
         .add_service(ReconcilerHooksServer::new(Hooks(answers.clone())));
     let _served = TestPlugin::start_unix_in(server, dir.path()).await.unwrap();
-    let registry = Arc::new(Registry::new(RegistryOptions::default()));
+    let host = Host::new(HostOptions::default());
     let path = dir.path().join(PLUGIN);
-    registry
-        .add(
-            "static",
-            PluginClient::new(PLUGIN, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
-        )
-        .await
-        .unwrap();
+    host.add_plugin(
+        "static",
+        PluginClient::new(PLUGIN, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
+    )
+    .await
+    .unwrap();
 
     let cluster = json!({
         "apiVersion": "cnpgi.io/v1", "kind": "Cluster",
@@ -104,11 +99,7 @@ async fn pre_and_post_hooks_steer_the_reconcile() {
     api.collection(PODS);
     api.seed(CLUSTERS, cluster.clone());
     let url = api.clone().start().await;
-    let mut ctx = Context::new(
-        FakeApiServer::client(&url, "default"),
-        Router::new(registry, RoutingPolicy::default()),
-        "cnpgi-operator",
-    );
+    let mut ctx = Context::new(FakeApiServer::client(&url, "default"), host, "cnpgi-operator");
     ctx.resync = Duration::from_secs(60);
     let ctx = Arc::new(ctx);
     let cluster = Arc::new(serde_json::from_value(cluster).unwrap());

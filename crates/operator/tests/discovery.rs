@@ -6,7 +6,7 @@
 use std::{sync::Arc, time::Duration};
 
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
-use cnpgi_operator::{
+use cnpgi_host::{
     discovery::{
         DiscoverySource,
         socket_dir::SocketDirectory,

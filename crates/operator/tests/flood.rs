@@ -16,7 +16,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use cnpgi_operator::{serving::ServerLimits, webhook::VALIDATE_PATH};
+use cnpgi_host::serving::ServerLimits;
+use cnpgi_operator::webhook::VALIDATE_PATH;
 use common::{HELLO, Webhook, cluster, review_body, start_with};
 use futures_util::StreamExt;
 use serde_json::{Value, json};

@@ -8,8 +8,8 @@
 use std::{collections::BTreeMap, sync::Arc, sync::atomic::Ordering, time::Duration};
 
 use cnpgi_client::client::ClientOptions;
-use cnpgi_operator::testing::FakeApiServer;
-use cnpgi_operator::{
+use cnpgi_host::testing::FakeApiServer;
+use cnpgi_host::{
     discovery::{DiscoverySource, kubernetes::KubernetesServices},
     registry::{LookupError, Registry, RegistryOptions},
 };

@@ -12,14 +12,11 @@ use std::{
 
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
 use cnpgi_core::capabilities::ServiceType;
-use cnpgi_operator::routing::RoutedCluster;
+use cnpgi_host::{Host, HostOptions, testing::FakeApiServer};
 use cnpgi_operator::{
     controller::{self, Context},
     crd::Cluster,
     pods::{self, CONFIGURATION_ANNOTATION, PLUGINS_HASH_ANNOTATION},
-    registry::{Registry, RegistryOptions},
-    routing::{Router, RoutingPolicy},
-    testing::FakeApiServer,
 };
 use cnpgi_pluginhelper::{
     postgres,
@@ -76,7 +73,7 @@ impl postgres_server::Postgres for Enricher {
 struct Plugins {
     _dir: tempfile::TempDir,
     _served: Vec<TestPlugin>,
-    router: Router,
+    host: Host<Cluster>,
     seen: HashMap<&'static str, Seen>,
 }
 
@@ -84,7 +81,7 @@ struct Plugins {
 /// the RPC but does not advertise it.
 async fn plugins() -> Plugins {
     let dir = tempfile::tempdir().unwrap();
-    let registry = Arc::new(Registry::new(RegistryOptions::default()));
+    let host = Host::new(HostOptions::default());
     let mut served = Vec::new();
     let mut seen = HashMap::new();
     for (name, adds, advertise_rpc) in [
@@ -110,12 +107,12 @@ async fn plugins() -> Plugins {
             &ClientOptions::default(),
         )
         .unwrap();
-        registry.add("static", client).await.unwrap();
+        host.add_plugin("static", client).await.unwrap();
     }
     Plugins {
         _dir: dir,
         _served: served,
-        router: Router::new(registry, RoutingPolicy::default()),
+        host,
         seen,
     }
 }
@@ -137,7 +134,7 @@ async fn each_plugin_gets_the_original_map_and_the_last_non_empty_answer_wins() 
         &["c.example.com", "a.example.com", "b.example.com", "d.example.com"],
         original.clone(),
     );
-    let configuration = pods::postgresql_configuration(&plugins.router, &RoutedCluster::new(all.clone()))
+    let configuration = pods::postgresql_configuration(&plugins.host, &plugins.host.routed_json(all.clone()))
         .await
         .unwrap();
     assert_eq!(
@@ -162,7 +159,7 @@ async fn each_plugin_gets_the_original_map_and_the_last_non_empty_answer_wins() 
 
     // An empty answer changes nothing.
     let only_b = cluster(&["b.example.com"], original.clone());
-    let configuration = pods::postgresql_configuration(&plugins.router, &RoutedCluster::new(only_b.clone()))
+    let configuration = pods::postgresql_configuration(&plugins.host, &plugins.host.routed_json(only_b.clone()))
         .await
         .unwrap();
     assert_eq!(serde_json::to_value(&configuration).unwrap(), original);
@@ -172,7 +169,7 @@ async fn each_plugin_gets_the_original_map_and_the_last_non_empty_answer_wins() 
 async fn the_configuration_is_on_the_pod_and_in_its_hash() {
     let plugins = plugins().await;
     let with_a = cluster(&["a.example.com"], json!({"max_connections": "200"}));
-    let pod = build_pod(&plugins.router, &with_a).await;
+    let pod = build_pod(&plugins.host, &with_a).await;
     let annotation = pod["metadata"]["annotations"][CONFIGURATION_ANNOTATION]
         .as_str()
         .unwrap();
@@ -183,11 +180,11 @@ async fn the_configuration_is_on_the_pod_and_in_its_hash() {
     let hash = pod["metadata"]["annotations"][PLUGINS_HASH_ANNOTATION]
         .as_str()
         .unwrap();
-    assert_eq!(wanted_hash(&plugins.router, &with_a).await, hash);
+    assert_eq!(wanted_hash(&plugins.host, &with_a).await, hash);
 
     let changed = cluster(&["a.example.com"], json!({"max_connections": "300"}));
     assert_ne!(
-        wanted_hash(&plugins.router, &changed).await,
+        wanted_hash(&plugins.host, &changed).await,
         hash,
         "a parameter change shows in the hash"
     );
@@ -195,7 +192,7 @@ async fn the_configuration_is_on_the_pod_and_in_its_hash() {
     // Nothing configured and no plugin answering: no annotation, so Pods
     // made before this feature keep their hash.
     let bare = cluster(&["b.example.com"], json!({}));
-    let pod = build_pod(&plugins.router, &bare).await;
+    let pod = build_pod(&plugins.host, &bare).await;
     assert!(
         pod["metadata"]["annotations"].get(CONFIGURATION_ANNOTATION).is_none(),
         "{pod}"
@@ -214,7 +211,7 @@ async fn a_changed_parameter_rolls_the_pods() {
     let url = api.clone().start().await;
     let mut ctx = Context::new(
         FakeApiServer::client(&url, "default"),
-        plugins.router.clone(),
+        plugins.host.clone(),
         "cnpgi-operator",
     );
     ctx.resync = Duration::from_secs(60);
@@ -242,15 +239,15 @@ async fn a_changed_parameter_rolls_the_pods() {
 }
 
 /// Instance 1 of `cluster`, built as the reconciler builds it.
-async fn build_pod(router: &Router, cluster: &Value) -> Value {
-    let routed = RoutedCluster::new(cluster.clone());
-    let configuration = pods::postgresql_configuration(router, &routed).await.unwrap();
-    pods::build_pod(router, &routed, &configuration, 1).await.unwrap()
+async fn build_pod(host: &Host<Cluster>, cluster: &Value) -> Value {
+    let routed = host.routed_json(cluster.clone());
+    let configuration = pods::postgresql_configuration(host, &routed).await.unwrap();
+    pods::build_pod(host, &routed, &configuration, 1).await.unwrap()
 }
 
 /// What the plugins want for instance 1 of `cluster`, as the reconciler evaluates it.
-async fn wanted_hash(router: &Router, cluster: &Value) -> String {
-    let routed = RoutedCluster::new(cluster.clone());
-    let configuration = pods::postgresql_configuration(router, &routed).await.unwrap();
-    pods::wanted_hash(router, &routed, &configuration, 1).await.unwrap()
+async fn wanted_hash(host: &Host<Cluster>, cluster: &Value) -> String {
+    let routed = host.routed_json(cluster.clone());
+    let configuration = pods::postgresql_configuration(host, &routed).await.unwrap();
+    pods::wanted_hash(host, &routed, &configuration, 1).await.unwrap()
 }

@@ -12,10 +12,9 @@ use std::{
 };
 
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
-use cnpgi_operator::routing::RoutedCluster;
-use cnpgi_operator::{
+use cnpgi_host::{
     registry::{Registry, RegistryOptions},
-    routing::{HookOutcome, HookPhase, RouteError, Router, RoutingPolicy},
+    routing::{HookOutcome, HookPhase, RouteError, RoutedResource, Router, RoutingPolicy},
 };
 use cnpgi_pluginhelper::{
     proto::{
@@ -142,7 +141,7 @@ async fn continue_runs_every_plugin_and_requeue_stops_the_chain() {
         .reconciler_hooks(
             HookPhase::Pre,
             Kind::Cluster,
-            &RoutedCluster::new(all.clone()),
+            &RoutedResource::new(all.clone()),
             &serde_json::to_vec(&all).unwrap(),
         )
         .await
@@ -162,7 +161,7 @@ async fn continue_runs_every_plugin_and_requeue_stops_the_chain() {
         .reconciler_hooks(
             HookPhase::Post,
             Kind::Cluster,
-            &RoutedCluster::new(cluster(&["a.example.com", "c.example.com"])),
+            &RoutedResource::new(cluster(&["a.example.com", "c.example.com"])),
             &serde_json::to_vec(&all).unwrap(),
         )
         .await
@@ -176,7 +175,7 @@ async fn continue_runs_every_plugin_and_requeue_stops_the_chain() {
         .reconciler_hooks(
             HookPhase::Pre,
             Kind::Backup,
-            &RoutedCluster::new(all.clone()),
+            &RoutedResource::new(all.clone()),
             &serde_json::to_vec(&all).unwrap(),
         )
         .await
@@ -194,7 +193,7 @@ async fn terminate_stops_the_chain_and_errors_fail_closed() {
         .reconciler_hooks(
             HookPhase::Pre,
             Kind::Cluster,
-            &RoutedCluster::new(both.clone()),
+            &RoutedResource::new(both.clone()),
             &serde_json::to_vec(&both).unwrap(),
         )
         .await
@@ -213,7 +212,7 @@ async fn terminate_stops_the_chain_and_errors_fail_closed() {
         .reconciler_hooks(
             HookPhase::Post,
             Kind::Cluster,
-            &RoutedCluster::new(only_b.clone()),
+            &RoutedResource::new(only_b.clone()),
             &serde_json::to_vec(&only_b).unwrap(),
         )
         .await

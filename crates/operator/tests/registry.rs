@@ -6,7 +6,7 @@
 use std::{sync::atomic::Ordering, time::Duration};
 
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
-use cnpgi_operator::registry::{LookupError, Registry, RegistryError, RegistryOptions};
+use cnpgi_host::registry::{LookupError, Registry, RegistryError, RegistryOptions};
 use cnpgi_pluginhelper::{
     proto::{
         operator::v1::operator_capability::rpc::Type as RpcType,
@@ -35,7 +35,7 @@ fn registry() -> Registry {
     })
 }
 
-fn exported(metrics: &cnpgi_operator::metrics::Metrics) -> String {
+fn exported(metrics: &cnpgi_host::metrics::Metrics) -> String {
     let mut registry = prometheus_client::registry::Registry::default();
     metrics.register(&mut registry);
     let mut text = String::new();
@@ -54,7 +54,7 @@ async fn a_ready_plugin_is_routable_by_name_capability_and_lifecycle() {
 
     let routable = registry.get(HELLO).unwrap();
     assert_eq!(routable.info.metadata.name, HELLO);
-    let names = |list: Vec<cnpgi_operator::registry::Routable>| {
+    let names = |list: Vec<cnpgi_host::registry::Routable>| {
         list.into_iter()
             .map(|r| r.info.metadata.name.clone())
             .collect::<Vec<_>>()

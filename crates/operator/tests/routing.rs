@@ -3,13 +3,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-use cnpgi_operator::routing::RoutedCluster;
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
-use cnpgi_operator::{
+use cnpgi_host::{
     registry::{LookupError, Registry, RegistryOptions},
-    routing::{RouteError, Router, RoutingPolicy},
+    routing::{RouteError, RoutedResource, Router, RoutingPolicy},
 };
 use cnpgi_pluginhelper::{
     proto::{
@@ -137,7 +136,7 @@ async fn lifecycle_patches_chain_in_plugin_name_order() {
     // Listed out of order, and hello-world twice: the order is by name, once each.
     let cluster = cluster(json!([{"name": LABELER}, {"name": HELLO}, {"name": HELLO}]));
     let patched = router
-        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), pod(), Operation::Create)
+        .lifecycle_hook(&RoutedResource::new(cluster.clone()), pod(), Operation::Create)
         .await
         .unwrap();
     let order: Vec<_> = patched.patches.iter().map(|p| p.plugin.as_str()).collect();
@@ -153,7 +152,7 @@ async fn lifecycle_patches_chain_in_plugin_name_order() {
 
     // EVALUATE only reaches plugins that declared it.
     let evaluated = router
-        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), pod(), Operation::Evaluate)
+        .lifecycle_hook(&RoutedResource::new(cluster.clone()), pod(), Operation::Evaluate)
         .await
         .unwrap();
     let order: Vec<_> = evaluated.patches.iter().map(|p| p.plugin.as_str()).collect();
@@ -162,7 +161,11 @@ async fn lifecycle_patches_chain_in_plugin_name_order() {
     let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}});
     assert!(
         router
-            .lifecycle_hook(&RoutedCluster::new(cluster.clone()), service.clone(), Operation::Create)
+            .lifecycle_hook(
+                &RoutedResource::new(cluster.clone()),
+                service.clone(),
+                Operation::Create
+            )
             .await
             .unwrap()
             .patches
@@ -176,7 +179,7 @@ async fn a_patch_that_does_not_apply_fails_closed_or_is_skipped_when_fail_open()
     let cluster = cluster(json!([{"name": HELLO}, {"name": BROKEN}]));
     let closed = Router::new(setup.registry.clone(), RoutingPolicy::default());
     let err = closed
-        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), pod(), Operation::Create)
+        .lifecycle_hook(&RoutedResource::new(cluster.clone()), pod(), Operation::Create)
         .await
         .unwrap_err();
     assert_eq!(err.plugin(), Some(BROKEN));
@@ -190,7 +193,7 @@ async fn a_patch_that_does_not_apply_fails_closed_or_is_skipped_when_fail_open()
         },
     );
     let patched = open
-        .lifecycle_hook(&RoutedCluster::new(cluster.clone()), pod(), Operation::Create)
+        .lifecycle_hook(&RoutedResource::new(cluster.clone()), pod(), Operation::Create)
         .await
         .unwrap();
     assert_eq!(patched.patches.len(), 1);
@@ -202,13 +205,13 @@ async fn an_enabled_plugin_that_is_not_registered_fails_closed_and_a_disabled_on
     let setup = setup().await;
     let router = Router::new(setup.registry.clone(), RoutingPolicy::default());
     let missing = cluster(json!([{"name": HELLO}, {"name": "missing.example.com"}]));
-    let err = router.mutate(RoutedCluster::new(missing.clone())).await.unwrap_err();
+    let err = router.mutate(RoutedResource::new(missing.clone())).await.unwrap_err();
     assert!(
         matches!(&err, RouteError::Unavailable(LookupError::Unknown { name }) if name == "missing.example.com"),
         "{err}"
     );
     let disabled = cluster(json!([{"name": HELLO}, {"name": "missing.example.com", "enabled": false}]));
-    assert!(router.mutate(RoutedCluster::new(disabled.clone())).await.is_ok());
+    assert!(router.mutate(RoutedResource::new(disabled.clone())).await.is_ok());
 }
 
 #[tokio::test]
@@ -217,7 +220,7 @@ async fn mutation_validation_and_status_through_hello_world() {
     let router = Router::new(setup.registry.clone(), RoutingPolicy::default());
 
     let plain = cluster(json!([{"name": HELLO}]));
-    let mutated = router.mutate(RoutedCluster::new(plain.clone())).await.unwrap();
+    let mutated = router.mutate(RoutedResource::new(plain.clone())).await.unwrap();
     assert_eq!(mutated.patches.len(), 1);
     assert_eq!(
         mutated.object["spec"]["plugins"][0]["parameters"]["labels"],
@@ -225,7 +228,7 @@ async fn mutation_validation_and_status_through_hello_world() {
     );
     assert!(
         router
-            .validate_create(&RoutedCluster::new(mutated.object.clone()))
+            .validate_create(&RoutedResource::new(mutated.object.clone()))
             .await
             .unwrap()
             .is_empty()
@@ -233,7 +236,7 @@ async fn mutation_validation_and_status_through_hello_world() {
 
     let mistake = cluster(json!([{"name": HELLO, "parameters": {"annotations": "{ this is a mistake"}}]));
     let errors = router
-        .validate_create(&RoutedCluster::new(mistake.clone()))
+        .validate_create(&RoutedResource::new(mistake.clone()))
         .await
         .unwrap();
     assert_eq!(errors.len(), 1);
@@ -248,13 +251,13 @@ async fn mutation_validation_and_status_through_hello_world() {
     let old = cluster(json!([{"name": HELLO, "parameters": {"labels": "{\"a\":\"b\"}"}}]));
     let new = cluster(json!([{"name": HELLO, "parameters": {"labels": "{\"a\":\"c\"}"}}]));
     let errors = router
-        .validate_change(&RoutedCluster::new(old.clone()), &RoutedCluster::new(new.clone()))
+        .validate_change(&RoutedResource::new(old.clone()), &RoutedResource::new(new.clone()))
         .await
         .unwrap();
     assert_eq!(errors[0].field, "spec.plugins[0].parameters.labels");
     assert_eq!(errors[0].message, "Labels cannot be changed");
 
-    let statuses = router.set_status(&RoutedCluster::new(plain.clone())).await.unwrap();
+    let statuses = router.set_status(&RoutedResource::new(plain.clone())).await.unwrap();
     assert_eq!(statuses.len(), 1);
     assert_eq!(statuses[0].name, HELLO);
     assert_eq!(statuses[0].status.as_deref(), Some(r#"{"enabled":true}"#));
@@ -279,7 +282,7 @@ async fn mutation_validation_and_status_through_hello_world() {
         {"name": HELLO, "version": "0.0.1", "status": "{\"enabled\":true}"},
     ]});
     let statuses = router
-        .set_status(&RoutedCluster::new(with_status.clone()))
+        .set_status(&RoutedResource::new(with_status.clone()))
         .await
         .unwrap();
     assert_eq!(statuses.len(), 1);
@@ -298,7 +301,7 @@ async fn mutation_validation_and_status_through_hello_world() {
 
     // hello-world does not implement Deregister: nothing is sent, nothing fails.
     router
-        .deregister(HELLO, &RoutedCluster::new(plain.clone()))
+        .deregister(HELLO, &RoutedResource::new(plain.clone()))
         .await
         .unwrap();
 }

@@ -8,10 +8,8 @@ mod common;
 use std::time::Duration;
 
 use base64::Engine;
-use cnpgi_operator::{
-    serving::ServerLimits,
-    webhook::{MUTATE_PATH, VALIDATE_PATH},
-};
+use cnpgi_host::serving::ServerLimits;
+use cnpgi_operator::webhook::{MUTATE_PATH, VALIDATE_PATH};
 use common::{HELLO, HUNG, cluster, start, start_with};
 use serde_json::{Value, json};
 
@@ -324,7 +322,7 @@ async fn connections_closed_at_the_cap_are_logged_once_with_a_count() {
 /// webhook metrics, by path and HTTP status, with their latency.
 #[tokio::test]
 async fn webhook_requests_are_measured_with_controller_runtime_names() {
-    let metrics = cnpgi_operator::metrics::Metrics::default();
+    let metrics = cnpgi_host::metrics::Metrics::default();
     let mut registry = prometheus_client::registry::Registry::default();
     metrics.register(&mut registry);
     let webhook = common::start_observed(&ServerLimits::default(), Some(metrics)).await;

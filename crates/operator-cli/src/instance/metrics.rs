@@ -15,7 +15,7 @@ use cnpgi_client::instance::{
     InstanceOptions,
     metrics::{CONTENT_TYPE, Collection, Family, MetricKind, Sample, collect, encode},
 };
-use cnpgi_operator::serving::{self, ServerLimits};
+use cnpgi_host::serving::{self, ServerLimits};
 
 use super::{InstanceFlags, Severity, deadline};
 use cnpgi_process::logging;

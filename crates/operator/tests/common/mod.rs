@@ -8,12 +8,10 @@ use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
-use cnpgi_operator::{
-    registry::{Registry, RegistryOptions},
-    routing::{Router, RoutingPolicy},
-    serving::ServerLimits,
-    webhook,
+use cnpgi_host::{
+    Host, HostOptions, metrics::Metrics, registry::RegistryOptions, serving::ServerLimits, webhook::serve_https_with,
 };
+use cnpgi_operator::{crd::Cluster, webhook};
 use cnpgi_pluginhelper::{
     proto::{
         identity::v1::plugin_capability::service::Type as ServiceType,
@@ -74,7 +72,7 @@ pub async fn start_with(limits: &ServerLimits) -> Webhook {
 }
 
 /// [`start_with`], the requests measured in `metrics` when given.
-pub async fn start_observed(limits: &ServerLimits, metrics: Option<cnpgi_operator::metrics::Metrics>) -> Webhook {
+pub async fn start_observed(limits: &ServerLimits, metrics: Option<Metrics>) -> Webhook {
     let dir = tempfile::tempdir().unwrap();
     let plugins = vec![
         TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
@@ -88,24 +86,23 @@ pub async fn start_observed(limits: &ServerLimits, metrics: Option<cnpgi_operato
         .await
         .unwrap(),
     ];
-    let registry = Arc::new(Registry::new(RegistryOptions::default()));
+    let host = Host::<Cluster>::new(HostOptions {
+        registry: RegistryOptions {
+            metrics: metrics.unwrap_or_default(),
+            ..RegistryOptions::default()
+        },
+        ..HostOptions::default()
+    });
     for name in [HELLO, HUNG] {
         let path = dir.path().join(name);
-        registry
-            .add(
-                "static",
-                PluginClient::new(name, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
-            )
-            .await
-            .unwrap();
+        host.add_plugin(
+            "static",
+            PluginClient::new(name, Transport::Unix { path }, &ClientOptions::default()).unwrap(),
+        )
+        .await
+        .unwrap();
     }
-    let mut routes = webhook::routes(
-        Router::new(registry, RoutingPolicy::default()),
-        Duration::from_millis(700),
-    );
-    if let Some(metrics) = metrics {
-        routes = webhook::observed(routes, metrics);
-    }
+    let routes = webhook::routes(&host, Duration::from_millis(700));
 
     let certs = TestCertificates::generate("cnpgi-webhook.cnpgi-system.svc").unwrap();
     let tls = ReloadingServerConfig::with_alpn(
@@ -123,7 +120,7 @@ pub async fn start_observed(limits: &ServerLimits, metrics: Option<cnpgi_operato
     let handle = axum_server::Handle::new();
     let limits = limits.clone();
     let serving = handle.clone();
-    tokio::spawn(async move { webhook::serve_https_with(listener, tls, routes, serving, &limits).await });
+    tokio::spawn(async move { serve_https_with(listener, tls, routes, serving, &limits).await });
     Webhook {
         address,
         certs,
