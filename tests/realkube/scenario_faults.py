@@ -18,16 +18,21 @@ The faults:
 2. the object store unreachable for two minutes under write load (its Service
    selects no Pod): archiving fails and is retried, WAL stays in pg_wal,
    `ContinuousArchiving` turns False, then True once the store is back;
-3. the plugin's server and client certificates renewed by cert-manager (new
+3. the store's volume full (moto's objects on a memory-backed emptyDir the
+   kubelet mounts as a tmpfs of its sizeLimit, filled by a file): every PUT
+   fails with ENOSPC and moto answers 500 keeping no object; archiving fails
+   with that error and is retried, WAL stays in pg_wal; the file removed,
+   archiving resumes;
+4. the plugin's server and client certificates renewed by cert-manager (new
    keys) under writes: the plugin takes them without a restart once the
    kubelet refreshes its mounted Secrets (the window in which CloudNativePG's
    calls to it fail, measured), archiving is not affected;
-4. the node's container runtime and kubelet restarted: the Pods come back, the
+5. the node's container runtime and kubelet restarted: the Pods come back, the
    plugin is reached again, archiving resumes.
 Each prints what it measured: the time to recover and the archiver's failures.
 The operator-side faults (its leader deleted mid-roll, the network to a plugin
-cut) are in scenario_operator.py; the store's volume full is tried on a real
-PostgreSQL in examples/wal-archive/tests/postgres.sh.
+cut) are in scenario_operator.py; the local store's volume full is also tried
+on a real PostgreSQL in examples/wal-archive/tests/postgres.sh.
 
     scenario_faults.py --kubeconfig FILE --node-exec "docker exec cnpgi-control-plane" \\
         --postgres-image localhost/postgresql:15 --moto-image localhost/moto:5.2.1
@@ -55,6 +60,29 @@ CLUSTER = "faults"
 # scenario_wal_archive's helpers (moto, backups, the archive's keys) work in
 # its module's namespace: this scenario's own, so a stopped store stops only it.
 wa.NS = NS
+
+# The size of moto's tmpfs: the objects of every check fit (they are
+# compressed WAL segments and one base backup), and filling the rest costs
+# that much memory for a moment.
+SPILL = "512Mi"
+SPILL_BYTES = 512 << 20
+
+# Run in moto's container: writes zeros to /spill/filler until not one byte
+# is left (the last blocks smaller), prints the bytes still available.
+FILL_SPILL = """
+import errno, os
+with open('/spill/filler', 'wb', buffering=0) as f:
+    for size in (1 << 20, 1 << 16, 1 << 12, 1):
+        block = bytes(size)
+        try:
+            while True:
+                f.write(block)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+s = os.statvfs('/spill')
+print(s.f_bavail * s.f_frsize)
+"""
 
 
 # The writer's loop (Faults.writer): until the epoch `until`, a row per
@@ -126,6 +154,7 @@ def next_segment(name):
 
 class Faults(wa.Scenario):
     title = "faults"
+    MOTO_SPILL = SPILL
 
     def __init__(self, args):
         super().__init__(args)
@@ -321,6 +350,62 @@ class Faults(wa.Scenario):
         )
         self.proof("the store down for two minutes")
 
+    def moto_exec(self, *command):
+        pod = self.api.get(f"/api/v1/namespaces/{NS}/pods?labelSelector=app.kubernetes.io/name%3Dmoto")["items"][0]["metadata"]["name"]
+        return self.kubectl("-n", NS, "exec", pod, "-c", "moto", "--", *command)
+
+    def spill_size(self):
+        """(size, available) of moto's /spill, in bytes."""
+        out = self.moto_exec("python3", "-c", "import os; s = os.statvfs('/spill'); print(s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize)")
+        size, available = (int(n) for n in out.split())
+        return size, available
+
+    def store_volume_full(self):
+        """The store's volume full under writes: every PUT fails with ENOSPC,
+        moto answers 500 and keeps no object (no torn object: the proof reads
+        every segment back), archiving fails with that error and is retried;
+        space freed, it resumes."""
+        size, _ = self.spill_size()
+        if size > SPILL_BYTES * 1.05:
+            # A tmpfs not sized by the kubelet would take the node's memory.
+            raise Failure(f"moto's /spill is {size} bytes, not the {SPILL} of its sizeLimit: not filling it")
+        _, failed_before, _ = self.archiver()
+        proc = self.writer(100)
+        time.sleep(10)
+        left = int(self.moto_exec("python3", "-c", FILL_SPILL))
+        full_at = time.time()
+        if left != 0:
+            raise Failure(f"moto's /spill still has {left} bytes after filling it")
+
+        def failing():
+            c = self.condition(self.cluster(CLUSTER), "ContinuousArchiving") or {}
+            _, failed, _ = self.archiver()
+            if c.get("status") != "False" or failed < failed_before + 2:
+                raise Failure(f"ContinuousArchiving {c.get('status')}, {failed - failed_before} failed attempts")
+            return c.get("message", "")
+
+        message = wait_for("archiving failing on the full volume", failing, timeout=120, interval=2)
+        false_after = time.time() - full_at
+        if not re.search(r"\b500\b|Internal Server Error|InternalError", message):
+            raise Failure(f"ContinuousArchiving's message does not say the store failed the upload: {message!r}")
+        time.sleep(max(0, 40 - (time.time() - full_at)))
+        pending = int(self.psql(NS, self.primary_pod(), "select count(*) from pg_ls_archive_statusdir() where name like '%.ready'"))
+        if pending == 0:
+            raise Failure("no segment waits in pg_wal while the store's volume is full")
+        self.moto_exec("python3", "-c", "import os; os.remove('/spill/filler')")
+        freed_at = time.time()
+        self.wait_writer(proc)
+        self.wait_archiving(CLUSTER)
+        self.switch_and_wait_archived(CLUSTER)
+        _, failed, _ = self.archiver()
+        print(
+            f"  (volume full {freed_at - full_at:.0f} s: ContinuousArchiving False after {false_after:.0f} s ({message[:160]!r}),"
+            f" {pending} segments waiting in pg_wal, {failed - failed_before} failed attempts;"
+            f" caught up {time.time() - freed_at:.0f} s after the space was freed)",
+            flush=True,
+        )
+        self.proof("the store's volume full")
+
     def certificates_rotated(self):
         """cert-manager renews the plugin's server and client certificates
         (new keys: rotationPolicy Always) while rows are written. CloudNativePG
@@ -478,6 +563,7 @@ class Faults(wa.Scenario):
             ("a Cluster archiving to its own S3 store, a base backup", self.setup),
             ("the plugin's sidecar SIGKILLed three times while archiving: nothing lost", self.sidecar_killed),
             ("the object store down for two minutes under writes: ContinuousArchiving False then True, nothing lost", self.store_down),
+            ("the store's volume full under writes: uploads refused, no torn object, archiving resumes once freed, nothing lost", self.store_volume_full),
             ("the plugin's certificates rotated by cert-manager under writes: taken without a restart, nothing lost", self.certificates_rotated),
             ("the node's containerd and kubelet restarted: Pods back, archiving resumes, nothing lost", self.runtime_restarted),
         ]

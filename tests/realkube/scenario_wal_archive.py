@@ -243,8 +243,22 @@ class Scenario(realkube.Scenario):
 
         wait_for("CloudNativePG registers the plugin through its Service", registered, timeout=90, interval=2)
 
+    # moto's objects on a size-limited tmpfs (scenario_faults fills it): None
+    # keeps them in moto's memory.
+    MOTO_SPILL = None
+
     def moto(self):
         self.namespace(NS)
+        # Every object's bytes in a file of TMPDIR (moto spills a value larger
+        # than MOTO_S3_DEFAULT_KEY_BUFFER_SIZE bytes to a temporary file), on a
+        # memory-backed emptyDir the kubelet mounts as a tmpfs of sizeLimit: a
+        # store whose volume can be full, failing a PUT with ENOSPC (moto
+        # answers 500 and keeps no object).
+        spill_env, spill_mounts, spill_volumes = [], [], []
+        if self.MOTO_SPILL:
+            spill_env = [{"name": "TMPDIR", "value": "/spill"}, {"name": "MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", "value": "1"}]
+            spill_mounts = [{"name": "spill", "mountPath": "/spill"}]
+            spill_volumes = [{"name": "spill", "emptyDir": {"medium": "Memory", "sizeLimit": self.MOTO_SPILL}}]
         labels = {"app.kubernetes.io/name": "moto"}
         container_security = {
             "allowPrivilegeEscalation": False,
@@ -277,13 +291,15 @@ class Scenario(realkube.Scenario):
                                     "command": ["python3", "-m", "moto.server", "-H", "0.0.0.0", "-p", "5000"],
                                     # Path-style buckets whatever the Host: moto would
                                     # take `moto` of moto.<namespace>.svc for a bucket.
-                                    "env": [{"name": "HOME", "value": "/tmp"}, {"name": "S3_IGNORE_SUBDOMAIN_BUCKETNAME", "value": "true"}],
+                                    "env": [{"name": "HOME", "value": "/tmp"}, {"name": "S3_IGNORE_SUBDOMAIN_BUCKETNAME", "value": "true"}, *spill_env],
+                                    "volumeMounts": spill_mounts,
                                     "ports": [{"name": "s3", "containerPort": 5000}],
                                     "readinessProbe": {"tcpSocket": {"port": "s3"}, "periodSeconds": 2},
                                     "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}},
                                     "securityContext": container_security,
                                 }
                             ],
+                            "volumes": spill_volumes,
                         },
                     },
                 },
