@@ -5,6 +5,9 @@
 //! * `cnpgi-operator crd`: prints the Cluster CRD;
 //! * `cnpgi-operator render`: runs a Cluster file through the plugins locally;
 //! * `cnpgi-operator check-plugin`: the conformance suite for any plugin;
+//! * `cnpgi-operator doctor`: why an operator cannot use a plugin Service,
+//!   field by field (also `kubectl cnpgi doctor`: the binary installed as
+//!   `kubectl-cnpgi` behaves the same);
 //! * `cnpgi-operator wal-archive`, `wal-restore`, `backup`, `restore`,
 //!   `metrics`: the instance side, beside a PostgreSQL, through the plugins
 //!   of a socket directory (no Kubernetes).
@@ -12,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 mod check;
+mod doctor;
 mod env_names;
 mod instance;
 mod plugins;
@@ -50,6 +54,15 @@ enum Command {
     Render(Box<render::RenderArgs>),
     /// Check that plugins conform to CNPG-I (prints a table; exit 1 on failure).
     CheckPlugin(Box<check::CheckArgs>),
+    /// Check plugin Services as CloudNativePG and cnpgi-operator use them
+    /// (exit 1 on any finding).
+    ///
+    /// The label and annotations, the ready endpoints, the Secrets and their
+    /// certificates as both sides use them, a dial with the operator's TLS
+    /// configuration and the probe, and what the Clusters that use each
+    /// plugin need of it. One line per finding: the object and field at
+    /// fault, what is wrong and what to change.
+    Doctor(Box<doctor::DoctorArgs>),
     /// Archive a WAL file through the plugins (PostgreSQL's archive_command).
     ///
     /// Calls WAL.Archive on every plugin the Cluster enables that has a socket
@@ -80,7 +93,7 @@ fn main() -> ExitCode {
     env_names::remember(deprecated);
     // Not clap's `get_matches`: a usage error of `wal-restore` during a
     // recovery must not exit 2 (see usage_errors).
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let args = kubectl_plugin_args(std::env::args_os().collect());
     let cli: Cli = match usage_errors::parse(command, &args) {
         Ok(cli) => cli,
         Err(code) => return code,
@@ -92,7 +105,7 @@ fn main() -> ExitCode {
         Command::WalRestore(args) => deprecation_warnings(args.instance.log_format),
         Command::Backup(args) => deprecation_warnings(args.instance.log_format),
         Command::Restore(args) => deprecation_warnings(args.instance.log_format),
-        Command::Render(_) | Command::CheckPlugin(_) | Command::Crd => env_names::log_deprecated(),
+        Command::Render(_) | Command::CheckPlugin(_) | Command::Doctor(_) | Command::Crd => env_names::log_deprecated(),
     }
     let local = |work: std::pin::Pin<Box<dyn std::future::Future<Output = ExitCode>>>| {
         match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -106,6 +119,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Render(args) => return local(Box::pin(render::render(*args))),
         Command::CheckPlugin(args) => return local(Box::pin(check::check(*args))),
+        Command::Doctor(args) => return local(Box::pin(doctor::doctor(*args))),
         Command::WalArchive(args) => return instance::run(instance::wal::archive(*args)),
         Command::WalRestore(args) => return instance::run(instance::wal::restore(*args)),
         Command::Backup(args) => return instance::run(instance::backup::run_backup(*args)),
@@ -127,6 +141,27 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The name kubectl runs a plugin by: `kubectl cnpgi doctor` runs
+/// `kubectl-cnpgi doctor`.
+const KUBECTL_PLUGIN: &str = "kubectl-cnpgi";
+
+/// The arguments as `cnpgi-operator` reads them: invoked as `kubectl-cnpgi`
+/// (a symlink or a copy of this binary, on `PATH`), the program name is
+/// `cnpgi-operator` and everything else is unchanged, so that
+/// `kubectl cnpgi doctor ...` is `cnpgi-operator doctor ...`.
+fn kubectl_plugin_args(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let invoked_as = args
+        .first()
+        .and_then(|arg0| std::path::Path::new(arg0).file_stem())
+        .and_then(|stem| stem.to_str());
+    if invoked_as == Some(KUBECTL_PLUGIN)
+        && let Some(arg0) = args.first_mut()
+    {
+        *arg0 = "cnpgi-operator".into();
+    }
+    args
 }
 
 /// The instance commands' deprecation warnings, in their message format.
