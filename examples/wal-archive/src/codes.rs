@@ -191,6 +191,31 @@ mod tests {
         ]
     }
 
+    /// Each error answers its code, with its own message.
+    fn assert_answers<E: Display>(cases: Vec<(E, Code)>)
+    where
+        Status: From<E>,
+    {
+        for (error, code) in cases {
+            let message = error.to_string();
+            let status = Status::from(error);
+            assert_eq!(status.code(), code, "{message}");
+            assert_eq!(status.message(), message);
+        }
+    }
+
+    /// A store error wrapped in `E` answers what it answers alone: a store
+    /// that cannot be read never answers `NOT_FOUND`.
+    fn assert_store_codes_kept<E: From<StoreError>>()
+    where
+        Status: From<E>,
+    {
+        for store in store_errors() {
+            let code = store_code(&store);
+            assert_eq!(Status::from(E::from(store)).code(), code);
+        }
+    }
+
     async fn join_error() -> tokio::task::JoinError {
         let task = tokio::spawn(std::future::pending::<()>());
         task.abort();
@@ -301,18 +326,8 @@ mod tests {
             ),
             (WalStoreError::Worker(join_error().await), Code::Internal),
         ];
-        for (error, code) in cases {
-            let message = error.to_string();
-            let status = Status::from(error);
-            assert_eq!(status.code(), code, "{message}");
-            assert_eq!(status.message(), message);
-        }
-        // The store's own errors keep their codes: a store that cannot be
-        // read never answers NOT_FOUND.
-        for store in store_errors() {
-            let code = store_code(&store);
-            assert_eq!(Status::from(WalStoreError::from(store)).code(), code);
-        }
+        assert_answers(cases);
+        assert_store_codes_kept::<WalStoreError>();
     }
 
     #[test]
@@ -396,16 +411,8 @@ mod tests {
             ),
             (RestoreError::Worker(join_error().await), Code::Internal),
         ];
-        for (error, code) in cases {
-            let message = error.to_string();
-            let status = Status::from(error);
-            assert_eq!(status.code(), code, "{message}");
-            assert_eq!(status.message(), message);
-        }
-        for store in store_errors() {
-            let code = store_code(&store);
-            assert_eq!(Status::from(RestoreError::from(store)).code(), code);
-        }
+        assert_answers(cases);
+        assert_store_codes_kept::<RestoreError>();
     }
 
     #[test]
@@ -438,15 +445,7 @@ mod tests {
             ),
             (BackupError::Answer("no LSN".into()), Code::Internal),
         ];
-        for (error, code) in cases {
-            let message = error.to_string();
-            let status = Status::from(error);
-            assert_eq!(status.code(), code, "{message}");
-            assert_eq!(status.message(), message);
-        }
-        for store in store_errors() {
-            let code = store_code(&store);
-            assert_eq!(Status::from(BackupError::from(store)).code(), code);
-        }
+        assert_answers(cases);
+        assert_store_codes_kept::<BackupError>();
     }
 }
