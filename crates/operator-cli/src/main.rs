@@ -55,7 +55,7 @@ enum Command {
     /// Check that plugins conform to CNPG-I (prints a table; exit 1 on failure).
     CheckPlugin(Box<check::CheckArgs>),
     /// Check plugin Services as CloudNativePG and cnpgi-operator use them
-    /// (exit 1 on any finding).
+    /// (exit 1 on an error or a warning).
     ///
     /// The label and annotations, the ready endpoints, the Secrets and their
     /// certificates as both sides use them, a dial with the operator's TLS

@@ -71,13 +71,17 @@ impl Source {
 }
 
 /// Every certificate of PEM text; a finding when there is none or one is not PEM.
-pub(crate) fn parse_chain(pem: &[u8], source: &Source) -> Result<Vec<CertificateDer<'static>>, Finding> {
+pub(crate) fn parse_chain(pem: &[u8], source: &Source) -> Result<Vec<CertificateDer<'static>>, Box<Finding>> {
     cnpgi_tls::pem::parse_certificates(pem, std::path::Path::new(&source.key), "certificate").map_err(|error| {
-        source.finding(
+        Box::new(source.finding(
             "cert.parse",
             format!("is not a PEM certificate chain: {error}"),
-            format!("store PEM CERTIFICATE blocks under {}: {}", source.key, source.reissue()),
-        )
+            format!(
+                "store PEM CERTIFICATE blocks under {}: {}",
+                source.key,
+                source.reissue()
+            ),
+        ))
     })
 }
 
@@ -165,7 +169,10 @@ pub(crate) fn check_leaf(
             source
                 .finding(
                     "cert.key-usage",
-                    format!("certificate {subject:?} has a key usage without digitalSignature ({})", usage.value),
+                    format!(
+                        "certificate {subject:?} has a key usage without digitalSignature ({})",
+                        usage.value
+                    ),
                     "issue it with the key usage digitalSignature (cert-manager's default)".to_owned(),
                 )
                 .warning(),
@@ -216,8 +223,12 @@ fn dns_names(cert: &X509Certificate<'_>) -> Vec<String> {
         .filter_map(|name| match name {
             GeneralName::DNSName(dns) => Some((*dns).to_owned()),
             GeneralName::IPAddress(bytes) => match bytes.len() {
-                4 => <[u8; 4]>::try_from(*bytes).ok().map(|b| std::net::IpAddr::from(b).to_string()),
-                16 => <[u8; 16]>::try_from(*bytes).ok().map(|b| std::net::IpAddr::from(b).to_string()),
+                4 => <[u8; 4]>::try_from(*bytes)
+                    .ok()
+                    .map(|b| std::net::IpAddr::from(b).to_string()),
+                16 => <[u8; 16]>::try_from(*bytes)
+                    .ok()
+                    .map(|b| std::net::IpAddr::from(b).to_string()),
                 _ => None,
             },
             _ => None,
@@ -303,9 +314,7 @@ pub(crate) fn is_ca(der: &CertificateDer<'_>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use rcgen::{
-        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-    };
+    use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 
     use super::*;
 
@@ -364,10 +373,22 @@ mod tests {
     fn a_good_server_certificate_has_no_finding_and_verifies() {
         let server = self_signed(params(&["hello"], &[ExtendedKeyUsagePurpose::ServerAuth]));
         assert_eq!(
-            check_leaf(&server.der, Purpose::Server, Some("hello"), UnixTime::now(), &source("tls.crt")),
+            check_leaf(
+                &server.der,
+                Purpose::Server,
+                Some("hello"),
+                UnixTime::now(),
+                &source("tls.crt")
+            ),
             []
         );
-        verify_server(&[server.der.clone()], &[server.der.clone()], "hello", UnixTime::now()).unwrap();
+        verify_server(
+            std::slice::from_ref(&server.der),
+            std::slice::from_ref(&server.der),
+            "hello",
+            UnixTime::now(),
+        )
+        .unwrap();
     }
 
     #[test]
@@ -376,13 +397,31 @@ mod tests {
         expired.not_before = rcgen::date_time_ymd(2020, 1, 1);
         expired.not_after = rcgen::date_time_ymd(2021, 1, 1);
         let expired = self_signed(expired);
-        let findings = check_leaf(&expired.der, Purpose::Server, Some("hello"), UnixTime::now(), &source("tls.crt"));
+        let findings = check_leaf(
+            &expired.der,
+            Purpose::Server,
+            Some("hello"),
+            UnixTime::now(),
+            &source("tls.crt"),
+        );
         assert_eq!(checks(&findings), ["cert.dates"]);
         let line = findings[0].to_string();
-        assert!(line.starts_with(r#"error   Secret/cnpgi-system/hello-server-tls data["tls.crt"]: certificate"#), "{line}");
-        assert!(line.contains("expired at") && line.contains("cmctl renew hello-server"), "{line}");
+        assert!(
+            line.starts_with(r#"error   Secret/cnpgi-system/hello-server-tls data["tls.crt"]: certificate"#),
+            "{line}"
+        );
+        assert!(
+            line.contains("expired at") && line.contains("cmctl renew hello-server"),
+            "{line}"
+        );
         // The verifier refuses it too (the handshake would).
-        let err = verify_server(&[expired.der.clone()], &[expired.der.clone()], "hello", UnixTime::now()).unwrap_err();
+        let err = verify_server(
+            std::slice::from_ref(&expired.der),
+            std::slice::from_ref(&expired.der),
+            "hello",
+            UnixTime::now(),
+        )
+        .unwrap_err();
         assert!(err.contains("Expired"), "{err}");
     }
 
@@ -400,33 +439,76 @@ mod tests {
     #[test]
     fn a_server_certificate_for_another_name_lists_its_names() {
         let other = self_signed(params(&["other-plugin"], &[ExtendedKeyUsagePurpose::ServerAuth]));
-        let findings = check_leaf(&other.der, Purpose::Server, Some("hello"), UnixTime::now(), &source("tls.crt"));
+        let findings = check_leaf(
+            &other.der,
+            Purpose::Server,
+            Some("hello"),
+            UnixTime::now(),
+            &source("tls.crt"),
+        );
         assert_eq!(checks(&findings), ["cert.name"]);
         assert!(findings[0].problem.contains("other-plugin"), "{}", findings[0].problem);
-        assert!(findings[0].fix.contains("cnpg.io/pluginServerName"), "{}", findings[0].fix);
-        assert!(verify_server(&[other.der.clone()], &[other.der.clone()], "hello", UnixTime::now()).is_err());
+        assert!(
+            findings[0].fix.contains("cnpg.io/pluginServerName"),
+            "{}",
+            findings[0].fix
+        );
+        assert!(
+            verify_server(
+                std::slice::from_ref(&other.der),
+                std::slice::from_ref(&other.der),
+                "hello",
+                UnixTime::now()
+            )
+            .is_err()
+        );
         // Only the common name: Go and rustls ignore it.
         let mut cn_only = params(&[], &[]);
         cn_only.distinguished_name.push(rcgen::DnType::CommonName, "hello");
         let cn_only = self_signed(cn_only);
-        let findings = check_leaf(&cn_only.der, Purpose::Server, Some("hello"), UnixTime::now(), &source("tls.crt"));
+        let findings = check_leaf(
+            &cn_only.der,
+            Purpose::Server,
+            Some("hello"),
+            UnixTime::now(),
+            &source("tls.crt"),
+        );
         assert_eq!(checks(&findings), ["cert.name"]);
-        assert!(findings[0].problem.contains("no DNS or IP subjectAltName"), "{}", findings[0].problem);
+        assert!(
+            findings[0].problem.contains("no DNS or IP subjectAltName"),
+            "{}",
+            findings[0].problem
+        );
     }
 
     #[test]
     fn a_missing_extended_key_usage_is_named_for_its_side() {
         let client_only = self_signed(params(&["hello"], &[ExtendedKeyUsagePurpose::ClientAuth]));
-        let findings = check_leaf(&client_only.der, Purpose::Server, Some("hello"), UnixTime::now(), &source("tls.crt"));
+        let findings = check_leaf(
+            &client_only.der,
+            Purpose::Server,
+            Some("hello"),
+            UnixTime::now(),
+            &source("tls.crt"),
+        );
         assert_eq!(checks(&findings), ["cert.eku"]);
         assert!(findings[0].problem.contains("serverAuth"), "{}", findings[0].problem);
         let server_only = self_signed(params(&["c"], &[ExtendedKeyUsagePurpose::ServerAuth]));
-        let findings = check_leaf(&server_only.der, Purpose::Client, None, UnixTime::now(), &source("tls.crt"));
+        let findings = check_leaf(
+            &server_only.der,
+            Purpose::Client,
+            None,
+            UnixTime::now(),
+            &source("tls.crt"),
+        );
         assert_eq!(checks(&findings), ["cert.eku"]);
         assert!(findings[0].problem.contains("clientAuth"), "{}", findings[0].problem);
         // No extended key usage at all allows both (as Go and webpki read it).
         let any = self_signed(params(&["hello"], &[]));
-        assert_eq!(check_leaf(&any.der, Purpose::Client, None, UnixTime::now(), &source("tls.crt")), []);
+        assert_eq!(
+            check_leaf(&any.der, Purpose::Client, None, UnixTime::now(), &source("tls.crt")),
+            []
+        );
     }
 
     #[test]
@@ -434,7 +516,13 @@ mod tests {
         let mut p = params(&["hello"], &[]);
         p.key_usages = vec![KeyUsagePurpose::KeyEncipherment];
         let cert = self_signed(p);
-        let findings = check_leaf(&cert.der, Purpose::Server, Some("hello"), UnixTime::now(), &source("tls.crt"));
+        let findings = check_leaf(
+            &cert.der,
+            Purpose::Server,
+            Some("hello"),
+            UnixTime::now(),
+            &source("tls.crt"),
+        );
         assert_eq!(checks(&findings), ["cert.key-usage"]);
     }
 
@@ -444,12 +532,34 @@ mod tests {
         let other_ca = ca();
         let good = issued(params(&["client"], &[ExtendedKeyUsagePurpose::ClientAuth]), &trusted_ca);
         let stranger = issued(params(&["client"], &[ExtendedKeyUsagePurpose::ClientAuth]), &other_ca);
-        verify_client(&[good.der.clone()], &[trusted_ca.0.der.clone()], UnixTime::now()).unwrap();
-        let err = verify_client(&[stranger.der.clone()], &[trusted_ca.0.der.clone()], UnixTime::now()).unwrap_err();
+        verify_client(
+            std::slice::from_ref(&good.der),
+            std::slice::from_ref(&trusted_ca.0.der),
+            UnixTime::now(),
+        )
+        .unwrap();
+        let err = verify_client(
+            std::slice::from_ref(&stranger.der),
+            std::slice::from_ref(&trusted_ca.0.der),
+            UnixTime::now(),
+        )
+        .unwrap_err();
         assert!(err.contains("trusted CA"), "{err}");
         // Pinned leaves: only the very certificate.
-        verify_client(&[good.der.clone()], &[good.der.clone()], UnixTime::now()).unwrap();
-        assert!(verify_client(&[stranger.der.clone()], &[good.der.clone()], UnixTime::now()).is_err());
+        verify_client(
+            std::slice::from_ref(&good.der),
+            std::slice::from_ref(&good.der),
+            UnixTime::now(),
+        )
+        .unwrap();
+        assert!(
+            verify_client(
+                std::slice::from_ref(&stranger.der),
+                std::slice::from_ref(&good.der),
+                UnixTime::now()
+            )
+            .is_err()
+        );
         assert!(is_ca(&trusted_ca.0.der) && !is_ca(&good.der));
     }
 
@@ -458,9 +568,23 @@ mod tests {
         let pinned_ca = ca();
         let other_ca = ca();
         let served = issued(params(&["hello"], &[ExtendedKeyUsagePurpose::ServerAuth]), &other_ca);
-        assert!(verify_server(&[served.der.clone()], &[pinned_ca.0.der.clone()], "hello", UnixTime::now()).is_err());
+        assert!(
+            verify_server(
+                std::slice::from_ref(&served.der),
+                std::slice::from_ref(&pinned_ca.0.der),
+                "hello",
+                UnixTime::now()
+            )
+            .is_err()
+        );
         let good = issued(params(&["hello"], &[ExtendedKeyUsagePurpose::ServerAuth]), &pinned_ca);
-        verify_server(&[good.der.clone()], &[pinned_ca.0.der.clone()], "hello", UnixTime::now()).unwrap();
+        verify_server(
+            std::slice::from_ref(&good.der),
+            std::slice::from_ref(&pinned_ca.0.der),
+            "hello",
+            UnixTime::now(),
+        )
+        .unwrap();
     }
 
     #[test]
@@ -468,8 +592,8 @@ mod tests {
         let a = self_signed(params(&["a"], &[]));
         let b = self_signed(params(&["b"], &[]));
         let key = |made: &Made| PrivateKeyDer::try_from(made.key.serialize_der()).unwrap();
-        key_matches(&[a.der.clone()], &key(&a)).unwrap();
-        let err = key_matches(&[a.der.clone()], &key(&b)).unwrap_err();
+        key_matches(std::slice::from_ref(&a.der), &key(&a)).unwrap();
+        let err = key_matches(std::slice::from_ref(&a.der), &key(&b)).unwrap_err();
         assert!(err.contains("not the certificate's key"), "{err}");
     }
 

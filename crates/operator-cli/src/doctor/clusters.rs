@@ -148,7 +148,11 @@ pub(crate) fn uses(group: &str, kind: &str, object: &Value) -> Vec<Use> {
         if replica["enabled"].as_bool() != Some(false)
             && let Some((j, name)) = replica["source"].as_str().and_then(external)
         {
-            add(&name, format!("spec.externalClusters[{j}].plugin.name"), Need::RestoreWal);
+            add(
+                &name,
+                format!("spec.externalClusters[{j}].plugin.name"),
+                Need::RestoreWal,
+            );
         }
     } else if spec["method"].as_str() == Some("plugin")
         && let Some(name) = spec["pluginConfiguration"]["name"].as_str()
@@ -259,7 +263,10 @@ mod tests {
             },
         });
         let found = uses("postgresql.cnpg.io", "Cluster", &cluster);
-        let summary: Vec<(&str, &str, Need)> = found.iter().map(|u| (u.plugin.as_str(), u.field.as_str(), u.need)).collect();
+        let summary: Vec<(&str, &str, Need)> = found
+            .iter()
+            .map(|u| (u.plugin.as_str(), u.field.as_str(), u.need))
+            .collect();
         assert_eq!(
             summary,
             [
@@ -273,7 +280,10 @@ mod tests {
         );
         assert_eq!(found[0].object.to_string(), "Cluster.postgresql.cnpg.io/db/pg");
         let backup = json!({"metadata": {"name": "b", "namespace": "db"}, "spec": {"method": "plugin", "pluginConfiguration": {"name": "wal"}}});
-        assert_eq!(uses("postgresql.cnpg.io", "ScheduledBackup", &backup)[0].need, Need::Backup);
+        assert_eq!(
+            uses("postgresql.cnpg.io", "ScheduledBackup", &backup)[0].need,
+            Need::Backup
+        );
         let barman = json!({"metadata": {"name": "b", "namespace": "db"}, "spec": {"method": "barmanObjectStore"}});
         assert_eq!(uses("postgresql.cnpg.io", "Backup", &barman), []);
     }
@@ -295,7 +305,10 @@ mod tests {
         );
         assert!(line.contains("TYPE_LIFECYCLE_SERVICE"), "{line}");
         info.services.push(ServiceType::InstanceSidecarInjection);
-        assert_eq!(unmet(&found, "hello", "s", &info)[0].severity, super::super::finding::Severity::Note);
+        assert_eq!(
+            unmet(&found, "hello", "s", &info)[0].severity,
+            super::super::finding::Severity::Note
+        );
         info.services.push(ServiceType::WalService);
         info.wal_rpcs = vec![WalRpc::ArchiveWal];
         assert_eq!(unmet(&found, "hello", "s", &info), []);

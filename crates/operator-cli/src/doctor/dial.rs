@@ -143,8 +143,12 @@ pub(crate) async fn dial(plugin: &str, transport: TlsTransport, timeout: Duratio
 async fn handshake(transport: &TlsTransport, timeout: Duration) -> Result<(), Failure> {
     use tower_service::Service as _;
     let verifier = PinnedServerVerifier::new(transport.server_cert.clone()).map_err(|e| Failure::Tls(e.to_string()))?;
-    let config = client_config(transport.client_cert.clone(), transport.client_key.clone_key(), verifier)
-        .map_err(|e| Failure::Tls(e.to_string()))?;
+    let config = client_config(
+        transport.client_cert.clone(),
+        transport.client_key.clone_key(),
+        verifier,
+    )
+    .map_err(|e| Failure::Tls(e.to_string()))?;
     let name = server_name(&transport.server_name).map_err(|e| Failure::Tls(e.to_string()))?;
     let mut connector = TlsConnectorService::new(Arc::new(config), name);
     let uri: http::Uri = format!("http://{}", transport.address)
@@ -196,9 +200,9 @@ fn classify(error: &std::io::Error, after_handshake: bool) -> Failure {
         };
     };
     match tls {
-        rustls::Error::InvalidCertificate(reason) => Failure::ServerCertificate(format!(
-            "the operator refuses the plugin's certificate: {reason:?}"
-        )),
+        rustls::Error::InvalidCertificate(reason) => {
+            Failure::ServerCertificate(format!("the operator refuses the plugin's certificate: {reason:?}"))
+        }
         rustls::Error::AlertReceived(
             alert @ (AlertDescription::BadCertificate
             | AlertDescription::UnknownCA
@@ -235,13 +239,18 @@ mod tests {
         ));
         assert!(matches!(
             classify(
-                &io(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName)),
+                &io(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::NotValidForName
+                )),
                 false
             ),
             Failure::ServerCertificate(_)
         ));
         assert!(matches!(
-            classify(&io(rustls::Error::AlertReceived(AlertDescription::ProtocolVersion)), false),
+            classify(
+                &io(rustls::Error::AlertReceived(AlertDescription::ProtocolVersion)),
+                false
+            ),
             Failure::Tls(_)
         ));
         let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);

@@ -96,7 +96,13 @@ pub(crate) struct Finding {
 
 impl Finding {
     /// An error of `check` on `object`'s `field`.
-    pub(crate) fn error(check: &'static str, object: Object, field: Option<&str>, problem: String, fix: String) -> Self {
+    pub(crate) fn error(
+        check: &'static str,
+        object: Object,
+        field: Option<&str>,
+        problem: String,
+        fix: String,
+    ) -> Self {
         Self {
             severity: Severity::Error,
             check,
@@ -310,7 +316,14 @@ mod tests {
             port_finding().to_string(),
             r#"error   Service/cnpgi-system/hello metadata.annotations["cnpg.io/pluginPort"]: "9091" is not a port of the Service (it has 9090); fix: set it to 9090"#
         );
-        let note = Finding::error("x", Object::new("Cluster.cnpgi.io", "db", "pg"), None, "p".into(), String::new()).note();
+        let note = Finding::error(
+            "x",
+            Object::new("Cluster.cnpgi.io", "db", "pg"),
+            None,
+            "p".into(),
+            String::new(),
+        )
+        .note();
         assert_eq!(note.to_string(), "note    Cluster.cnpgi.io/db/pg: p");
     }
 
@@ -346,7 +359,10 @@ mod tests {
         let text = report.text();
         assert!(text.contains("FAIL    plugin hello.example.com"), "{text}");
         assert!(text.contains("ok      plugin other.example.com"), "{text}");
-        assert!(text.ends_with("doctor: 1 error(s), 0 warning(s), 0 note(s): FAILED\n"), "{text}");
+        assert!(
+            text.ends_with("doctor: 1 error(s), 0 warning(s), 0 note(s): FAILED\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -140,7 +140,11 @@ pub(crate) async fn doctor(args: DoctorArgs) -> ExitCode {
                     }
                 },
             }
-            if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+            if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         Err(error) => {
             eprintln!("error: {error:#}");
@@ -176,7 +180,8 @@ async fn kube_client(args: &DoctorArgs, timeout: Duration) -> anyhow::Result<(Cl
     };
     let mut config = match &args.kubeconfig {
         Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &options)
                 .await
                 .with_context(|| format!("cannot use the kubeconfig {}", path.display()))?
@@ -219,7 +224,10 @@ async fn examine_all(args: &DoctorArgs) -> anyhow::Result<Report> {
         None => Api::all(cx.client.clone()),
     };
     let all_services = cx
-        .call(&format!("list the Services of {searched}"), services_api.list(&ListParams::default()))
+        .call(
+            &format!("list the Services of {searched}"),
+            services_api.list(&ListParams::default()),
+        )
         .await?
         .items;
     let labelled: Vec<&Service> = all_services
@@ -236,7 +244,9 @@ async fn examine_all(args: &DoctorArgs) -> anyhow::Result<Report> {
         chosen.extend(labelled.iter().copied());
         if chosen.is_empty() {
             report.findings.push(Finding {
-                problem: format!("no Service in {searched} carries the label {PLUGIN_NAME_LABEL}: no plugin is registered there"),
+                problem: format!(
+                    "no Service in {searched} carries the label {PLUGIN_NAME_LABEL}: no plugin is registered there"
+                ),
                 fix: "deploy the plugins in the operator's namespace (--namespace), or label their Services".into(),
                 plugin: None,
                 ..service::missing_plugin("*", &searched, namespace.as_deref(), &all_services)
@@ -250,9 +260,12 @@ async fn examine_all(args: &DoctorArgs) -> anyhow::Result<Report> {
                 .filter(|s| s.labels().get(PLUGIN_NAME_LABEL) == Some(plugin))
                 .collect();
             if found.is_empty() {
-                report
-                    .findings
-                    .push(service::missing_plugin(plugin, &searched, namespace.as_deref(), &all_services));
+                report.findings.push(service::missing_plugin(
+                    plugin,
+                    &searched,
+                    namespace.as_deref(),
+                    &all_services,
+                ));
             }
             chosen.extend(found);
         }
@@ -270,12 +283,7 @@ async fn examine_all(args: &DoctorArgs) -> anyhow::Result<Report> {
     let resolved: Vec<PluginService> = labelled.iter().map(|s| service::check_service(s).0).collect();
     let duplicates = service::duplicates(&resolved);
     for (service, resolved, mut findings) in read {
-        findings.extend(
-            duplicates
-                .iter()
-                .filter(|f| f.object == resolved.object())
-                .cloned(),
-        );
+        findings.extend(duplicates.iter().filter(|f| f.object == resolved.object()).cloned());
         let (summary, more) = examine(&cx, service, &resolved, &uses).await;
         findings.extend(more);
         report.findings.extend(findings);
@@ -285,7 +293,12 @@ async fn examine_all(args: &DoctorArgs) -> anyhow::Result<Report> {
 }
 
 /// Everything about one plugin Service past its label and annotations.
-async fn examine(cx: &Context, service: &Service, resolved: &PluginService, uses: &[Use]) -> (PluginSummary, Vec<Finding>) {
+async fn examine(
+    cx: &Context,
+    service: &Service,
+    resolved: &PluginService,
+    uses: &[Use],
+) -> (PluginSummary, Vec<Finding>) {
     let mut summary = PluginSummary {
         name: resolved.plugin.clone(),
         service: format!("{}/{}", resolved.namespace, resolved.name),
@@ -319,7 +332,11 @@ async fn examine(cx: &Context, service: &Service, resolved: &PluginService, uses
     let selected: Vec<Pod> = match selector.as_ref().filter(|s| !s.is_empty()) {
         None => Vec::new(),
         Some(labels) => {
-            let selector = labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+            let selector = labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
             match cx
                 .call(
                     &format!("list the Pods {selector} of namespace {namespace}"),
@@ -369,7 +386,12 @@ async fn examine(cx: &Context, service: &Service, resolved: &PluginService, uses
     if let Some(name) = &resolved.server_secret {
         match secrets.get(name, &mut findings).await {
             Err(()) => {}
-            Ok(None) => findings.push(secrets::missing(resolved, SERVER_SECRET_ANNOTATION, name, "trust the plugin's certificate")),
+            Ok(None) => findings.push(secrets::missing(
+                resolved,
+                SERVER_SECRET_ANNOTATION,
+                name,
+                "trust the plugin's certificate",
+            )),
             Ok(Some(secret)) => {
                 let (chain, more) = secrets::check_server_secret(resolved, &secret, cx.now);
                 findings.extend(more);
@@ -381,7 +403,12 @@ async fn examine(cx: &Context, service: &Service, resolved: &PluginService, uses
     if let Some(name) = &resolved.client_secret {
         match secrets.get(name, &mut findings).await {
             Err(()) => {}
-            Ok(None) => findings.push(secrets::missing(resolved, CLIENT_SECRET_ANNOTATION, name, "present a client certificate")),
+            Ok(None) => findings.push(secrets::missing(
+                resolved,
+                CLIENT_SECRET_ANNOTATION,
+                name,
+                "present a client certificate",
+            )),
             Ok(Some(secret)) => {
                 let (pair, more) = secrets::check_client_secret(resolved, &secret, cx.now);
                 findings.extend(more);
@@ -409,45 +436,60 @@ async fn examine(cx: &Context, service: &Service, resolved: &PluginService, uses
             let served: Option<(Chain, String)> = match &files.server_cert {
                 Located::Secret(file) if file.secret != *server_secret || file.key != "tls.crt" => {
                     match secrets.get(&file.secret, &mut findings).await {
-                        Ok(Some(secret)) => secrets::data(&resolved.plugin, &secret, &file.key, "the certificate the plugin serves")
-                            .ok()
-                            .and_then(|pem| cnpgi_tls::pem::parse_certificates(pem, std::path::Path::new(&file.key), "certificate").ok())
-                            .map(|chain| (chain, format!("{pod_name} serves Secret {}'s {} ({} {})", file.secret, file.key, file.named_by, file.path))),
+                        Ok(Some(secret)) => secrets::data(
+                            &resolved.plugin,
+                            &secret,
+                            &file.key,
+                            "the certificate the plugin serves",
+                        )
+                        .ok()
+                        .and_then(|pem| {
+                            cnpgi_tls::pem::parse_certificates(pem, std::path::Path::new(&file.key), "certificate").ok()
+                        })
+                        .map(|chain| {
+                            (
+                                chain,
+                                format!(
+                                    "{pod_name} serves Secret {}'s {} ({} {})",
+                                    file.secret, file.key, file.named_by, file.path
+                                ),
+                            )
+                        }),
                         Ok(None) | Err(()) => None,
                     }
                 }
                 _ => Some((pinned.clone(), String::new())),
             };
-            if let Some((chain, how)) = served {
-                if let Err(reason) = certs::verify_server(&chain, pinned, &resolved.server_name, cx.now) {
-                    if how.is_empty() {
-                        if !has_cert_error(&findings, server_secret) {
-                            findings.push(
-                                Finding::error(
-                                    "cert.chain",
-                                    Object::secret(namespace, server_secret),
-                                    Some("data[\"tls.crt\"]"),
-                                    format!("the operator would refuse this certificate: {reason}"),
-                                    "issue the plugin a certificate the operator accepts".into(),
-                                )
-                                .for_plugin(&resolved.plugin),
-                            );
-                        }
-                    } else {
+            if let Some((chain, how)) = served
+                && let Err(reason) = certs::verify_server(&chain, pinned, &resolved.server_name, cx.now)
+            {
+                if how.is_empty() {
+                    if !has_cert_error(&findings, server_secret) {
                         findings.push(
                             Finding::error(
-                                "cert.served",
-                                resolved.object(),
-                                Some(&annotation_field(SERVER_SECRET_ANNOTATION)),
-                                format!(
-                                    "names the Secret {server_secret}, whose tls.crt the operator trusts, but {how}: {} is refused ({reason})",
-                                    certs::subject(&chain[0])
-                                ),
-                                "name the Secret the plugin serves here, or make the plugin serve this one (--server-cert)".into(),
+                                "cert.chain",
+                                Object::secret(namespace, server_secret),
+                                Some("data[\"tls.crt\"]"),
+                                format!("the operator would refuse this certificate: {reason}"),
+                                "issue the plugin a certificate the operator accepts".into(),
                             )
                             .for_plugin(&resolved.plugin),
                         );
                     }
+                } else {
+                    findings.push(
+                        Finding::error(
+                            "cert.served",
+                            resolved.object(),
+                            Some(&annotation_field(SERVER_SECRET_ANNOTATION)),
+                            format!(
+                                "names the Secret {server_secret}, whose tls.crt the operator trusts, but {how}: {} is refused ({reason})",
+                                certs::subject(&chain[0])
+                            ),
+                            "name the Secret the plugin serves here, or make the plugin serve this one (--server-cert)".into(),
+                        )
+                        .for_plugin(&resolved.plugin),
+                    );
                 }
             }
         }
@@ -472,7 +514,7 @@ async fn examine(cx: &Context, service: &Service, resolved: &PluginService, uses
                         Err(()) => None,
                         Ok(Some(secret)) => match secrets::data(&resolved.plugin, &secret, &file.key, "what the plugin trusts") {
                             Err(finding) => {
-                                findings.push(finding);
+                                findings.push(*finding);
                                 None
                             }
                             Ok(pem) => match cnpgi_tls::pem::parse_certificates(pem, std::path::Path::new(&file.key), "certificate") {
@@ -616,7 +658,13 @@ async fn examine(cx: &Context, service: &Service, resolved: &PluginService, uses
                 None,
                 format!(
                     "the plugin could not be probed, so what {} need of it is not checked",
-                    needs.iter().map(|u| u.object.to_string()).collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>().join(", ")
+                    needs
+                        .iter()
+                        .map(|u| u.object.to_string())
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 "fix the findings above".into(),
             )
@@ -674,7 +722,11 @@ impl SecretCache<'_> {
 /// The finding of a failed dial, on the object whose field caused it.
 fn dial_finding(resolved: &PluginService, address: &str, via: &str, failure: Failure) -> Finding {
     let plugin = &resolved.plugin;
-    let dialled = if via == address { format!("dialling {address}") } else { format!("dialling {address} through {via}") };
+    let dialled = if via == address {
+        format!("dialling {address}")
+    } else {
+        format!("dialling {address} through {via}")
+    };
     let on_service = |check: &'static str, field: Option<String>, problem: String, fix: &str| {
         Finding::error(check, resolved.object(), field.as_deref(), problem, fix.to_owned()).for_plugin(plugin)
     };
@@ -707,7 +759,12 @@ fn dial_finding(resolved: &PluginService, address: &str, via: &str, failure: Fai
             format!("{dialled}: {reason}"),
             "issue the client certificate from what the plugin trusts (its --client-cert), or make it trust this one",
         ),
-        Failure::Tls(reason) => on_service("dial.tls", None, format!("{dialled}: {reason}"), "serve TLS 1.3 with ALPN h2 (any CNPG-I SDK does)"),
+        Failure::Tls(reason) => on_service(
+            "dial.tls",
+            None,
+            format!("{dialled}: {reason}"),
+            "serve TLS 1.3 with ALPN h2 (any CNPG-I SDK does)",
+        ),
         Failure::Name { actual } => on_service(
             "dial.name",
             Some(label_field()),
@@ -716,7 +773,12 @@ fn dial_finding(resolved: &PluginService, address: &str, via: &str, failure: Fai
             ),
             &format!("set the label to {actual}"),
         ),
-        Failure::Probe(reason) => on_service("dial.probe", None, format!("{dialled}: {reason}"), "see the plugin's logs"),
+        Failure::Probe(reason) => on_service(
+            "dial.probe",
+            None,
+            format!("{dialled}: {reason}"),
+            "see the plugin's logs",
+        ),
         Failure::NotReady => on_service(
             "dial.ready",
             None,

@@ -74,7 +74,12 @@ pub(crate) fn plugin_files(pod: &Pod) -> PluginFiles {
 
 /// The value of `--flag=V`, `--flag V` or the literal variable `variable`.
 fn flag_value(container: &Container, flag: &str, variable: &str) -> Option<(String, String)> {
-    let words: Vec<&String> = container.command.iter().flatten().chain(container.args.iter().flatten()).collect();
+    let words: Vec<&String> = container
+        .command
+        .iter()
+        .flatten()
+        .chain(container.args.iter().flatten())
+        .collect();
     for (i, word) in words.iter().enumerate() {
         if let Some(value) = word.strip_prefix(flag).and_then(|rest| rest.strip_prefix('=')) {
             return Some((value.to_owned(), flag.to_owned()));
@@ -168,7 +173,12 @@ mod tests {
     #[test]
     fn flags_are_traced_to_a_secret_and_its_key() {
         let files = plugin_files(&pod(
-            serde_json::json!(["plugin", "--server-cert=/server/tls.crt", "--client-cert", "/client/trusted.pem"]),
+            serde_json::json!([
+                "plugin",
+                "--server-cert=/server/tls.crt",
+                "--client-cert",
+                "/client/trusted.pem"
+            ]),
             serde_json::json!([]),
         ));
         assert_eq!(
@@ -192,9 +202,14 @@ mod tests {
             serde_json::json!(["plugin"]),
             serde_json::json!([{"name": "CLIENT_CERT", "value": "/tmp/ca.pem"}, {"name": "SERVER_CERT", "value": "/etc/x.pem"}]),
         ));
-        assert!(matches!(&files.client_cert, Located::Elsewhere { reason, .. } if reason.contains("not a Secret volume")));
+        assert!(
+            matches!(&files.client_cert, Located::Elsewhere { reason, .. } if reason.contains("not a Secret volume"))
+        );
         assert!(matches!(&files.server_cert, Located::Elsewhere { reason, .. } if reason.contains("no volume")));
         let files = plugin_files(&pod(serde_json::json!(["plugin"]), serde_json::json!([])));
-        assert_eq!((files.server_cert, files.client_cert), (Located::NotSet, Located::NotSet));
+        assert_eq!(
+            (files.server_cert, files.client_cert),
+            (Located::NotSet, Located::NotSet)
+        );
     }
 }

@@ -30,7 +30,7 @@ pub(crate) fn source(plugin: &str, secret: &Secret, key: &str) -> Source {
 }
 
 /// The bytes of `key`, or a finding naming the missing key.
-pub(crate) fn data<'a>(plugin: &str, secret: &'a Secret, key: &str, what: &str) -> Result<&'a [u8], Finding> {
+pub(crate) fn data<'a>(plugin: &str, secret: &'a Secret, key: &str, what: &str) -> Result<&'a [u8], Box<Finding>> {
     secret
         .data
         .as_ref()
@@ -39,14 +39,16 @@ pub(crate) fn data<'a>(plugin: &str, secret: &'a Secret, key: &str, what: &str) 
         .filter(|b| !b.is_empty())
         .ok_or_else(|| {
             let source = source(plugin, secret, key);
-            Finding::error(
-                "secret.key",
-                source.secret.clone(),
-                Some(&format!("data[\"{key}\"]")),
-                format!("is missing or empty: the operator reads {what} there"),
-                format!("store {what} under {key} (a kubernetes.io/tls Secret, as cert-manager writes it)"),
+            Box::new(
+                Finding::error(
+                    "secret.key",
+                    source.secret.clone(),
+                    Some(&format!("data[\"{key}\"]")),
+                    format!("is missing or empty: the operator reads {what} there"),
+                    format!("store {what} under {key} (a kubernetes.io/tls Secret, as cert-manager writes it)"),
+                )
+                .for_plugin(plugin),
             )
-            .for_plugin(plugin)
         })
 }
 
@@ -71,19 +73,34 @@ pub(crate) fn missing(service: &PluginService, annotation: &str, name: &str, wha
 /// The server Secret: its `tls.crt` (every certificate, the operator's
 /// trust) with the leaf checked for the Service's server name; its
 /// `tls.key`, when present, the leaf's (the plugin serves with it).
-pub(crate) fn check_server_secret(service: &PluginService, secret: &Secret, now: UnixTime) -> (Option<Chain>, Vec<Finding>) {
+pub(crate) fn check_server_secret(
+    service: &PluginService,
+    secret: &Secret,
+    now: UnixTime,
+) -> (Option<Chain>, Vec<Finding>) {
     let mut findings = Vec::new();
     let plugin = &service.plugin;
-    let crt = match data(plugin, secret, "tls.crt", "the plugin's server certificate, which it trusts") {
+    let crt = match data(
+        plugin,
+        secret,
+        "tls.crt",
+        "the plugin's server certificate, which it trusts",
+    ) {
         Ok(crt) => crt,
-        Err(finding) => return (None, vec![finding]),
+        Err(finding) => return (None, vec![*finding]),
     };
     let at = source(plugin, secret, "tls.crt");
     let chain = match certs::parse_chain(crt, &at) {
         Ok(chain) => chain,
-        Err(finding) => return (None, vec![finding]),
+        Err(finding) => return (None, vec![*finding]),
     };
-    findings.extend(certs::check_leaf(&chain[0], Purpose::Server, Some(&service.server_name), now, &at));
+    findings.extend(certs::check_leaf(
+        &chain[0],
+        Purpose::Server,
+        Some(&service.server_name),
+        now,
+        &at,
+    ));
     if let Some(key) = secret.data.as_ref().and_then(|d| d.get("tls.key")) {
         findings.extend(check_key(&chain, &key.0, &source(plugin, secret, "tls.key")));
     }
@@ -103,15 +120,15 @@ pub(crate) fn check_client_secret(
     let (crt, key) = match (crt, key) {
         (Ok(crt), Ok(key)) => (crt, key),
         (crt, key) => {
-            findings.extend(crt.err());
-            findings.extend(key.err());
+            findings.extend(crt.err().map(|f| *f));
+            findings.extend(key.err().map(|f| *f));
             return (None, findings);
         }
     };
     let at = source(plugin, secret, "tls.crt");
     let chain = match certs::parse_chain(crt, &at) {
         Ok(chain) => chain,
-        Err(finding) => return (None, vec![finding]),
+        Err(finding) => return (None, vec![*finding]),
     };
     findings.extend(certs::check_leaf(&chain[0], Purpose::Client, None, now, &at));
     let key_source = source(plugin, secret, "tls.key");
@@ -185,7 +202,11 @@ mod tests {
     #[test]
     fn a_good_client_secret_gives_the_pair() {
         let (crt, key) = pair("client", ExtendedKeyUsagePurpose::ClientAuth);
-        let (pair, findings) = check_client_secret(&service(), &secret("client", &[("tls.crt", crt), ("tls.key", key)]), UnixTime::now());
+        let (pair, findings) = check_client_secret(
+            &service(),
+            &secret("client", &[("tls.crt", crt), ("tls.key", key)]),
+            UnixTime::now(),
+        );
         assert_eq!(findings, []);
         assert!(pair.is_some());
     }
@@ -193,12 +214,22 @@ mod tests {
     #[test]
     fn a_missing_key_and_a_foreign_key_are_named_by_their_field() {
         let (crt, _) = pair("client", ExtendedKeyUsagePurpose::ClientAuth);
-        let (_, findings) = check_client_secret(&service(), &secret("client", &[("tls.crt", crt.clone())]), UnixTime::now());
+        let (_, findings) = check_client_secret(
+            &service(),
+            &secret("client", &[("tls.crt", crt.clone())]),
+            UnixTime::now(),
+        );
         assert_eq!(findings.len(), 1);
-        assert_eq!(findings[0].to_string().split(':').next().unwrap(), r#"error   Secret/ns/client data["tls.key"]"#);
+        assert_eq!(
+            findings[0].to_string().split(':').next().unwrap(),
+            r#"error   Secret/ns/client data["tls.key"]"#
+        );
         let (_, other_key) = pair("x", ExtendedKeyUsagePurpose::ClientAuth);
-        let (pair, findings) =
-            check_client_secret(&service(), &secret("client", &[("tls.crt", crt), ("tls.key", other_key)]), UnixTime::now());
+        let (pair, findings) = check_client_secret(
+            &service(),
+            &secret("client", &[("tls.crt", crt), ("tls.key", other_key)]),
+            UnixTime::now(),
+        );
         assert!(pair.is_none());
         assert_eq!(findings[0].check, "secret.key-pair");
     }
@@ -206,11 +237,22 @@ mod tests {
     #[test]
     fn a_server_secret_for_another_name_and_a_missing_secret() {
         let (crt, key) = pair("other", ExtendedKeyUsagePurpose::ServerAuth);
-        let (chain, findings) = check_server_secret(&service(), &secret("server", &[("tls.crt", crt), ("tls.key", key)]), UnixTime::now());
+        let (chain, findings) = check_server_secret(
+            &service(),
+            &secret("server", &[("tls.crt", crt), ("tls.key", key)]),
+            UnixTime::now(),
+        );
         assert!(chain.is_some());
         assert_eq!(findings.iter().map(|f| f.check).collect::<Vec<_>>(), ["cert.name"]);
         let finding = missing(&service(), SERVER_SECRET_ANNOTATION, "server", "trust the plugin");
-        assert_eq!(finding.field.as_deref(), Some(r#"metadata.annotations["cnpg.io/pluginServerSecret"]"#));
-        assert!(finding.problem.contains("does not exist in namespace ns"), "{}", finding.problem);
+        assert_eq!(
+            finding.field.as_deref(),
+            Some(r#"metadata.annotations["cnpg.io/pluginServerSecret"]"#)
+        );
+        assert!(
+            finding.problem.contains("does not exist in namespace ns"),
+            "{}",
+            finding.problem
+        );
     }
 }

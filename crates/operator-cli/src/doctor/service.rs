@@ -87,12 +87,15 @@ pub(crate) fn check_service(service: &Service) -> (PluginService, Vec<Finding>) 
     };
     let mut findings = Vec::new();
     if resolved.plugin.trim().is_empty() {
-        findings.push(resolved.finding(
-            "service.label",
-            &label_field(),
-            "is empty: neither operator takes the Service for a plugin".into(),
-            "set it to the plugin's name (its GetPluginMetadata name, e.g. cnpg-i-hello-world.cloudnative-pg.io)".into(),
-        ));
+        findings.push(
+            resolved.finding(
+                "service.label",
+                &label_field(),
+                "is empty: neither operator takes the Service for a plugin".into(),
+                "set it to the plugin's name (its GetPluginMetadata name, e.g. cnpg-i-hello-world.cloudnative-pg.io)"
+                    .into(),
+            ),
+        );
     } else if let Err(reason) = cnpgi_core::names::validate_plugin_name(&resolved.plugin) {
         findings.push(resolved.finding(
             "service.label",
@@ -117,7 +120,10 @@ pub(crate) fn check_service(service: &Service) -> (PluginService, Vec<Finding>) 
         SERVER_SECRET_ANNOTATION,
         "the name of the Secret holding the plugin's server certificate (tls.crt), which the operator trusts",
     );
-    let port = required(PORT_ANNOTATION, "the port of the plugin's gRPC server, one of the Service's spec.ports");
+    let port = required(
+        PORT_ANNOTATION,
+        "the port of the plugin's gRPC server, one of the Service's spec.ports",
+    );
     resolved.client_secret = client_secret;
     resolved.server_secret = server_secret;
     for (annotation, what, empty) in missing {
@@ -144,7 +150,13 @@ pub(crate) fn check_service(service: &Service) -> (PluginService, Vec<Finding>) 
         .unwrap_or_default();
     let listed = ports
         .iter()
-        .map(|(port, name)| if name.is_empty() { port.to_string() } else { format!("{port} ({name})") })
+        .map(|(port, name)| {
+            if name.is_empty() {
+                port.to_string()
+            } else {
+                format!("{port} ({name})")
+            }
+        })
         .collect::<Vec<_>>()
         .join(", ");
     let fix_port = match ports.as_slice() {
@@ -183,12 +195,15 @@ pub(crate) fn check_service(service: &Service) -> (PluginService, Vec<Finding>) 
     if let Some(name) = annotations.get(SERVER_NAME_ANNOTATION).filter(|v| !v.is_empty()) {
         match cnpgi_tls::client::server_name(name) {
             Ok(_) => resolved.server_name = name.clone(),
-            Err(error) => findings.push(resolved.finding(
-                "service.server-name",
-                &annotation_field(SERVER_NAME_ANNOTATION),
-                format!("{error}"),
-                "set it to a DNS name of the server certificate, or remove it (the Service name is then verified)".into(),
-            )),
+            Err(error) => findings.push(
+                resolved.finding(
+                    "service.server-name",
+                    &annotation_field(SERVER_NAME_ANNOTATION),
+                    format!("{error}"),
+                    "set it to a DNS name of the server certificate, or remove it (the Service name is then verified)"
+                        .into(),
+                ),
+            ),
         }
     }
     (resolved, findings)
@@ -271,7 +286,11 @@ pub(crate) fn ready_endpoints(slices: &[EndpointSlice], port_name: &str) -> Vec<
 
 /// The finding when the Service has no ready endpoint: which Pods its
 /// selector matches, and why they are not ready.
-pub(crate) fn no_ready_endpoint(service: &PluginService, spec_selector: Option<&BTreeMap<String, String>>, pods: &[Pod]) -> Finding {
+pub(crate) fn no_ready_endpoint(
+    service: &PluginService,
+    spec_selector: Option<&BTreeMap<String, String>>,
+    pods: &[Pod],
+) -> Finding {
     let selector = spec_selector
         .map(|s| s.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","))
         .unwrap_or_default();
@@ -347,9 +366,10 @@ pub(crate) fn missing_plugin(plugin: &str, searched: &str, namespace: Option<&st
     for service in services {
         let name = service.name_any();
         let label = service.labels().get(PLUGIN_NAME_LABEL);
-        let annotated = service.annotations().keys().any(|k| {
-            [CLIENT_SECRET_ANNOTATION, SERVER_SECRET_ANNOTATION, PORT_ANNOTATION].contains(&k.as_str())
-        });
+        let annotated = service
+            .annotations()
+            .keys()
+            .any(|k| [CLIENT_SECRET_ANNOTATION, SERVER_SECRET_ANNOTATION, PORT_ANNOTATION].contains(&k.as_str()));
         let lower = name.to_ascii_lowercase();
         let similar_name = !stem.is_empty() && (lower.contains(&stem) || stem.contains(&lower));
         let similar_label = label.is_some_and(|l| {
@@ -417,13 +437,29 @@ mod tests {
 
     #[test]
     fn a_wrong_port_annotation_names_the_field_and_the_services_port() {
-        for (value, expected) in [("9091", "is not a port of the Service"), ("grpc", "is not a port number"), ("0", "is not a port number"), ("+9090", "is not a port number")] {
+        for (value, expected) in [
+            ("9091", "is not a port of the Service"),
+            ("grpc", "is not a port number"),
+            ("0", "is not a port number"),
+            ("+9090", "is not a port number"),
+        ] {
             let mut s = good();
-            s.metadata.annotations.as_mut().unwrap().insert(PORT_ANNOTATION.into(), value.into());
+            s.metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(PORT_ANNOTATION.into(), value.into());
             let (resolved, findings) = check_service(&s);
             assert_eq!(findings.len(), 1, "{value}: {findings:?}");
-            assert_eq!(findings[0].field.as_deref(), Some(r#"metadata.annotations["cnpg.io/pluginPort"]"#));
-            assert!(findings[0].problem.contains(expected), "{value}: {}", findings[0].problem);
+            assert_eq!(
+                findings[0].field.as_deref(),
+                Some(r#"metadata.annotations["cnpg.io/pluginPort"]"#)
+            );
+            assert!(
+                findings[0].problem.contains(expected),
+                "{value}: {}",
+                findings[0].problem
+            );
             assert_eq!(findings[0].fix, "set it to 9090, the Service's port");
             assert_eq!(resolved.port, None);
         }
@@ -453,7 +489,11 @@ mod tests {
     #[test]
     fn the_server_name_annotation_replaces_the_service_name() {
         let mut s = good();
-        s.metadata.annotations.as_mut().unwrap().insert(SERVER_NAME_ANNOTATION.into(), "plugin.example.com".into());
+        s.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(SERVER_NAME_ANNOTATION.into(), "plugin.example.com".into());
         assert_eq!(check_service(&s).0.server_name, "plugin.example.com");
     }
 
@@ -464,7 +504,11 @@ mod tests {
         b.name = "hello-2".into();
         let findings = duplicates(&[a, b]);
         assert_eq!(findings.len(), 2);
-        assert!(findings[0].problem.contains("hello, hello-2"), "{}", findings[0].problem);
+        assert!(
+            findings[0].problem.contains("hello, hello-2"),
+            "{}",
+            findings[0].problem
+        );
     }
 
     #[test]
@@ -482,7 +526,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             ready_endpoints(std::slice::from_ref(&slice), "grpc"),
-            [Endpoint { pod: Some("hello-1".into()), address: "10.0.0.1".into(), port: 9090 }]
+            [Endpoint {
+                pod: Some("hello-1".into()),
+                address: "10.0.0.1".into(),
+                port: 9090
+            }]
         );
         assert_eq!(ready_endpoints(&[slice], "other"), []);
     }
@@ -493,7 +541,11 @@ mod tests {
         let selector = BTreeMap::from([("app".to_owned(), "hello".to_owned())]);
         let finding = no_ready_endpoint(&resolved, Some(&selector), &[]);
         assert_eq!(finding.field.as_deref(), Some("spec.selector"));
-        assert!(finding.problem.contains("selects no Pod (app=hello)"), "{}", finding.problem);
+        assert!(
+            finding.problem.contains("selects no Pod (app=hello)"),
+            "{}",
+            finding.problem
+        );
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "hello-1"},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
@@ -503,7 +555,9 @@ mod tests {
         .unwrap();
         let finding = no_ready_endpoint(&resolved, Some(&selector), &[pod]);
         assert!(
-            finding.problem.contains("hello-1 Running, not ready (ContainersNotReady), waiting: p CrashLoopBackOff"),
+            finding
+                .problem
+                .contains("hello-1 Running, not ready (ContainersNotReady), waiting: p CrashLoopBackOff"),
             "{}",
             finding.problem
         );
@@ -513,12 +567,31 @@ mod tests {
     fn a_missing_plugin_lists_services_that_look_like_it() {
         let mut unlabelled = good();
         unlabelled.metadata.labels = None;
-        let mut other: Service = serde_json::from_value(serde_json::json!({"metadata": {"name": "postgres", "namespace": "cnpgi-system"}})).unwrap();
+        let mut other: Service =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "postgres", "namespace": "cnpgi-system"}}))
+                .unwrap();
         other.metadata.labels = None;
-        let finding = missing_plugin("hello.example.com", "namespace cnpgi-system", Some("cnpgi-system"), &[unlabelled, other]);
+        let finding = missing_plugin(
+            "hello.example.com",
+            "namespace cnpgi-system",
+            Some("cnpgi-system"),
+            &[unlabelled, other],
+        );
         assert_eq!(finding.check, "service.missing");
-        assert!(finding.problem.contains("no Service in namespace cnpgi-system carries the label cnpg.io/pluginName=hello.example.com"), "{}", finding.problem);
-        assert!(finding.problem.contains("cnpgi-system/hello (no cnpg.io/pluginName label)"), "{}", finding.problem);
+        assert!(
+            finding.problem.contains(
+                "no Service in namespace cnpgi-system carries the label cnpg.io/pluginName=hello.example.com"
+            ),
+            "{}",
+            finding.problem
+        );
+        assert!(
+            finding
+                .problem
+                .contains("cnpgi-system/hello (no cnpg.io/pluginName label)"),
+            "{}",
+            finding.problem
+        );
         assert!(!finding.problem.contains("postgres"), "{}", finding.problem);
     }
 }
