@@ -7,7 +7,10 @@
 //! you is done here by hand: the capabilities (kept in step with the
 //! services registered), decoding, dispatch on kind and operation, and the
 //! JSON patch. Write a plugin this way when you need full control of the
-//! gRPC services; otherwise see `examples/hello-world`.
+//! gRPC services; otherwise see `examples/hello-world`. The other services
+//! written by hand find their `GetCapabilities` answers and the rules of
+//! their answers (WAL file names, metric definitions, hook answers,
+//! `EnrichConfiguration`) in [`cnpgi_pluginhelper::lowlevel`].
 
 #![forbid(unsafe_code)]
 
