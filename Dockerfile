@@ -23,7 +23,9 @@ COPY . .
 # Cargo's registry and the target directory live in BuildKit caches, so a
 # rebuild after a source change only recompiles the workspace crates.
 # /out/<bin>/ holds the binary and an `entrypoint` link to it, so the final
-# stage copies one directory whatever BIN is.
+# stage copies one directory whatever BIN is; cnpgi-operator's also a
+# `kubectl-cnpgi` link (the same binary under kubectl's plugin name:
+# `kubectl cnpgi doctor` with the image's binary on PATH).
 # hadolint ignore=SC2086
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
@@ -36,6 +38,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
       mkdir -p "/out/${bin}"; \
       cp "target/${dir}/${bin}" "/out/${bin}/${bin}"; \
       ln -s "${bin}" "/out/${bin}/entrypoint"; \
+      if [ "${bin}" = cnpgi-operator ]; then ln -s "${bin}" "/out/${bin}/kubectl-cnpgi"; fi; \
     done
 
 # glibc, CA certificates and nothing else; runs as uid 65532.
