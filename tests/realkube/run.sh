@@ -22,6 +22,9 @@
 #        scenario_faults.py         4. faults (the sidecar SIGKILLed, the store down, the
 #                                      plugin's certificates rotated, the node's runtime
 #                                      restarted), each proven lossless
+#        scenario_doctor.py         5. `cnpgi-operator doctor` (the operator image's binary,
+#                                      also as `kubectl cnpgi`): passes on the plugin as
+#                                      deployed, names each seeded misconfiguration
 #   4. down.sh     on any exit: the cluster deleted, the host as it was.
 # Each scenario prints one line per check and `N passed, M failed`; the run
 # exits non-zero on any failure, including a down.sh that could not undo
@@ -34,7 +37,7 @@
 # StorageClass, and its nodes the images (`kind load docker-image`):
 # cnpgi-operator, cnpg-i-hello-world and cnpgi-wal-archive tagged RK_IMAGE_TAG
 # (default realkube), RK_POSTGRES_IMAGE, RK_CNPG_IMAGE and RK_MOTO_IMAGE (lib.sh).
-# RK_SCENARIOS="quick-start operator cloudnative-pg wal-archive faults" runs
+# RK_SCENARIOS="quick-start operator cloudnative-pg doctor wal-archive faults" runs
 # those, in order (by default all, in three lanes side by side); faults runs
 # commands on the node: RK_NODE_EXEC (default: docker exec into kind's node).
 #
@@ -104,6 +107,17 @@ scenario() {
       --postgres-image "$RK_POSTGRES_IMAGE" --moto-image "$RK_MOTO_IMAGE" \
       ${RK_PLUGIN_ALONE_AFTER:+--plugin-alone-after $RK_PLUGIN_ALONE_AFTER} \
       ${RK_NODE_ALONE_AFTER:+--node-alone-after $RK_NODE_ALONE_AFTER} || rc=1 ;;
+  doctor)
+    # The operator image's cnpgi-operator and kubectl-cnpgi, run here; else the workspace's build.
+    local bin=$work/doctor-bin id
+    if [ ! -x "$bin/cnpgi-operator" ] && id=$(rk_docker create "cnpgi-operator:$TAG" 2>/dev/null); then
+      mkdir -p "$bin"
+      rk_docker cp "$id:/usr/local/bin/." "$bin/" >/dev/null || rk_log "cannot copy cnpgi-operator out of its image"
+      rk_docker rm "$id" >/dev/null || true
+    fi
+    [ -x "$bin/cnpgi-operator" ] || bin=$RK_REPO/target/debug
+    python3 "$RK_DIR/scenario_doctor.py" --kubeconfig "$kubeconfig" --doctor "$bin/cnpgi-operator" \
+      --plugin-image "cnpg-i-hello-world:$TAG" || rc=1 ;;
   *) rk_log "unknown scenario $s"; rc=1 ;;
   esac
   rk_log "scenario $s took $(( SECONDS - t )) s"
@@ -112,7 +126,7 @@ scenario() {
 
 # scenarios KUBECONFIG: RK_SCENARIOS in order, each run whatever the previous
 # gave. By default, three lanes side by side (the scenarios mostly wait on
-# PostgreSQL and the API server): A quick-start, operator, cloudnative-pg;
+# PostgreSQL and the API server): A quick-start, operator, cloudnative-pg, doctor;
 # B wal-archive; C faults. B and C start once operator's plugin-arrival check
 # is done (a plugin installed and used in the same second must be admitted:
 # its Pod's start is not to be slowed by their PostgreSQL instances); faults
@@ -125,7 +139,7 @@ scenarios() {
     for s in $RK_SCENARIOS; do scenario "$s" "$kubeconfig" || rc=1; done
     return "$rc"
   fi
-  ( rc=0; for s in quick-start operator cloudnative-pg; do scenario "$s" "$kubeconfig" || rc=1; done
+  ( rc=0; for s in quick-start operator cloudnative-pg doctor; do scenario "$s" "$kubeconfig" || rc=1; done
     touch "$work/lane-a.done"; exit "$rc" ) >"$work/lane-a.log" 2>&1 &
   lane_a=$!
   after_timed() {
