@@ -39,6 +39,7 @@ chapters! {
     HostPlugins = "guides/host-plugins.md";
     InstanceMode = "guides/instance-mode.md";
     WalPlugin = "guides/wal-plugin.md";
+    Doctor = "guides/doctor.md";
     Ports = "operations/ports.md";
     ExitCodes = "operations/exit-codes.md";
     Timeouts = "operations/timeouts.md";
