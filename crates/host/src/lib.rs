@@ -13,7 +13,12 @@
 //!   admission request ([`routing::RoutedResource`]): a fan-out to three
 //!   plugins encodes the resource once, whatever its Rust type. The typed
 //!   facade, [`Host<K>`], is generic over `K:`[`PluginResource`] (a
-//!   `kube::Resource` with serde) and converts at its edges.
+//!   `kube::Resource` with serde) and converts at its edges; its calls on
+//!   JSON ([`Host::routed_json`], [`Host::lifecycle_hook_json`], ...) serve
+//!   an operator that keeps the resource or its children as JSON.
+//!   `Host` is the one door an operator needs (`cnpgi-operator` runs on a
+//!   `Host<Cluster>`); [`Host::router`] and [`Host::registry`] are hard
+//!   mode, for what its calls do not cover.
 //! * **Where a resource lists its plugins** is a small trait,
 //!   [`routing::PluginLayout`]: which plugins are enabled (in CNPG-I's
 //!   routing order), how a plugin's validation error path reads as a field
@@ -525,5 +530,45 @@ impl<K: PluginResource> Host<K> {
     pub fn admission_routes(&self, paths: &AdmissionPaths, deadline: Duration) -> axum::Router {
         let app = webhook::admission_routes(self.router.clone(), paths, deadline);
         webhook::observed_paths(app, self.metrics().clone(), &[&paths.mutate, &paths.validate])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+
+    impl PluginResource for ConfigMap {}
+
+    #[derive(Debug, Default)]
+    struct Calls(AtomicU32);
+
+    impl CallObserver for Calls {
+        fn call_ended(&self, _: &str, _: &str, _: Duration, _: Option<tonic::Code>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn client_options_keep_the_given_ones_and_tell_both_observers() {
+        let calls = Arc::new(Calls::default());
+        let host = Host::<ConfigMap>::new(HostOptions {
+            client: ClientOptions {
+                call_timeout: Duration::from_secs(3),
+                observer: calls.clone(),
+                ..ClientOptions::default()
+            },
+            ..HostOptions::default()
+        });
+        let options = host.client_options();
+        assert_eq!(options.call_timeout, Duration::from_secs(3));
+        options
+            .observer
+            .call_ended("p.example.com", "Identity/Probe", Duration::from_millis(1), None);
+        assert_eq!(calls.0.load(Ordering::SeqCst), 1);
+        assert_eq!(host.metrics().calls("p.example.com", "Identity/Probe"), 1);
     }
 }
