@@ -103,8 +103,8 @@ class Doctor(Scenario):
     def fault(self, seed, undo, check, kind, name, field, *args, contains="", settle=0):
         """Seeds a fault, waits (up to `settle` s) for the doctor to name it,
         undoes it and waits for the doctor to pass again."""
-        seed()
         try:
+            seed()
             wait_for(f"the doctor names {check}", lambda: self.names(check, kind, name, field, *args, contains=contains), timeout=max(settle, 1), interval=2)
         finally:
             undo()

@@ -242,6 +242,9 @@ async fn examine_all(args: &DoctorArgs) -> anyhow::Result<Report> {
     let mut chosen: Vec<&Service> = Vec::new();
     if args.plugins.is_empty() {
         chosen.extend(labelled.iter().copied());
+        report
+            .findings
+            .extend(all_services.iter().filter_map(service::unlabelled));
         if chosen.is_empty() {
             report.findings.push(Finding {
                 problem: format!(

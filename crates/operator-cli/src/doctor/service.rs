@@ -358,6 +358,36 @@ fn pod_state(pod: &Pod) -> String {
     text
 }
 
+/// A Service with a plugin annotation but no `cnpg.io/pluginName` label:
+/// neither operator takes it for a plugin (a label lost in an edit, say).
+pub(crate) fn unlabelled(service: &Service) -> Option<Finding> {
+    if service.labels().contains_key(PLUGIN_NAME_LABEL) {
+        return None;
+    }
+    let annotations: Vec<&str> = service
+        .annotations()
+        .keys()
+        .map(String::as_str)
+        .filter(|k| [CLIENT_SECRET_ANNOTATION, SERVER_SECRET_ANNOTATION, PORT_ANNOTATION].contains(k))
+        .collect();
+    if annotations.is_empty() {
+        return None;
+    }
+    Some(Finding::error(
+        "service.label",
+        Object::service(&service.namespace().unwrap_or_default(), &service.name_any()),
+        Some(&label_field()),
+        format!(
+            "is missing, but the Service has the plugin annotations {}: neither operator takes it for a plugin",
+            annotations.join(", ")
+        ),
+        format!(
+            "label it with the plugin's name: kubectl label service {} {PLUGIN_NAME_LABEL}=<plugin name>",
+            service.name_any()
+        ),
+    ))
+}
+
 /// The finding for a plugin asked for by name that no Service labels: the
 /// namespaces searched, and the Services that look like it.
 pub(crate) fn missing_plugin(plugin: &str, searched: &str, namespace: Option<&str>, services: &[Service]) -> Finding {
@@ -561,6 +591,19 @@ mod tests {
             "{}",
             finding.problem
         );
+    }
+
+    #[test]
+    fn an_annotated_service_without_the_label_is_named() {
+        let mut service = good();
+        assert_eq!(unlabelled(&service), None);
+        service.metadata.labels = None;
+        let finding = unlabelled(&service).unwrap();
+        assert_eq!(
+            finding.field.as_deref(),
+            Some(r#"metadata.labels["cnpg.io/pluginName"]"#)
+        );
+        assert!(finding.problem.contains("cnpg.io/pluginPort"), "{}", finding.problem);
     }
 
     #[test]
