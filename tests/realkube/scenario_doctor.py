@@ -257,7 +257,9 @@ class Doctor(Scenario):
         if not os.path.exists(link):
             os.symlink(os.path.abspath(self.args.doctor), link)
         env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
-        cmd = [self.kubectl_bin, "--kubeconfig", self.kubeconfig, "cnpgi", "doctor", "-n", "cnpgi-system", PLUGIN]
+        # kubectl hands a plugin the arguments after its name (its own global flags
+        # before the name would stop the plugin's lookup).
+        cmd = [self.kubectl_bin, "cnpgi", "doctor", "--kubeconfig", self.kubeconfig, "-n", "cnpgi-system", PLUGIN]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False, env=env)
         if proc.returncode != 0 or "doctor: 0 error(s), 0 warning(s)" not in proc.stdout:
             raise Failure(f"`kubectl cnpgi doctor` exited {proc.returncode}: {proc.stdout[-600:]} {proc.stderr[-400:]}")
