@@ -127,12 +127,13 @@ class Doctor(Scenario):
 
     def make_certificates(self):
         d = self.dir
-        pki.ca(d, "client-ca", "/CN=doctor client CA")
-        pki.ca(d, "other-ca", "/CN=doctor client CA")  # the same name, another key
-        pki.leaf(d, "server", f"/CN={SERVICE}", f"DNS:{SERVICE}", "serverAuth")
-        pki.leaf(d, "client", "/CN=doctor-client", "", "clientAuth", ca="client-ca")
-        pki.leaf(d, "server-other-name", "/CN=other-plugin", "DNS:other-plugin", "serverAuth")
-        pki.leaf(d, "client-other-ca", "/CN=doctor-client", "", "clientAuth", ca="other-ca")
+        # 30 days: one expiring within 7 days is a warning, which fails the doctor.
+        pki.ca(d, "client-ca", "/CN=doctor client CA", days=30)
+        pki.ca(d, "other-ca", "/CN=doctor client CA", days=30)  # the same name, another key
+        pki.leaf(d, "server", f"/CN={SERVICE}", f"DNS:{SERVICE}", "serverAuth", days=30)
+        pki.leaf(d, "client", "/CN=doctor-client", "", "clientAuth", ca="client-ca", days=30)
+        pki.leaf(d, "server-other-name", "/CN=other-plugin", "DNS:other-plugin", "serverAuth", days=30)
+        pki.leaf(d, "client-other-ca", "/CN=doctor-client", "", "clientAuth", ca="other-ca", days=30)
         self.expired_leaf("client-expired", "client-ca")
         for name in ("client-ca", "server", "client", "server-other-name", "client-other-ca", "client-expired", "other-ca"):
             self.pem[name] = (self.read(os.path.join(d, name + ".crt")), self.read(os.path.join(d, name + ".key")))
