@@ -251,7 +251,7 @@ impl Report {
                 plugin.service
             ));
             if let Some(address) = &plugin.address {
-                out.push_str(&format!(", dialled as {address}"));
+                out.push_str(&format!(", the operator dials {address}"));
             }
             if let Some(server_name) = &plugin.server_name {
                 out.push_str(&format!(", server name {server_name}"));
