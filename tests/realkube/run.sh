@@ -20,8 +20,9 @@
 #        scenario_wal_archive.py    3. WAL archiving, a backup and a recovery through
 #                                      the wal-archive plugin, on CloudNativePG
 #        scenario_faults.py         4. faults (the sidecar SIGKILLed, the store down, the
-#                                      plugin's certificates rotated, the node's runtime
-#                                      restarted), each proven lossless
+#                                      store's volume full, the plugin's certificates
+#                                      rotated, the node's runtime restarted), each
+#                                      proven lossless
 #        scenario_doctor.py         5. `cnpgi-operator doctor` (the operator image's binary,
 #                                      also as `kubectl cnpgi`): passes on the plugin as
 #                                      deployed, names each seeded misconfiguration
@@ -105,6 +106,7 @@ scenario() {
     python3 "$RK_DIR/scenario_faults.py" --kubeconfig "$kubeconfig" --node-exec "$node_exec" \
       --cnpg-manifest "$work/cnpg.yaml" --plugin-manifest "$work/wal-archive.yaml" \
       --postgres-image "$RK_POSTGRES_IMAGE" --moto-image "$RK_MOTO_IMAGE" \
+      ${RK_FAULTS:+--faults "$RK_FAULTS"} ${RK_FAULTS_NAMESPACE:+--namespace "$RK_FAULTS_NAMESPACE"} \
       ${RK_PLUGIN_ALONE_AFTER:+--plugin-alone-after $RK_PLUGIN_ALONE_AFTER} \
       ${RK_NODE_ALONE_AFTER:+--node-alone-after $RK_NODE_ALONE_AFTER} || rc=1 ;;
   doctor)
@@ -127,7 +129,9 @@ scenario() {
 # scenarios KUBECONFIG: RK_SCENARIOS in order, each run whatever the previous
 # gave. By default, three lanes side by side (the scenarios mostly wait on
 # PostgreSQL and the API server): A quick-start, operator, cloudnative-pg, doctor;
-# B wal-archive; C faults. B and C start once operator's plugin-arrival check
+# B wal-archive, then the faults on archiving (sidecar killed, store's volume
+# full) with a Cluster and store of their own; C the other faults (store
+# down, certificates rotated, node runtime restarted). B and C start once operator's plugin-arrival check
 # is done (a plugin installed and used in the same second must be admitted:
 # its Pod's start is not to be slowed by their PostgreSQL instances); faults
 # rotates the wal-archive plugin's certificates once B is done, and restarts
@@ -146,9 +150,11 @@ scenarios() {
     while [ ! -e "$work/timed-done" ] && kill -0 "$lane_a" 2>/dev/null; do sleep 1; done
   }
   ( after_timed; rc=0; scenario wal-archive "$kubeconfig" || rc=1
+    RK_FAULTS=sidecar,volume-full RK_FAULTS_NAMESPACE=realkube-faults-archiving scenario faults "$kubeconfig" || rc=1
     touch "$work/lane-b.done"; exit "$rc" ) >"$work/lane-b.log" 2>&1 &
   lane_b=$!
-  ( after_timed; RK_PLUGIN_ALONE_AFTER="$work/lane-b.done" RK_NODE_ALONE_AFTER="$work/lane-a.done $work/lane-b.done" \
+  ( after_timed; RK_FAULTS=store-down,certificates,runtime \
+      RK_PLUGIN_ALONE_AFTER="$work/lane-b.done" RK_NODE_ALONE_AFTER="$work/lane-a.done $work/lane-b.done" \
       scenario faults "$kubeconfig" ) >"$work/lane-c.log" 2>&1 || rc=1
   wait "$lane_a" || rc=1
   wait "$lane_b" || rc=1

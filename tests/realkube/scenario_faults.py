@@ -197,7 +197,11 @@ class Faults(wa.Scenario):
         """SIGKILL to the plugin's sidecar process of the primary, from the
         node (as the kernel's OOM killer would)."""
         pod = self.primary_pod()
-        ids = self.node("crictl", "ps", "-q", "--name", wa.SIDECAR, "--label", f"io.kubernetes.pod.name={pod}", "--state", "running").split()
+        ids = self.node(
+            "crictl", "ps", "-q", "--name", wa.SIDECAR, "--state", "running",
+            # The Pod's name is the Cluster's, in each namespace a run of this scenario uses.
+            "--label", f"io.kubernetes.pod.name={pod}", "--label", f"io.kubernetes.pod.namespace={NS}",
+        ).split()  # fmt: skip
         if len(ids) != 1:
             raise Failure(f"{len(ids)} running {wa.SIDECAR} containers in {pod}")
         pid = self.node("crictl", "inspect", "-o", "go-template", "--template", "{{.info.pid}}", ids[0])
@@ -559,18 +563,32 @@ class Faults(wa.Scenario):
         ]
 
     def run(self):
-        steps = [
-            ("a Cluster archiving to its own S3 store, a base backup", self.setup),
-            ("the plugin's sidecar SIGKILLed three times while archiving: nothing lost", self.sidecar_killed),
-            ("the object store down for two minutes under writes: ContinuousArchiving False then True, nothing lost", self.store_down),
-            ("the store's volume full under writes: uploads refused, no torn object, archiving resumes once freed, nothing lost", self.store_volume_full),
-            ("the plugin's certificates rotated by cert-manager under writes: taken without a restart, nothing lost", self.certificates_rotated),
-            ("the node's containerd and kubelet restarted: Pods back, archiving resumes, nothing lost", self.runtime_restarted),
-        ]
+        faults = {
+            "sidecar": ("the plugin's sidecar SIGKILLed three times while archiving: nothing lost", self.sidecar_killed),
+            "store-down": (
+                "the object store down for two minutes under writes: ContinuousArchiving False then True, nothing lost",
+                self.store_down,
+            ),
+            "volume-full": (
+                "the store's volume full under writes: uploads refused, no torn object, archiving resumes once freed, nothing lost",
+                self.store_volume_full,
+            ),
+            "certificates": (
+                "the plugin's certificates rotated by cert-manager under writes: taken without a restart, nothing lost",
+                self.certificates_rotated,
+            ),
+            "runtime": ("the node's containerd and kubelet restarted: Pods back, archiving resumes, nothing lost", self.runtime_restarted),
+        }
+        chosen = self.args.faults or list(faults)
+        steps = [("a Cluster archiving to its own S3 store, a base backup", self.setup), *(faults[f] for f in chosen)]
         return self.run_steps(steps, fatal=(self.setup,))
 
 
+FAULTS = ("sidecar", "store-down", "volume-full", "certificates", "runtime")
+
+
 def main():
+    global NS  # noqa: PLW0603 - set once, from the command line, before anything reads it
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     p.add_argument("--node-exec", required=True, help="the command prefix that runs a command on the node (docker exec <node>)")
@@ -592,9 +610,25 @@ def main():
     p.add_argument("--plugin-manifest", required=True, help="examples/wal-archive/manifests, image set")
     p.add_argument("--postgres-image", required=True, help="the instances' PostgreSQL image, present on the nodes")
     p.add_argument("--moto-image", required=True, help="an image with moto's server, present on the nodes")
+    p.add_argument(
+        "--faults",
+        type=lambda text: [f for f in text.split(",") if f],
+        default=[],
+        help=f"the faults to try, comma-separated, in this order (default: all, {','.join(FAULTS)})",
+    )
+    p.add_argument(
+        "--namespace",
+        default=NS,
+        help="the namespace of the Cluster and its store: two runs with other faults can go side by side",
+    )
     args = p.parse_args()
     if not args.kubeconfig:
         sys.exit("scenario_faults.py: no kubeconfig (--kubeconfig or KUBECONFIG)")
+    unknown = [f for f in args.faults if f not in FAULTS]
+    if unknown:
+        sys.exit(f"scenario_faults.py: --faults: unknown {unknown}; known: {', '.join(FAULTS)}")
+    # Every helper of this module and of scenario_wal_archive reads the namespace from these.
+    NS = wa.NS = args.namespace
     sys.exit(Faults(args).run())
 
 
