@@ -83,6 +83,9 @@ pub(crate) struct Finding {
     pub(crate) check: &'static str,
     /// The plugin concerned, when known.
     pub(crate) plugin: Option<String>,
+    /// `namespace/name` of the plugin's Service examined when it was found
+    /// (two namespaces may hold a plugin of the same name).
+    pub(crate) service: Option<String>,
     /// The object that makes it wrong.
     pub(crate) object: Object,
     /// The field of that object, as a path: `metadata.annotations["cnpg.io/pluginPort"]`,
@@ -107,6 +110,7 @@ impl Finding {
             severity: Severity::Error,
             check,
             plugin: None,
+            service: None,
             object,
             field: field.map(str::to_owned),
             problem,
@@ -138,6 +142,7 @@ impl Finding {
             "severity": self.severity.word(),
             "check": self.check,
             "plugin": self.plugin,
+            "service": self.service,
             "object": self.object.to_json(),
             "field": self.field,
             "problem": self.problem,
@@ -191,6 +196,12 @@ pub(crate) struct PluginSummary {
 }
 
 impl PluginSummary {
+    /// Whether `finding` is about this plugin's Service.
+    fn owns(&self, finding: &Finding) -> bool {
+        finding.plugin.as_deref() == Some(self.name.as_str())
+            && finding.service.as_deref().is_none_or(|service| service == self.service)
+    }
+
     fn to_json(&self, findings: &[Finding]) -> Value {
         json!({
             "name": self.name,
@@ -202,7 +213,7 @@ impl PluginSummary {
             "version": self.version,
             "services": self.services,
             "usedBy": self.used_by,
-            "passed": passed(findings.iter().filter(|f| f.plugin.as_deref() == Some(self.name.as_str()))),
+            "passed": passed(findings.iter().filter(|f| self.owns(f))),
         })
     }
 }
@@ -239,11 +250,7 @@ impl Report {
             out.push('\n');
         }
         for plugin in &self.plugins {
-            let ok = passed(
-                self.findings
-                    .iter()
-                    .filter(|f| f.plugin.as_deref() == Some(plugin.name.as_str())),
-            );
+            let ok = passed(self.findings.iter().filter(|f| plugin.owns(f)));
             out.push_str(&format!(
                 "{:<7} plugin {} (Service {}",
                 if ok { "ok" } else { "FAIL" },
@@ -363,6 +370,25 @@ mod tests {
             text.ends_with("doctor: 1 error(s), 0 warning(s), 0 note(s): FAILED\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_finding_counts_against_its_own_service_only() {
+        let summary = |service: &str| PluginSummary {
+            name: "hello.example.com".into(),
+            service: service.into(),
+            ..PluginSummary::default()
+        };
+        let mut finding = port_finding();
+        finding.service = Some("cnpg-system/hello".into());
+        let report = Report {
+            plugins: vec![summary("cnpg-system/hello"), summary("cnpgi-system/hello")],
+            findings: vec![finding],
+        };
+        let json = report.json();
+        assert_eq!(json["plugins"][0]["passed"], false);
+        assert_eq!(json["plugins"][1]["passed"], true);
+        assert_eq!(json["findings"][0]["service"], "cnpg-system/hello");
     }
 
     #[test]

@@ -289,6 +289,9 @@ async fn examine_all(args: &DoctorArgs) -> anyhow::Result<Report> {
         findings.extend(duplicates.iter().filter(|f| f.object == resolved.object()).cloned());
         let (summary, more) = examine(&cx, service, &resolved, &uses).await;
         findings.extend(more);
+        for finding in &mut findings {
+            finding.service = Some(summary.service.clone());
+        }
         report.findings.extend(findings);
         report.plugins.push(summary);
     }
