@@ -24,7 +24,7 @@ use cnpgi_pluginhelper::{
             reconciler_hooks_server::{ReconcilerHooks, ReconcilerHooksServer},
         },
     },
-    reconciler::{Hook, capabilities},
+    lowlevel::hook::{Hook, capabilities},
     testing::{TestIdentity, TestPlugin},
     transport::PluginServer,
 };

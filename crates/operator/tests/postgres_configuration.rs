@@ -19,7 +19,7 @@ use cnpgi_operator::{
     pods::{self, CONFIGURATION_ANNOTATION, PLUGINS_HASH_ANNOTATION},
 };
 use cnpgi_pluginhelper::{
-    postgres,
+    lowlevel::enrich as postgres,
     proto::identity::v1::{
         EnrichConfigurationRequest, EnrichConfigurationResult, PostgresCapabilitiesRequest, PostgresCapabilitiesResult,
         operation_type, postgres_server,
