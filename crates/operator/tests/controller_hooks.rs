@@ -15,6 +15,7 @@ use cnpgi_client::client::{ClientOptions, PluginClient, Transport};
 use cnpgi_host::{Host, HostOptions, testing::FakeApiServer};
 use cnpgi_operator::controller::{self, Context, ReconcileError};
 use cnpgi_pluginhelper::{
+    lowlevel::hook::{Hook, capabilities},
     proto::{
         identity::v1::plugin_capability::service::Type as ServiceType,
         reconciler::v1::{
@@ -24,7 +25,6 @@ use cnpgi_pluginhelper::{
             reconciler_hooks_server::{ReconcilerHooks, ReconcilerHooksServer},
         },
     },
-    lowlevel::hook::{Hook, capabilities},
     testing::{TestIdentity, TestPlugin},
     transport::PluginServer,
 };

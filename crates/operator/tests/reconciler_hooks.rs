@@ -17,6 +17,7 @@ use cnpgi_host::{
     routing::{HookOutcome, HookPhase, RouteError, RoutedResource, Router, RoutingPolicy},
 };
 use cnpgi_pluginhelper::{
+    lowlevel::hook::{Hook, capabilities},
     proto::{
         identity::v1::plugin_capability::service::Type as ServiceType,
         reconciler::v1::{
@@ -26,7 +27,6 @@ use cnpgi_pluginhelper::{
             reconciler_hooks_server::{ReconcilerHooks, ReconcilerHooksServer},
         },
     },
-    lowlevel::hook::{Hook, capabilities},
     testing::{TestIdentity, TestPlugin},
     transport::PluginServer,
 };
