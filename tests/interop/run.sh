@@ -301,7 +301,7 @@ if instance wal-restore "$segment" pg_wal/RECOVERYXLOG && cmp -s "$inst/pgdata/p
 else
   cat "$work/restore.err"; fail "wal-restore -> Go plugin (missing file: exit $code)"
 fi
-if instance backup --plugin "$GO_PLUGIN" --backup-name interop --parameter origin=interop >"$work/backup.json" 2>"$work/backup.err" \
+if instance backup --plugin-name "$GO_PLUGIN" --backup-name interop --parameter origin=interop >"$work/backup.json" 2>"$work/backup.err" \
     && python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["backupId"]=="interop" and r["metadata"]["writer"]=="go", r' "$work/backup.json" \
     && [ -f "$inst/archive/base/interop/PG_VERSION" ]; then
   ok "backup -> Go plugin: Backup.Backup with the Backup object (phase started); its BackupResult as JSON"
@@ -309,7 +309,7 @@ else
   cat "$work/backup.err" "$work/backup.json"; fail "backup -> Go plugin"
 fi
 instance_cluster "$inst/restored" >"$inst/restore.yaml"
-if CNPGI_CLUSTER="$inst/restore.yaml" CNPGI_PLUGIN_DIR="$inst/sockets" "$operator" restore --plugin "$GO_PLUGIN" \
+if CNPGI_CLUSTER="$inst/restore.yaml" CNPGI_PLUGIN_DIR="$inst/sockets" "$operator" restore --plugin-name "$GO_PLUGIN" \
       --pgdata "$inst/restored" >"$work/restore.env" 2>"$work/restore.err" \
     && grep -qx "GO_PLUGIN_BACKUP=interop" "$work/restore.env" && [ -f "$inst/restored/PG_VERSION" ] \
     && [ -f "$inst/restored/recovery.signal" ] && grep -qx "archive_command = 'false'" "$inst/restored/postgresql.auto.conf" \
