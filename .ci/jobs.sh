@@ -9,7 +9,8 @@
 # a job's result waits for it (`ci_await`), at which point the job has the
 # whole machine.
 #
-#   ci_job NAME [--after JOB...] -- COMMAND...   starts COMMAND in the background
+#   ci_job NAME [--normal] [--after JOB...] -- COMMAND...
+#                                                 starts COMMAND in the background
 #   ci_await JOB...                               waits for jobs; fails with a job's log tail
 #   ci_step NAME                                  starts a timed step (ends the previous one)
 #   ci_report                                     prints the steps' and jobs' times
@@ -43,27 +44,31 @@ ci_step_end() {
   fi
 }
 
-# ci_job NAME [--after JOB...] -- COMMAND...: runs COMMAND in the background
-# at idle CPU priority (and idle I/O class where the scheduler has one),
-# after the named jobs succeeded. Output: $CI_STATE/NAME.log; exit code:
+# ci_job NAME [--normal] [--after JOB...] -- COMMAND...: runs COMMAND in the
+# background at idle CPU priority (and idle I/O class where the scheduler has
+# one), after the named jobs succeeded. --normal keeps the steps' priority:
+# for a suite that runs beside the steps (it mostly waits on servers, and
+# its timed checks must not starve while a step compiles), not for a build. Output: $CI_STATE/NAME.log; exit code:
 # $CI_STATE/NAME.rc, written last. The job's runner is a new bash process
 # (not a subshell) so that its environment, which .ci/leftovers.py reads,
 # carries the jobs' token.
 ci_job() {
-  local name=$1 after=()
+  local name=$1 after=() priority=idle
   shift
+  if [ "${1:-}" = --normal ]; then priority=normal; shift; fi
   if [ "${1:-}" = --after ]; then
     shift
     while [ "$1" != -- ]; do after+=("$1"); shift; done
   fi
   [ "${1:-}" = -- ] && shift
   CI_JOBS+=("$name")
-  CNPGI_CI_RUN="$CNPGI_CI_RUN-bg" bash -c 'ci_job_run "$@"' ci_job_run "$name" "${#after[@]}" "${after[@]}" "$@" &
+  CNPGI_CI_RUN="$CNPGI_CI_RUN-bg" bash -c 'ci_job_run "$@"' ci_job_run "$name" "$priority" "${#after[@]}" "${after[@]}" "$@" &
 }
-# ci_job_run NAME N DEP_1..DEP_N COMMAND...: the runner of ci_job.
+# ci_job_run NAME PRIORITY N DEP_1..DEP_N COMMAND...: the runner of ci_job.
 ci_job_run() {
-  local name=$1 n=$2 dep rc=0 started
-  shift 2
+  local name=$1 priority=$2 n=$3 dep rc=0 started nice=(chrt --idle 0 ionice -c 3)
+  shift 3
+  if [ "$priority" = normal ]; then nice=(); fi
   cd "$CI_REPO" || exit 1
   for dep in "${@:1:$n}"; do
     while [ ! -e "$CI_STATE/$dep.rc" ]; do sleep 2; done
@@ -76,7 +81,8 @@ ci_job_run() {
   shift "$n"
   printf 'start\t%s\t%s\n' "$(ci_now)" "$name" >>"$CI_TIMINGS"
   started=$(date +%s)
-  setsid chrt --idle 0 ionice -c 3 "$@" >"$CI_STATE/$name.log" 2>&1 </dev/null &
+  printf 'priority\t%s\t%s\n' "$priority" "$name" >>"$CI_TIMINGS"
+  setsid "${nice[@]}" "$@" >"$CI_STATE/$name.log" 2>&1 </dev/null &
   echo "$!" >"$CI_STATE/$name.pid"
   wait "$!" || rc=$?
   printf 'job\t%s\t%s\n' "$(($(date +%s) - started))" "$name" >>"$CI_TIMINGS"
@@ -123,7 +129,8 @@ ci_report() {
   awk -F '\t' '
     $1 == "step" { printf "  step  %5d s  %s\n", $2, $3 }
     $1 == "wait" && $2 > 0 { printf "  wait  %5d s  for %s\n", $2, $3 }
-    $1 == "job"  { printf "  job   %5d s  %s (background, idle priority)\n", $2, $3 }
+    $1 == "priority" { priority[$3] = $2 }
+    $1 == "job"  { printf "  job   %5d s  %s (background, %s priority)\n", $2, $3, priority[$3] }
   ' "$CI_TIMINGS"
   if [ -n "${CNPGI_CI_TIMINGS:-}" ]; then
     cp "$CI_TIMINGS" "$CNPGI_CI_TIMINGS"

@@ -63,7 +63,7 @@ def main():
     print(f"| **`.ci/run`, total** | **{cold_total}** | **{warm_total}** |")
     for kind in ("step", "job"):
         if kind == "job":
-            print("| *background jobs, at idle priority beside the steps:* | | |")
+            print("| *background jobs, beside the steps (builds at idle priority):* | | |")
         for key in (k for k in keys if k[0] == kind):
             label = key[1] if kind == "step" else f"`{key[1]}`"
             print(f"| {label} | {seconds(cold, key)} | {seconds(warm, key)} |")
