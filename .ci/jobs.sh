@@ -30,16 +30,38 @@ CI_JOBS=()
 
 ci_now() { echo $(($(date +%s) - CI_STARTED)); }
 
+# ci_cpu FILE: writes the CPU seconds (user + system) of this shell's waited-for
+# children so far into FILE. Through a file, not $(...): `times` in a command
+# substitution would report the substitution's own subshell. Processes that
+# leave the tree (containers run by dockerd, BuildKit's builds) are not counted.
+ci_cpu() {
+  times >"$1.times"
+  awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] } printf "%d\n", t }' \
+    "$1.times" >"$1"
+}
+# ci_step_cpu FILE: as ci_cpu, less the CPU of the jobs that ended so far: a
+# job's runner is this shell's child, so its CPU joins this shell's children's
+# once it exits, in whichever step that happens (give or take a job that ends
+# at a step's boundary).
+ci_step_cpu() {
+  ci_cpu "$1"
+  cat "$1" "$CI_STATE"/*.jobcpu 2>/dev/null | awk 'NR == 1 { t = $1; next } { t -= $1 } END { print t }' >"$1.net"
+  mv "$1.net" "$1"
+}
+
 # ci_step NAME: ends the current step (its duration goes to the report) and starts NAME.
 ci_step() {
   ci_step_end
   CI_STEP=$1
   CI_STEP_STARTED=$(date +%s)
+  ci_step_cpu "$CI_STATE/cpu-step-start"
   echo "== $1 (at $(ci_now) s)"
 }
 ci_step_end() {
   if [ -n "$CI_STEP" ]; then
-    printf 'step\t%s\t%s\n' "$(($(date +%s) - CI_STEP_STARTED))" "$CI_STEP" >>"$CI_TIMINGS"
+    ci_step_cpu "$CI_STATE/cpu-step-end"
+    printf 'step\t%s\t%s\t%s\n' "$(($(date +%s) - CI_STEP_STARTED))" "$CI_STEP" \
+      "$(cat "$CI_STATE/cpu-step-end" "$CI_STATE/cpu-step-start" | awk 'NR == 1 { t = $1 } NR == 2 { t -= $1 } END { print (t > 0 ? t : 0) }')" >>"$CI_TIMINGS"
     CI_STEP=""
   fi
 }
@@ -85,10 +107,11 @@ ci_job_run() {
   setsid "${nice[@]}" "$@" >"$CI_STATE/$name.log" 2>&1 </dev/null &
   echo "$!" >"$CI_STATE/$name.pid"
   wait "$!" || rc=$?
-  printf 'job\t%s\t%s\n' "$(($(date +%s) - started))" "$name" >>"$CI_TIMINGS"
+  ci_cpu "$CI_STATE/$name.jobcpu"
+  printf 'job\t%s\t%s\t%s\n' "$(($(date +%s) - started))" "$name" "$(cat "$CI_STATE/$name.jobcpu")" >>"$CI_TIMINGS"
   echo "$rc" >"$CI_STATE/$name.rc"
 }
-export -f ci_job_run ci_now
+export -f ci_job_run ci_now ci_cpu
 export CI_STATE CI_STARTED CI_TIMINGS
 
 # ci_await JOB...: waits until each job ended; fails the run, with the job's
@@ -127,10 +150,10 @@ ci_report() {
   ci_step_end
   echo "== timings (total $(ci_now) s)"
   awk -F '\t' '
-    $1 == "step" { printf "  step  %5d s  %s\n", $2, $3 }
+    $1 == "step" { printf "  step  %5d s  %s (CPU %d s)\n", $2, $3, $4 }
     $1 == "wait" && $2 > 0 { printf "  wait  %5d s  for %s\n", $2, $3 }
     $1 == "priority" { priority[$3] = $2 }
-    $1 == "job"  { printf "  job   %5d s  %s (background, %s priority)\n", $2, $3, priority[$3] }
+    $1 == "job"  { printf "  job   %5d s  %s (background, %s priority; CPU %d s)\n", $2, $3, priority[$3], $4 }
   ' "$CI_TIMINGS"
   if [ -n "${CNPGI_CI_TIMINGS:-}" ]; then
     cp "$CI_TIMINGS" "$CNPGI_CI_TIMINGS"

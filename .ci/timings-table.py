@@ -15,11 +15,12 @@ the commits measured; paste it under its table.
 import re
 import sys
 
-ROW = re.compile(r"(step|job|wait)\s+(\d+) s\s+(.*)")
+# "step  722 s  1390 s CPU  cargo clippy"; reports before the CPU column lack it.
+ROW = re.compile(r"(step|job|wait)\s+(\d+) s\s+(?:(\d+) s CPU\s+)?(.*)")
 
 
 def load(path):
-    """(header, total, {(kind, name): seconds}) of one report, rows in order."""
+    """(header, total, {(kind, name): (seconds, CPU seconds or None)}) of one report, rows in order."""
     with open(path) as f:
         lines = f.read().splitlines()
     if len(lines) < 2 or not lines[0].startswith("# .ci/run"):
@@ -28,7 +29,8 @@ def load(path):
     for line in lines[2:]:
         m = ROW.match(line)
         if m and m.group(1) != "wait":
-            rows[(m.group(1), m.group(3).removesuffix(" (background)"))] = int(m.group(2))
+            cpu = int(m.group(3)) if m.group(3) else None
+            rows[(m.group(1), m.group(4).removesuffix(" (background)"))] = (int(m.group(2)), cpu)
     total = re.search(r"total (.*)", lines[1])
     return lines[0].lstrip("# "), total.group(1) if total else "?", rows
 
@@ -38,7 +40,11 @@ LIMITS = ("60 min", "25 min")
 
 
 def seconds(rows, key):
-    return f"{rows[key]} s" if key in rows else ""
+    """The wall time, and the CPU time (user + system) where the report has it."""
+    if key not in rows:
+        return ""
+    wall, cpu = rows[key]
+    return f"{wall} s" if cpu is None else f"{wall} s ({cpu} s CPU)"
 
 
 def main():
