@@ -20,11 +20,10 @@ use cnpgi_pluginhelper::{
         operator::v1::operator_capability::rpc::Type as RpcType,
         operator_lifecycle::v1::operator_operation_type::Type as Operation,
     },
-    testing::{TestCertificates, TestPlugin, eventually},
+    testing::{TestCert, TestCertificates, TestPlugin, eventually},
     transport::{PluginListener, ServeError},
 };
 use cnpgi_tls::{pem, server::ServerTlsFiles};
-use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
 use tokio::{sync::oneshot, task::JoinHandle};
 
 const PLUGIN: &str = "cnpg-i-hello-world.cloudnative-pg.io";
@@ -162,16 +161,11 @@ async fn the_server_name_must_match_the_certificate() {
 #[tokio::test]
 async fn a_ca_issued_leaf_pinned_byte_for_byte_is_trusted() {
     let dir = tempfile::tempdir().unwrap();
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(vec![]).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let issuer = Issuer::from_params(&ca_params, &ca_key);
-    let server_key = KeyPair::generate().unwrap();
-    let mut server_params = CertificateParams::new(vec!["hello-world.cnpg-system.svc".into()]).unwrap();
-    server_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let server_cert = server_params.signed_by(&server_key, &issuer).unwrap();
-    std::fs::write(dir.path().join("server.crt"), server_cert.pem()).unwrap();
-    std::fs::write(dir.path().join("server.key"), server_key.serialize_pem()).unwrap();
+    let ca = TestCert::builder(&[]).ca().self_signed();
+    let server_cert = TestCert::builder(&["hello-world.cnpg-system.svc"])
+        .server()
+        .signed_by(&ca);
+    server_cert.write(dir.path(), "server").unwrap();
     let client_certs = TestCertificates::generate("unused").unwrap();
 
     let listener = PluginListener::bind_tcp(
@@ -192,7 +186,7 @@ async fn a_ca_issued_leaf_pinned_byte_for_byte_is_trusted() {
         server_name: "hello-world.cnpg-system.svc".into(),
         client_cert: pem::read_certificates(&client_certs.client.cert_path, "c").unwrap(),
         client_key: pem::read_private_key(&client_certs.client.key_path, "k").unwrap(),
-        server_cert: vec![server_cert.der().clone()],
+        server_cert: vec![server_cert.cert_der()],
     });
     let client = PluginClient::new(PLUGIN, transport, &options()).unwrap();
     assert_eq!(probe(&client).await.unwrap().metadata.name, PLUGIN);

@@ -22,10 +22,10 @@ use cnpgi_pluginhelper::{
             operator_server::{Operator, OperatorServer},
         },
     },
+    testing::ExtendedKeyUsagePurpose,
     testing::{CapturedLog, TestCertificates, TestIdentity, TestPlugin, connect_tls, eventually},
     transport::{PluginServer, ServeOptions},
 };
-use rcgen::ExtendedKeyUsagePurpose;
 use tokio::io::AsyncReadExt;
 use tonic::{Code, Request, Response, Status, transport::Endpoint};
 

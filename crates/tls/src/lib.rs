@@ -33,6 +33,8 @@ pub mod client;
 mod error;
 pub mod pem;
 pub mod server;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod verify;
 
 pub use error::TlsError;

@@ -93,14 +93,10 @@ mod tests {
 
     #[test]
     fn reads_generated_certificate_and_key() {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["plugin".into()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
-        let certs = parse_certificates(cert.pem().as_bytes(), Path::new("<memory>"), "cert").unwrap();
+        let cert = crate::testing::TestCert::builder(&["plugin"]).self_signed();
+        let certs = parse_certificates(cert.cert_pem().as_bytes(), Path::new("<memory>"), "cert").unwrap();
         assert_eq!(certs.len(), 1);
-        assert_eq!(certs[0].as_ref(), cert.der().as_ref());
-        parse_private_key(key.serialize_pem().as_bytes(), Path::new("<memory>"), "key").unwrap();
+        assert_eq!(certs[0], cert.cert_der());
+        parse_private_key(cert.key_pem().as_bytes(), Path::new("<memory>"), "key").unwrap();
     }
 }

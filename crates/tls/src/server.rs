@@ -154,21 +154,13 @@ impl ReloadingServerConfig {
 
 #[cfg(test)]
 mod tests {
-    use rcgen::{CertificateParams, KeyPair};
-
     use super::*;
+    use crate::testing::TestCert;
 
     fn write_pair(dir: &Path, prefix: &str, name: &str) -> (PathBuf, PathBuf, Vec<u8>) {
-        let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(vec![name.into()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
-        let cert_path = dir.join(format!("{prefix}.crt"));
-        let key_path = dir.join(format!("{prefix}.key"));
-        fs::write(&cert_path, cert.pem()).unwrap();
-        fs::write(&key_path, key.serialize_pem()).unwrap();
-        (cert_path, key_path, cert.der().to_vec())
+        let cert = TestCert::builder(&[name]).self_signed();
+        let (cert_path, key_path) = cert.write(dir, prefix).unwrap();
+        (cert_path, key_path, cert.cert_der().to_vec())
     }
 
     #[test]

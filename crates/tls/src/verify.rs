@@ -349,37 +349,19 @@ fn check_pinned_leaf(der: &CertificateDer<'_>, now: UnixTime, purpose: Purpose) 
 mod tests {
     use std::time::{Duration, SystemTime};
 
-    use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair};
-
     use super::*;
+    use crate::testing::TestCert;
 
     fn now() -> UnixTime {
         UnixTime::now()
     }
 
-    fn leaf(name: &str, eku: ExtendedKeyUsagePurpose) -> (rcgen::Certificate, KeyPair) {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec![name.into()]).unwrap();
-        params.extended_key_usages = vec![eku];
-        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-        params.not_after = rcgen::date_time_ymd(2100, 1, 1);
-        (params.self_signed(&key).unwrap(), key)
+    fn ca() -> TestCert {
+        TestCert::builder(&[]).ca().self_signed()
     }
 
-    fn ca() -> (rcgen::Certificate, KeyPair, CertificateParams) {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec![]).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let cert = params.clone().self_signed(&key).unwrap();
-        (cert, key, params)
-    }
-
-    fn issued(name: &str, ca: &(rcgen::Certificate, KeyPair, CertificateParams)) -> rcgen::Certificate {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec![name.into()]).unwrap();
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-        let issuer = rcgen::Issuer::from_params(&ca.2, &ca.1);
-        params.signed_by(&key, &issuer).unwrap()
+    fn issued(name: &str, ca: &TestCert) -> TestCert {
+        TestCert::builder(&[name]).server_and_client().signed_by(ca)
     }
 
     fn name(n: &str) -> ServerName<'static> {
@@ -388,18 +370,18 @@ mod tests {
 
     #[test]
     fn self_signed_leaf_pinned_as_its_own_root_is_trusted() {
-        let (cert, _) = leaf("cnpg-i-hello-world", ExtendedKeyUsagePurpose::ServerAuth);
-        let v = PinnedServerVerifier::new(vec![cert.der().clone()]).unwrap();
-        v.verify_server_cert(cert.der(), &[], &name("cnpg-i-hello-world"), &[], now())
+        let cert = TestCert::builder(&["cnpg-i-hello-world"]).server().self_signed();
+        let v = PinnedServerVerifier::new(vec![cert.cert_der()]).unwrap();
+        v.verify_server_cert(&cert.cert_der(), &[], &name("cnpg-i-hello-world"), &[], now())
             .unwrap();
     }
 
     #[test]
     fn pinned_leaf_must_match_the_server_name() {
-        let (cert, _) = leaf("cnpg-i-hello-world", ExtendedKeyUsagePurpose::ServerAuth);
-        let v = PinnedServerVerifier::new(vec![cert.der().clone()]).unwrap();
+        let cert = TestCert::builder(&["cnpg-i-hello-world"]).server().self_signed();
+        let v = PinnedServerVerifier::new(vec![cert.cert_der()]).unwrap();
         let err = v
-            .verify_server_cert(cert.der(), &[], &name("other-plugin"), &[], now())
+            .verify_server_cert(&cert.cert_der(), &[], &name("other-plugin"), &[], now())
             .unwrap_err();
         assert!(err.to_string().contains("not valid for name"), "{err}");
     }
@@ -408,33 +390,33 @@ mod tests {
     fn ca_issued_leaf_pinned_byte_for_byte_is_trusted_without_its_ca() {
         let authority = ca();
         let cert = issued("plugin.svc", &authority);
-        let v = PinnedServerVerifier::new(vec![cert.der().clone()]).unwrap();
-        v.verify_server_cert(cert.der(), &[], &name("plugin.svc"), &[], now())
+        let v = PinnedServerVerifier::new(vec![cert.cert_der()]).unwrap();
+        v.verify_server_cert(&cert.cert_der(), &[], &name("plugin.svc"), &[], now())
             .unwrap();
-        let c = PinnedClientVerifier::new(vec![cert.der().clone()]).unwrap();
-        c.verify_client_cert(cert.der(), &[], now()).unwrap();
+        let c = PinnedClientVerifier::new(vec![cert.cert_der()]).unwrap();
+        c.verify_client_cert(&cert.cert_der(), &[], now()).unwrap();
     }
 
     #[test]
     fn leaf_chaining_to_a_pinned_ca_is_trusted() {
         let authority = ca();
         let cert = issued("plugin.svc", &authority);
-        let v = PinnedServerVerifier::new(vec![authority.0.der().clone()]).unwrap();
-        v.verify_server_cert(cert.der(), &[], &name("plugin.svc"), &[], now())
+        let v = PinnedServerVerifier::new(vec![authority.cert_der()]).unwrap();
+        v.verify_server_cert(&cert.cert_der(), &[], &name("plugin.svc"), &[], now())
             .unwrap();
-        let c = PinnedClientVerifier::new(vec![authority.0.der().clone()]).unwrap();
-        c.verify_client_cert(cert.der(), &[], now()).unwrap();
+        let c = PinnedClientVerifier::new(vec![authority.cert_der()]).unwrap();
+        c.verify_client_cert(&cert.cert_der(), &[], now()).unwrap();
     }
 
     #[test]
     fn any_other_certificate_is_refused() {
-        let (pinned, _) = leaf("plugin", ExtendedKeyUsagePurpose::ServerAuth);
-        let (stranger, _) = leaf("plugin", ExtendedKeyUsagePurpose::ServerAuth);
+        let pinned = TestCert::builder(&["plugin"]).server().self_signed();
+        let stranger = TestCert::builder(&["plugin"]).server().self_signed();
         let other_ca = ca();
         let from_other_ca = issued("plugin", &other_ca);
-        let v = PinnedServerVerifier::new(vec![pinned.der().clone()]).unwrap();
-        let c = PinnedClientVerifier::new(vec![pinned.der().clone()]).unwrap();
-        for presented in [stranger.der(), from_other_ca.der()] {
+        let v = PinnedServerVerifier::new(vec![pinned.cert_der()]).unwrap();
+        let c = PinnedClientVerifier::new(vec![pinned.cert_der()]).unwrap();
+        for presented in [&stranger.cert_der(), &from_other_ca.cert_der()] {
             let err = v
                 .verify_server_cert(presented, &[], &name("plugin"), &[], now())
                 .unwrap_err();
@@ -445,33 +427,33 @@ mod tests {
 
     #[test]
     fn expired_or_not_yet_valid_pinned_leaf_is_refused() {
-        let (cert, _) = leaf("plugin", ExtendedKeyUsagePurpose::ServerAuth);
-        let v = PinnedServerVerifier::new(vec![cert.der().clone()]).unwrap();
+        let cert = TestCert::builder(&["plugin"]).server().self_signed();
+        let v = PinnedServerVerifier::new(vec![cert.cert_der()]).unwrap();
         let far_future = UnixTime::since_unix_epoch(
             SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap()
                 + Duration::from_secs(100 * 365 * 24 * 3600),
         );
         let err = v
-            .verify_server_cert(cert.der(), &[], &name("plugin"), &[], far_future)
+            .verify_server_cert(&cert.cert_der(), &[], &name("plugin"), &[], far_future)
             .unwrap_err();
         assert_eq!(err, Error::InvalidCertificate(CertificateError::Expired));
         let long_ago = UnixTime::since_unix_epoch(Duration::from_secs(3600));
         let err = v
-            .verify_server_cert(cert.der(), &[], &name("plugin"), &[], long_ago)
+            .verify_server_cert(&cert.cert_der(), &[], &name("plugin"), &[], long_ago)
             .unwrap_err();
         assert_eq!(err, Error::InvalidCertificate(CertificateError::NotValidYet));
     }
 
     #[test]
     fn pinned_leaf_restricted_to_another_purpose_is_refused() {
-        let (client_only, _) = leaf("plugin", ExtendedKeyUsagePurpose::ClientAuth);
-        let v = PinnedServerVerifier::new(vec![client_only.der().clone()]).unwrap();
+        let client_only = TestCert::builder(&["plugin"]).client().self_signed();
+        let v = PinnedServerVerifier::new(vec![client_only.cert_der()]).unwrap();
         let err = v
-            .verify_server_cert(client_only.der(), &[], &name("plugin"), &[], now())
+            .verify_server_cert(&client_only.cert_der(), &[], &name("plugin"), &[], now())
             .unwrap_err();
         assert_eq!(err, Error::InvalidCertificate(CertificateError::InvalidPurpose));
-        let c = PinnedClientVerifier::new(vec![client_only.der().clone()]).unwrap();
-        c.verify_client_cert(client_only.der(), &[], now()).unwrap();
+        let c = PinnedClientVerifier::new(vec![client_only.cert_der()]).unwrap();
+        c.verify_client_cert(&client_only.cert_der(), &[], now()).unwrap();
     }
 
     #[test]

@@ -8,47 +8,20 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::{fs, path::Path, sync::Arc};
+use std::{fs, sync::Arc};
 
+use cnpgi_tls::testing::TestCert as Made;
 use cnpgi_tls::{
     client::{client_config, server_name},
     server::ServerTlsFiles,
     verify::PinnedServerVerifier,
 };
-use rcgen::{
-    BasicConstraints, Certificate, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, date_time_ymd,
-};
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rcgen::ExtendedKeyUsagePurpose;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
 };
 use tokio_rustls::TlsConnector;
-
-/// A certificate with its key and the parameters it was made from (to sign others).
-struct Made {
-    cert: Certificate,
-    key: KeyPair,
-    params: CertificateParams,
-}
-
-impl Made {
-    fn der(&self) -> CertificateDer<'static> {
-        self.cert.der().clone()
-    }
-
-    fn key_der(&self) -> PrivateKeyDer<'static> {
-        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.serialize_der()))
-    }
-
-    fn write(&self, dir: &Path, prefix: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-        let cert = dir.join(format!("{prefix}.crt"));
-        let key = dir.join(format!("{prefix}.key"));
-        fs::write(&cert, self.cert.pem()).unwrap();
-        fs::write(&key, self.key.serialize_pem()).unwrap();
-        (cert, key)
-    }
-}
 
 #[derive(Clone, Copy)]
 enum Validity {
@@ -56,38 +29,19 @@ enum Validity {
     Expired,
 }
 
-fn params(name: &str, eku: &[ExtendedKeyUsagePurpose], validity: Validity, ca: bool) -> CertificateParams {
-    let mut params = CertificateParams::new(vec![name.into()]).unwrap();
-    params.extended_key_usages = eku.to_vec();
-    match validity {
-        Validity::Current => {
-            params.not_before = date_time_ymd(2020, 1, 1);
-            params.not_after = date_time_ymd(2100, 1, 1);
-        }
-        Validity::Expired => {
-            params.not_before = date_time_ymd(2020, 1, 1);
-            params.not_after = date_time_ymd(2021, 1, 1);
-        }
+fn self_signed(name: &str, eku: &[ExtendedKeyUsagePurpose], validity: Validity, ca: bool) -> Made {
+    let mut builder = Made::builder(&[name]).usages(eku);
+    if let Validity::Expired = validity {
+        builder = builder.expired();
     }
     if ca {
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        builder = builder.ca();
     }
-    params
-}
-
-fn self_signed(name: &str, eku: &[ExtendedKeyUsagePurpose], validity: Validity, ca: bool) -> Made {
-    let key = KeyPair::generate().unwrap();
-    let params = params(name, eku, validity, ca);
-    let cert = params.clone().self_signed(&key).unwrap();
-    Made { cert, key, params }
+    builder.self_signed()
 }
 
 fn signed_by(name: &str, eku: &[ExtendedKeyUsagePurpose], issuer: &Made) -> Made {
-    let key = KeyPair::generate().unwrap();
-    let params = params(name, eku, Validity::Current, false);
-    let issuer = Issuer::from_params(&issuer.params, &issuer.key);
-    let cert = params.clone().signed_by(&key, &issuer).unwrap();
-    Made { cert, key, params }
+    Made::builder(&[name]).usages(eku).signed_by(issuer)
 }
 
 const BOTH: &[ExtendedKeyUsagePurpose] = &[ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
@@ -107,16 +61,16 @@ async fn handshake(
     pinned_server: &[&Made],
 ) -> (Result<(), String>, Result<(), String>) {
     let dir = tempfile::tempdir().unwrap();
-    let (server_cert, server_key) = server.write(dir.path(), "server");
+    let (server_cert, server_key) = server.write(dir.path(), "server").unwrap();
     let mut pem = fs::read_to_string(&server_cert).unwrap();
     for c in server_chain {
-        pem.push_str(&c.cert.pem());
+        pem.push_str(&c.cert_pem());
     }
     fs::write(&server_cert, pem).unwrap();
     let client_ca = dir.path().join("client-ca.crt");
     fs::write(
         &client_ca,
-        pinned_client.iter().map(|c| c.cert.pem()).collect::<String>(),
+        pinned_client.iter().map(|c| c.cert_pem()).collect::<String>(),
     )
     .unwrap();
     let config = ServerTlsFiles {
@@ -137,9 +91,9 @@ async fn handshake(
         Ok::<(), String>(())
     });
 
-    let verifier = PinnedServerVerifier::new(pinned_server.iter().map(|c| c.der()).collect()).unwrap();
-    let mut presented = vec![client.der()];
-    presented.extend(client_chain.iter().map(|c| c.der()));
+    let verifier = PinnedServerVerifier::new(pinned_server.iter().map(|c| c.cert_der()).collect()).unwrap();
+    let mut presented = vec![client.cert_der()];
+    presented.extend(client_chain.iter().map(|c| c.cert_der()));
     let config = client_config(presented, client.key_der(), verifier).unwrap();
     let connector = TlsConnector::from(Arc::new(config));
     let client_side = async {

@@ -39,13 +39,14 @@ use cnpgi_proto::{
     operator::v1::operator_client::OperatorClient,
     operator_lifecycle::v1::operator_lifecycle_client::OperatorLifecycleClient,
 };
+/// The project's one maker of test certificates (any names, usages, validity, a CA).
+pub use cnpgi_tls::testing::{ExtendedKeyUsagePurpose, TestCert, TestCertBuilder};
 use cnpgi_tls::{
     client::{TlsConnectorService, client_config, server_name},
     pem,
     server::ServerTlsFiles,
     verify::PinnedServerVerifier,
 };
-use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, KeyPair};
 use tokio::{sync::oneshot, task::JoinHandle};
 use tonic::transport::{Channel, Endpoint};
 
@@ -61,9 +62,6 @@ pub use process::ChildGuard;
 /// Why a test plugin could not be started or reached.
 #[derive(Debug, thiserror::Error)]
 pub enum TestError {
-    /// Certificate generation failed.
-    #[error("cannot generate test certificates: {0}")]
-    Certificates(#[from] rcgen::Error),
     /// Writing files to the temporary directory failed.
     #[error("cannot write test files: {0}")]
     Io(#[from] std::io::Error),
@@ -215,13 +213,11 @@ impl TestCertificates {
         names: Vec<String>,
         usage: ExtendedKeyUsagePurpose,
     ) -> Result<TestKeyPair, TestError> {
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(names)?;
-        params.extended_key_usages = vec![usage];
-        let cert = params.self_signed(&key)?;
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let cert = TestCert::builder(&names).usages(&[usage]).self_signed();
         let pair = TestKeyPair {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
+            cert_pem: cert.cert_pem(),
+            key_pem: cert.key_pem(),
             cert_path: dir.path().join(format!("{stem}.crt")),
             key_path: dir.path().join(format!("{stem}.key")),
         };
