@@ -11,27 +11,12 @@
 //! # Ok(()) }
 //! ```
 
-use std::{fmt::Debug, future::Future, pin::Pin};
+use std::{future::Future, pin::Pin};
 
 use cnpgi_core::{
-    capabilities::{
-        self, BackupRpc, CapabilityError, MetricsRpc, OperatorRpc, PostgresRpc, ReconcilerKind, RestoreJobKind, WalRpc,
-    },
+    capabilities::{Capability, CapabilityError},
+    for_each_service,
     service::{self, Service},
-};
-use cnpgi_proto::{
-    backup::v1::{BackupCapabilitiesRequest, BackupCapabilitiesResult, BackupCapability},
-    // The Postgres service's messages are in upstream's identity package.
-    identity::v1::{PostgresCapabilitiesRequest, PostgresCapabilitiesResult, PostgresCapability},
-    metrics::v1::{MetricsCapabilitiesRequest, MetricsCapabilitiesResult, MetricsCapability},
-    operator::v1::{OperatorCapabilitiesRequest, OperatorCapabilitiesResult, OperatorCapability},
-    reconciler::v1::{
-        ReconcilerHooksCapabilitiesRequest, ReconcilerHooksCapabilitiesResult, ReconcilerHooksCapability,
-    },
-    wal::v1::{
-        RestoreJobHooksCapabilitiesRequest, RestoreJobHooksCapabilitiesResult, RestoreJobHooksCapability,
-        WalCapabilitiesRequest, WalCapabilitiesResult, WalCapability,
-    },
 };
 
 use crate::client::PluginClient;
@@ -39,15 +24,15 @@ use crate::client::PluginClient;
 /// A call in flight, as the generated clients return it.
 pub type Call<A> = Pin<Box<dyn Future<Output = Result<tonic::Response<A>, tonic::Status>> + Send>>;
 
-/// A service whose `GetCapabilities` lists values of one kind (RPCs, or
-/// reconciler and restore-job kinds). Implemented by the table below.
+/// A service's `GetCapabilities`: how to ask it and where its entries are.
+/// Implemented for each row of [`cnpgi_core::for_each_service!`].
 pub trait ServiceCapabilities {
     /// The service's description (name, capability, RPCs).
     const SERVICE: &'static Service;
     /// What one entry advertises.
-    type Value: Copy + PartialEq + Debug + Send + 'static;
+    type Value: Clone + PartialEq + std::fmt::Debug + Send + 'static;
     /// One entry of the answer.
-    type Entry: Send + 'static;
+    type Entry: Capability<Value = Self::Value> + Send + 'static;
     /// The answer of `GetCapabilities`.
     type Answer: Send + 'static;
 
@@ -55,21 +40,28 @@ pub trait ServiceCapabilities {
     fn call(client: &PluginClient) -> Call<Self::Answer>;
     /// The entries of an answer.
     fn entries(answer: &Self::Answer) -> &[Self::Entry];
+
     /// One entry's value, or what is wrong with it.
-    fn read(entry: &Self::Entry) -> Result<Self::Value, CapabilityError>;
+    fn read(entry: &Self::Entry) -> Result<Self::Value, CapabilityError> {
+        entry.value()
+    }
     /// A value's name on the wire (`TYPE_ARCHIVE_WAL`).
-    fn name(value: Self::Value) -> &'static str;
+    fn name(value: &Self::Value) -> std::borrow::Cow<'static, str> {
+        Self::Entry::name(value)
+    }
 }
 
 /// The values `answer` advertises, read as routing reads them: entries
-/// that cannot be read are left out (and said in the second list).
+/// that cannot be read are left out (and said in the second list); a value
+/// listed twice is kept once, but for the entries kept as sent
+/// ([`Capability::DISTINCT`]).
 pub fn read<S: ServiceCapabilities>(answer: &S::Answer) -> (Vec<S::Value>, Vec<CapabilityError>) {
     let mut values = Vec::new();
     let mut problems = Vec::new();
     for entry in S::entries(answer) {
         match S::read(entry) {
-            Ok(value) if !values.contains(&value) => values.push(value),
-            Ok(_) => {}
+            Ok(value) if S::Entry::DISTINCT && values.contains(&value) => {}
+            Ok(value) => values.push(value),
             Err(problem) => problems.push(problem),
         }
     }
@@ -84,84 +76,43 @@ pub async fn ask<S: ServiceCapabilities>(
     Ok(read::<S>(&answer))
 }
 
-/// One row per service: `Name: Value = SERVICE, accessor(Request) -> Answer
-/// { field: Entry }, reader, namer`.
+/// A [`ServiceCapabilities`] per row of the service table.
 macro_rules! services {
-    ($(
-        $(#[$doc:meta])*
-        $name:ident: $value:ty = $service:expr,
-            $accessor:ident($request:ident) -> $answer:ty { $field:ident: $entry:ty },
-            $read:expr, $show:expr;
-    )*) => {$(
+    ($( $(#[$doc:meta])* $name:ident = $konst:ident ($cap:ident, $label:literal, $grpc:literal) {
+        key: $key:ident, proto: $($proto:ident)::+, client: $($client:ident)::+, server: $($server:ident)::+,
+        capabilities: $request:ident -> $answer:ident { $field:ident: [$entry:ident] },
+        values: $values:ident $($oneof:ident)?, info: $info:ident, sdk: $sdk:ident, local: $local:ident,
+        rpcs: [$( $(#[$rpc_doc:meta])* $rpc:ident = $rpc_name:literal, $parameters:ident, $exercise:ident; )*],
+    } )*) => {$(
         $(#[$doc])*
         #[derive(Debug, Clone, Copy)]
         pub struct $name;
 
         impl ServiceCapabilities for $name {
-            const SERVICE: &'static Service = &$service;
-            type Value = $value;
-            type Entry = $entry;
-            type Answer = $answer;
+            const SERVICE: &'static Service = &service::$konst;
+            type Value = <Self::Entry as Capability>::Value;
+            type Entry = cnpgi_proto::$($proto)::+::$entry;
+            type Answer = cnpgi_proto::$($proto)::+::$answer;
 
             fn call(client: &PluginClient) -> Call<Self::Answer> {
-                let mut stub = client.$accessor();
-                let request = client.request($request {});
+                let mut stub = client.$key();
+                let request = client.request(cnpgi_proto::$($proto)::+::$request {});
                 Box::pin(async move { stub.get_capabilities(request).await })
             }
 
             fn entries(answer: &Self::Answer) -> &[Self::Entry] {
                 &answer.$field
             }
-
-            fn read(entry: &Self::Entry) -> Result<Self::Value, CapabilityError> {
-                $read(entry)
-            }
-
-            fn name(value: Self::Value) -> &'static str {
-                $show(&value)
-            }
         }
     )*};
 }
 
-services! {
-    /// The Operator service: the RPCs CloudNativePG's webhooks would call.
-    Operator: OperatorRpc = service::OPERATOR,
-        operator(OperatorCapabilitiesRequest) -> OperatorCapabilitiesResult { capabilities: OperatorCapability },
-        capabilities::operator_rpc_type, OperatorRpc::as_str_name;
-    /// The WAL service.
-    Wal: WalRpc = service::WAL,
-        wal(WalCapabilitiesRequest) -> WalCapabilitiesResult { capabilities: WalCapability },
-        capabilities::wal_rpc_type, WalRpc::as_str_name;
-    /// The Backup service.
-    Backup: BackupRpc = service::BACKUP,
-        backup(BackupCapabilitiesRequest) -> BackupCapabilitiesResult { capabilities: BackupCapability },
-        capabilities::backup_rpc_type, BackupRpc::as_str_name;
-    /// The ReconcilerHooks service: the kinds it hooks.
-    Reconciler: ReconcilerKind = service::RECONCILER_HOOKS,
-        reconciler(ReconcilerHooksCapabilitiesRequest) -> ReconcilerHooksCapabilitiesResult {
-            reconciler_capabilities: ReconcilerHooksCapability
-        },
-        capabilities::reconciler_kind, ReconcilerKind::as_str_name;
-    /// The RestoreJobHooks service: the kinds it hooks.
-    RestoreJob: RestoreJobKind = service::RESTORE_JOB_HOOKS,
-        restore_job(RestoreJobHooksCapabilitiesRequest) -> RestoreJobHooksCapabilitiesResult {
-            capabilities: RestoreJobHooksCapability
-        },
-        capabilities::restore_job_kind, RestoreJobKind::as_str_name;
-    /// The Postgres service.
-    Postgres: PostgresRpc = service::POSTGRES,
-        postgres(PostgresCapabilitiesRequest) -> PostgresCapabilitiesResult { capabilities: PostgresCapability },
-        capabilities::postgres_rpc_type, PostgresRpc::as_str_name;
-    /// The Metrics service.
-    Metrics: MetricsRpc = service::METRICS,
-        metrics(MetricsCapabilitiesRequest) -> MetricsCapabilitiesResult { capabilities: MetricsCapability },
-        capabilities::metrics_rpc_type, MetricsRpc::as_str_name;
-}
+for_each_service!(services);
 
 #[cfg(test)]
 mod tests {
-    use cnpgi_proto::wal::v1::wal_capability;
+    use cnpgi_core::capabilities::WalRpc;
+    use cnpgi_proto::wal::v1::{WalCapabilitiesResult, WalCapability, wal_capability};
 
     use super::*;
 
@@ -187,7 +138,7 @@ mod tests {
             problems,
             vec![CapabilityError::Unknown(9_999), CapabilityError::Missing]
         );
-        assert_eq!(Wal::name(WalRpc::ArchiveWal), "TYPE_ARCHIVE_WAL");
+        assert_eq!(Wal::name(&WalRpc::ArchiveWal), "TYPE_ARCHIVE_WAL");
         assert_eq!(Wal::SERVICE.label, "WAL");
     }
 }

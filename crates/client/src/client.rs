@@ -39,15 +39,8 @@ use std::{
     time::Duration,
 };
 
-use cnpgi_proto::{
-    backup::v1::backup_client::BackupClient,
-    identity::v1::{identity_client::IdentityClient, postgres_client::PostgresClient},
-    metrics::v1::metrics_client::MetricsClient,
-    operator::v1::operator_client::OperatorClient,
-    operator_lifecycle::v1::operator_lifecycle_client::OperatorLifecycleClient,
-    reconciler::v1::reconciler_hooks_client::ReconcilerHooksClient,
-    wal::v1::{restore_job_hooks_client::RestoreJobHooksClient, wal_client::WalClient},
-};
+use cnpgi_core::for_each_service;
+use cnpgi_proto::identity::v1::identity_client::IdentityClient;
 use cnpgi_tls::{
     client::{TlsConnectorService, client_config, server_name},
     verify::PinnedServerVerifier,
@@ -194,6 +187,20 @@ pub struct PluginClient {
     connections: Arc<AtomicU64>,
 }
 
+/// The client of each service of the table, named by its key
+/// (`PluginClient::wal`), on the shared channel.
+macro_rules! accessors {
+    ($( $(#[$doc:meta])* $name:ident = $konst:ident ($cap:ident, $label:literal, $grpc:literal) {
+        key: $key:ident, proto: $($proto:ident)::+, client: $client_mod:ident::$client:ident, server: $($server:ident)::+,
+        $($rest:tt)*
+    } )*) => {$(
+        #[doc = concat!("A client of the ", $label, " service on the shared channel.")]
+        pub fn $key(&self) -> cnpgi_proto::$($proto)::+::$client_mod::$client<InstrumentedChannel> {
+            cnpgi_proto::$($proto)::+::$client_mod::$client::new(self.channel.clone())
+        }
+    )*};
+}
+
 impl PluginClient {
     /// Creates the client, without dialling: the connection is opened by the
     /// first call, and re-opened by the next call after it breaks.
@@ -287,45 +294,7 @@ impl PluginClient {
         IdentityClient::new(self.channel.clone())
     }
 
-    /// An Operator client on the shared channel.
-    pub fn operator(&self) -> OperatorClient<InstrumentedChannel> {
-        OperatorClient::new(self.channel.clone())
-    }
-
-    /// An OperatorLifecycle client on the shared channel.
-    pub fn lifecycle(&self) -> OperatorLifecycleClient<InstrumentedChannel> {
-        OperatorLifecycleClient::new(self.channel.clone())
-    }
-
-    /// A ReconcilerHooks client on the shared channel.
-    pub fn reconciler(&self) -> ReconcilerHooksClient<InstrumentedChannel> {
-        ReconcilerHooksClient::new(self.channel.clone())
-    }
-
-    /// A WAL client on the shared channel.
-    pub fn wal(&self) -> WalClient<InstrumentedChannel> {
-        WalClient::new(self.channel.clone())
-    }
-
-    /// A Backup client on the shared channel.
-    pub fn backup(&self) -> BackupClient<InstrumentedChannel> {
-        BackupClient::new(self.channel.clone())
-    }
-
-    /// A RestoreJobHooks client on the shared channel.
-    pub fn restore_job(&self) -> RestoreJobHooksClient<InstrumentedChannel> {
-        RestoreJobHooksClient::new(self.channel.clone())
-    }
-
-    /// A Postgres (`EnrichConfiguration`) client on the shared channel.
-    pub fn postgres(&self) -> PostgresClient<InstrumentedChannel> {
-        PostgresClient::new(self.channel.clone())
-    }
-
-    /// A Metrics client on the shared channel.
-    pub fn metrics(&self) -> MetricsClient<InstrumentedChannel> {
-        MetricsClient::new(self.channel.clone())
-    }
+    for_each_service!(accessors);
 }
 
 /// The shared channel, with a tracing span (carrying the plugin name) and

@@ -9,46 +9,58 @@
 //! (`wal-archive` runs once per WAL segment) asks only for it with
 //! [`probe_only`].
 
-use cnpgi_core::capabilities::{
-    self, BackupRpc, MetricsRpc, Operation, OperatorRpc as RpcType, PostgresRpc, ReconcilerKind as HookKind,
-    RestoreJobKind, ServiceType, WalRpc, matches_lifecycle,
+use cnpgi_core::{
+    capabilities::{self, Operation, OperatorRpc as RpcType, ServiceType, matches_lifecycle},
+    for_each_service,
+    service::{self, Service},
 };
-use cnpgi_core::service::{self, Service};
-use cnpgi_proto::{
-    identity::v1::{GetPluginCapabilitiesRequest, GetPluginMetadataRequest, GetPluginMetadataResponse, ProbeRequest},
-    operator_lifecycle::v1::{OperatorLifecycleCapabilities, OperatorLifecycleCapabilitiesRequest},
+use cnpgi_proto::identity::v1::{
+    GetPluginCapabilitiesRequest, GetPluginMetadataRequest, GetPluginMetadataResponse, ProbeRequest,
 };
 
 use crate::{
-    capabilities::{self as asked, ask},
+    capabilities::{self as asked, ServiceCapabilities, ask},
     client::PluginClient,
 };
 
-/// What a plugin said about itself when probed.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PluginInfo {
-    /// `GetPluginMetadata`'s answer.
-    pub metadata: GetPluginMetadataResponse,
-    /// The services advertised by `GetPluginCapabilities`.
-    pub services: Vec<ServiceType>,
-    /// The Operator RPCs advertised (empty without the Operator service).
-    pub operator_rpcs: Vec<RpcType>,
-    /// The lifecycle hooks advertised (empty without the lifecycle service).
-    pub lifecycle: Vec<OperatorLifecycleCapabilities>,
-    /// The kinds of object whose reconciliation the plugin hooks into
-    /// (empty without the ReconcilerHooks service).
-    pub reconciler_kinds: Vec<HookKind>,
-    /// The WAL RPCs advertised (empty without the WAL service).
-    pub wal_rpcs: Vec<WalRpc>,
-    /// The Backup RPCs advertised (empty without the Backup service).
-    pub backup_rpcs: Vec<BackupRpc>,
-    /// What the plugin's RestoreJobHooks handle (empty without that service).
-    pub restore_job_kinds: Vec<RestoreJobKind>,
-    /// The Postgres RPCs advertised (empty without the Postgres service).
-    pub postgres_rpcs: Vec<PostgresRpc>,
-    /// The Metrics RPCs advertised (empty without the Metrics service).
-    pub metrics_rpcs: Vec<MetricsRpc>,
+/// [`PluginInfo`], with a field per service of the table, and
+/// `ask_capabilities`, which fills the field of one.
+macro_rules! probed {
+    ($( $(#[$doc:meta])* $name:ident = $konst:ident ($cap:ident, $label:literal, $grpc:literal) {
+        key: $key:ident, proto: $($proto:ident)::+, client: $($client:ident)::+, server: $($server:ident)::+,
+        capabilities: $request:ident -> $answer:ident { $field:ident: [$entry:ident] },
+        values: $values:ident $($oneof:ident)?, info: $info:ident, $($rest:tt)*
+    } )*) => {
+        /// What a plugin said about itself when probed.
+        #[derive(Debug, Clone, Default, PartialEq)]
+        pub struct PluginInfo {
+            /// `GetPluginMetadata`'s answer.
+            pub metadata: GetPluginMetadataResponse,
+            /// The services advertised by `GetPluginCapabilities`.
+            pub services: Vec<ServiceType>,
+            $(
+                #[doc = concat!("What the ", $label, " service advertises (empty without it).")]
+                pub $info: Vec<<asked::$name as ServiceCapabilities>::Value>,
+            )*
+        }
+
+        /// Asks `service`'s `GetCapabilities` and keeps the answer in `info`.
+        async fn ask_capabilities(client: &PluginClient, service: &Service, info: &mut PluginInfo) -> Result<(), ProbeError> {
+            let Some(method) = service.get_capabilities else {
+                return Ok(());
+            };
+            let failed = |status| ProbeError::rpc(client, method, status);
+            match service.capability {
+                $(ServiceType::$cap => info.$info = ask::<asked::$name>(client).await.map_err(failed)?.0,)*
+                // Advertised only: nothing to ask.
+                _ => {}
+            }
+            Ok(())
+        }
+    };
 }
+
+for_each_service!(probed);
 
 impl PluginInfo {
     /// Whether the plugin advertises `service`.
@@ -221,35 +233,6 @@ async fn advertised_services(client: &PluginClient) -> Result<Vec<ServiceType>, 
         .map_err(|s| ProbeError::rpc(client, "Identity/GetPluginCapabilities", s))?
         .into_inner();
     Ok(capabilities::services_of(&answer.capabilities))
-}
-
-/// Asks `service`'s `GetCapabilities` and keeps the answer in `info`.
-async fn ask_capabilities(client: &PluginClient, service: &Service, info: &mut PluginInfo) -> Result<(), ProbeError> {
-    let Some(method) = service.get_capabilities else {
-        return Ok(());
-    };
-    let failed = |status| ProbeError::rpc(client, method, status);
-    match service.capability {
-        ServiceType::OperatorService => info.operator_rpcs = ask::<asked::Operator>(client).await.map_err(failed)?.0,
-        ServiceType::LifecycleService => {
-            // Kinds with operations, not one value per entry: read whole.
-            let request = client.request(OperatorLifecycleCapabilitiesRequest {});
-            let answer = client.lifecycle().get_capabilities(request).await.map_err(failed)?;
-            info.lifecycle = answer.into_inner().lifecycle_capabilities;
-        }
-        ServiceType::WalService => info.wal_rpcs = ask::<asked::Wal>(client).await.map_err(failed)?.0,
-        ServiceType::BackupService => info.backup_rpcs = ask::<asked::Backup>(client).await.map_err(failed)?.0,
-        ServiceType::ReconcilerHooks => {
-            info.reconciler_kinds = ask::<asked::Reconciler>(client).await.map_err(failed)?.0;
-        }
-        ServiceType::RestoreJob => info.restore_job_kinds = ask::<asked::RestoreJob>(client).await.map_err(failed)?.0,
-        ServiceType::Postgres => info.postgres_rpcs = ask::<asked::Postgres>(client).await.map_err(failed)?.0,
-        ServiceType::Metrics => info.metrics_rpcs = ask::<asked::Metrics>(client).await.map_err(failed)?.0,
-        // Advertised only: nothing to ask.
-        ServiceType::Unspecified | ServiceType::InstanceSidecarInjection | ServiceType::InstanceJobSidecarInjection => {
-        }
-    }
-    Ok(())
 }
 
 /// Asks `Probe`: `Ok(true)` when the plugin says it is ready.

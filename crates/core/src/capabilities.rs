@@ -9,7 +9,7 @@
 //! this module for each of the three.
 //!
 //! ```
-//! use cnpgi_core::capabilities::{self, OperatorRpc, ServiceType};
+//! use cnpgi_core::capabilities::{self, Capability, OperatorRpc, ServiceType};
 //!
 //! // A plugin builds its answer...
 //! let advertised = [capabilities::service(ServiceType::OperatorService)];
@@ -20,17 +20,19 @@
 //! assert_eq!(capabilities::service_names(&services), ["TYPE_OPERATOR_SERVICE"]);
 //!
 //! let rpc = capabilities::operator_rpc(OperatorRpc::MutateCluster);
-//! assert_eq!(capabilities::operator_rpc_type(&rpc), Ok(OperatorRpc::MutateCluster));
+//! assert_eq!(rpc.value(), Ok(OperatorRpc::MutateCluster));
 //! ```
 
+use std::{borrow::Cow, fmt::Debug};
+
 use cnpgi_proto::{
-    backup::v1::{BackupCapability, backup_capability},
-    identity::v1::{PluginCapability, PostgresCapability, plugin_capability, postgres_capability},
-    metrics::v1::{MetricsCapability, metrics_capability},
-    operator::v1::{OperatorCapability, operator_capability},
+    backup::v1::BackupCapability,
+    identity::v1::{PluginCapability, PostgresCapability, plugin_capability},
+    metrics::v1::MetricsCapability,
+    operator::v1::OperatorCapability,
     operator_lifecycle::v1::{OperatorLifecycleCapabilities, OperatorOperationType},
     reconciler::v1::ReconcilerHooksCapability,
-    wal::v1::{RestoreJobHooksCapability, WalCapability, wal_capability},
+    wal::v1::{RestoreJobHooksCapability, WalCapability},
 };
 
 /// The Backup RPCs a plugin advertises (`BackupCapability.RPC.Type`).
@@ -79,22 +81,6 @@ pub fn service(service: ServiceType) -> PluginCapability {
     }
 }
 
-/// `OperatorCapability` advertising `rpc`, for `Operator/GetCapabilities`.
-///
-/// ```
-/// use cnpgi_core::capabilities::{operator_rpc, operator_rpc_type, OperatorRpc};
-///
-/// let capability = operator_rpc(OperatorRpc::SetStatusInCluster);
-/// assert_eq!(operator_rpc_type(&capability), Ok(OperatorRpc::SetStatusInCluster));
-/// ```
-pub fn operator_rpc(rpc: OperatorRpc) -> OperatorCapability {
-    OperatorCapability {
-        r#type: Some(operator_capability::Type::Rpc(operator_capability::Rpc {
-            r#type: rpc.into(),
-        })),
-    }
-}
-
 /// A lifecycle hook on objects of `group` (`""` for the core group) and
 /// `kind`, for `operations`, for `OperatorLifecycle/GetCapabilities`.
 ///
@@ -121,64 +107,82 @@ pub fn lifecycle(
     }
 }
 
-/// `ReconcilerHooksCapability` for objects of `kind`.
+/// An entry of a service's `GetCapabilities` answer: built from what it
+/// advertises ([`Capability::of`]), read back ([`Capability::value`]) and
+/// named ([`Capability::name`]). Implemented for each service's entry by
+/// its row of [`for_each_service!`](crate::for_each_service).
 ///
 /// ```
-/// use cnpgi_core::capabilities::{reconciler_hook, reconciler_kind, ReconcilerKind};
+/// use cnpgi_core::capabilities::{
+///     Capability, CapabilityError, OperatorRpc, ReconcilerKind, RestoreJobKind, WalRpc, operator_rpc, reconciler_hook,
+///     values_of, wal_rpc,
+/// };
+/// use cnpgi_proto::{
+///     operator::v1::OperatorCapability,
+///     reconciler::v1::ReconcilerHooksCapability,
+///     wal::v1::{RestoreJobHooksCapability, WalCapability},
+/// };
 ///
-/// assert_eq!(reconciler_kind(&reconciler_hook(ReconcilerKind::Cluster)), Ok(ReconcilerKind::Cluster));
-/// ```
-pub fn reconciler_hook(kind: ReconcilerKind) -> ReconcilerHooksCapability {
-    ReconcilerHooksCapability { kind: kind.into() }
-}
-
-/// `WalCapability` advertising `rpc`.
+/// let capability = operator_rpc(OperatorRpc::SetStatusInCluster);
+/// assert_eq!(capability.value(), Ok(OperatorRpc::SetStatusInCluster));
+/// assert_eq!(reconciler_hook(ReconcilerKind::Cluster).value(), Ok(ReconcilerKind::Cluster));
+/// assert!(wal_rpc(WalRpc::ArchiveWal).r#type.is_some());
+/// assert_eq!(wal_rpc(WalRpc::RestoreWal).value(), Ok(WalRpc::RestoreWal));
+/// assert_eq!(WalCapability::default().value(), Err(CapabilityError::Missing));
+/// assert_eq!(RestoreJobHooksCapability::of(RestoreJobKind::Restore).value(), Ok(RestoreJobKind::Restore));
+/// assert_eq!(WalCapability::name(&WalRpc::ArchiveWal), "TYPE_ARCHIVE_WAL");
 ///
+/// let answer = [operator_rpc(OperatorRpc::MutateCluster), OperatorCapability::default()];
+/// assert_eq!(values_of(&answer), [OperatorRpc::MutateCluster]);
+/// assert_eq!(values_of(&[ReconcilerHooksCapability { kind: 0 }]), []);
 /// ```
-/// use cnpgi_proto::wal::v1::wal_capability::rpc::Type;
-///
-/// assert!(cnpgi_core::capabilities::wal_rpc(Type::ArchiveWal).r#type.is_some());
-/// ```
-pub fn wal_rpc(rpc: wal_capability::rpc::Type) -> WalCapability {
-    WalCapability {
-        r#type: Some(wal_capability::Type::Rpc(wal_capability::Rpc { r#type: rpc.into() })),
-    }
+pub trait Capability: Sized {
+    /// What one entry advertises: an RPC, a kind, or (lifecycle hooks) the entry itself.
+    type Value: Clone + PartialEq + Debug + Send + Sync + 'static;
+    /// Whether a value listed twice is one value (RPCs, kinds) or kept as
+    /// sent (lifecycle hooks).
+    const DISTINCT: bool = true;
+
+    /// The entry advertising `value`.
+    fn of(value: Self::Value) -> Self;
+    /// What the entry advertises.
+    ///
+    /// # Errors
+    ///
+    /// [`CapabilityError`] when it has no type, or an unspecified or unknown one.
+    fn value(&self) -> Result<Self::Value, CapabilityError>;
+    /// A value's name on the wire (`TYPE_ARCHIVE_WAL`), for messages.
+    fn name(value: &Self::Value) -> Cow<'static, str>;
 }
 
-/// `RestoreJobHooksCapability` for `kind`.
-pub fn restore_job_hook(kind: cnpgi_proto::wal::v1::restore_job_hooks_capability::Kind) -> RestoreJobHooksCapability {
-    RestoreJobHooksCapability { kind: kind.into() }
+/// The values `entries` advertise, in order; entries that do not say a
+/// known value are left out.
+pub fn values_of<C: Capability>(entries: &[C]) -> Vec<C::Value> {
+    entries.iter().filter_map(|entry| entry.value().ok()).collect()
 }
 
-/// `PostgresCapability` advertising `rpc`.
-pub fn postgres_rpc(rpc: postgres_capability::rpc::Type) -> PostgresCapability {
-    PostgresCapability {
-        r#type: Some(postgres_capability::Type::Rpc(postgres_capability::Rpc {
-            r#type: rpc.into(),
-        })),
-    }
+/// The builders of the entries, by the name the SDK and the tests use.
+macro_rules! builders {
+    ($( $name:ident($value:ident) -> $entry:ident; )*) => {$(
+        #[doc = concat!("`", stringify!($entry), "` advertising `", stringify!($value), "` ([`Capability::of`]).")]
+        pub fn $name($value: <$entry as Capability>::Value) -> $entry {
+            $entry::of($value)
+        }
+    )*};
 }
 
-/// `MetricsCapability` advertising `rpc`.
-pub fn metrics_rpc(rpc: metrics_capability::rpc::Type) -> MetricsCapability {
-    MetricsCapability {
-        r#type: Some(metrics_capability::Type::Rpc(metrics_capability::Rpc {
-            r#type: rpc.into(),
-        })),
-    }
-}
-
-/// `BackupCapability` advertising `rpc`.
-pub fn backup_rpc(rpc: backup_capability::rpc::Type) -> BackupCapability {
-    BackupCapability {
-        r#type: Some(backup_capability::Type::Rpc(backup_capability::Rpc {
-            r#type: rpc.into(),
-        })),
-    }
+builders! {
+    operator_rpc(rpc) -> OperatorCapability;
+    reconciler_hook(kind) -> ReconcilerHooksCapability;
+    wal_rpc(rpc) -> WalCapability;
+    restore_job_hook(kind) -> RestoreJobHooksCapability;
+    postgres_rpc(rpc) -> PostgresCapability;
+    metrics_rpc(rpc) -> MetricsCapability;
+    backup_rpc(rpc) -> BackupCapability;
 }
 
 /// A known, specified enum value, or why not.
-fn known<T: TryFrom<i32> + PartialEq>(value: i32, unspecified: T) -> Result<T, CapabilityError> {
+pub(crate) fn known<T: TryFrom<i32> + PartialEq>(value: i32, unspecified: T) -> Result<T, CapabilityError> {
     match T::try_from(value) {
         Ok(known) if known != unspecified => Ok(known),
         _ => Err(CapabilityError::Unknown(value)),
@@ -205,115 +209,6 @@ pub fn service_type(capability: &PluginCapability) -> Result<ServiceType, Capabi
     }
 }
 
-/// The Operator RPC an `OperatorCapability` advertises.
-///
-/// # Errors
-///
-/// [`CapabilityError`] when it has no type, or an unspecified or unknown one.
-pub fn operator_rpc_type(capability: &OperatorCapability) -> Result<OperatorRpc, CapabilityError> {
-    match &capability.r#type {
-        Some(operator_capability::Type::Rpc(rpc)) => known(rpc.r#type, OperatorRpc::Unspecified),
-        None => Err(CapabilityError::Missing),
-    }
-}
-
-/// The kind a `ReconcilerHooksCapability` hooks into.
-///
-/// # Errors
-///
-/// [`CapabilityError::Unknown`] for an unspecified or unknown kind.
-pub fn reconciler_kind(capability: &ReconcilerHooksCapability) -> Result<ReconcilerKind, CapabilityError> {
-    known(capability.kind, ReconcilerKind::Unspecified)
-}
-
-/// The WAL RPC a `WALCapability` advertises.
-///
-/// # Errors
-///
-/// [`CapabilityError`] when it has no type, or an unspecified or unknown one.
-///
-/// ```
-/// use cnpgi_core::capabilities::{wal_rpc, wal_rpc_type, WalRpc};
-///
-/// assert_eq!(wal_rpc_type(&wal_rpc(WalRpc::RestoreWal)), Ok(WalRpc::RestoreWal));
-/// ```
-pub fn wal_rpc_type(capability: &WalCapability) -> Result<WalRpc, CapabilityError> {
-    match &capability.r#type {
-        Some(wal_capability::Type::Rpc(rpc)) => known(rpc.r#type, WalRpc::Unspecified),
-        None => Err(CapabilityError::Missing),
-    }
-}
-
-/// The Backup RPC a `BackupCapability` advertises.
-///
-/// # Errors
-///
-/// [`CapabilityError`] when it has no type, or an unspecified or unknown one.
-pub fn backup_rpc_type(capability: &BackupCapability) -> Result<BackupRpc, CapabilityError> {
-    match &capability.r#type {
-        Some(backup_capability::Type::Rpc(rpc)) => known(rpc.r#type, BackupRpc::Unspecified),
-        None => Err(CapabilityError::Missing),
-    }
-}
-
-/// The kind a `RestoreJobHooksCapability` handles.
-///
-/// # Errors
-///
-/// [`CapabilityError::Unknown`] for an unspecified or unknown kind.
-pub fn restore_job_kind(capability: &RestoreJobHooksCapability) -> Result<RestoreJobKind, CapabilityError> {
-    known(capability.kind, RestoreJobKind::Unspecified)
-}
-
-/// The Postgres RPC a `PostgresCapability` advertises.
-///
-/// # Errors
-///
-/// [`CapabilityError`] when it has no type, or an unspecified or unknown one.
-pub fn postgres_rpc_type(capability: &PostgresCapability) -> Result<PostgresRpc, CapabilityError> {
-    match &capability.r#type {
-        Some(postgres_capability::Type::Rpc(rpc)) => known(rpc.r#type, PostgresRpc::Unspecified),
-        None => Err(CapabilityError::Missing),
-    }
-}
-
-/// The Metrics RPC a `MetricsCapability` advertises.
-///
-/// # Errors
-///
-/// [`CapabilityError`] when it has no type, or an unspecified or unknown one.
-pub fn metrics_rpc_type(capability: &MetricsCapability) -> Result<MetricsRpc, CapabilityError> {
-    match &capability.r#type {
-        Some(metrics_capability::Type::Rpc(rpc)) => known(rpc.r#type, MetricsRpc::Unspecified),
-        None => Err(CapabilityError::Missing),
-    }
-}
-
-/// The WAL RPCs advertised, in order; unknown entries left out.
-pub fn wal_rpcs_of(capabilities: &[WalCapability]) -> Vec<WalRpc> {
-    capabilities.iter().filter_map(|c| wal_rpc_type(c).ok()).collect()
-}
-
-/// The Backup RPCs advertised, in order; unknown entries left out.
-pub fn backup_rpcs_of(capabilities: &[BackupCapability]) -> Vec<BackupRpc> {
-    capabilities.iter().filter_map(|c| backup_rpc_type(c).ok()).collect()
-}
-
-/// The restore-job kinds handled, in order; unknown entries left out.
-pub fn restore_job_kinds_of(capabilities: &[RestoreJobHooksCapability]) -> Vec<RestoreJobKind> {
-    capabilities.iter().filter_map(|c| restore_job_kind(c).ok()).collect()
-}
-
-/// The Postgres RPCs advertised, in order; unknown entries left out.
-pub fn postgres_rpcs_of(capabilities: &[PostgresCapability]) -> Vec<PostgresRpc> {
-    capabilities.iter().filter_map(|c| postgres_rpc_type(c).ok()).collect()
-}
-
-/// The Metrics RPCs advertised, in order; unknown entries left out.
-pub fn metrics_rpcs_of(capabilities: &[MetricsCapability]) -> Vec<MetricsRpc> {
-    capabilities.iter().filter_map(|c| metrics_rpc_type(c).ok()).collect()
-}
-
 /// The services advertised, in order; entries that do not name a known
 /// service are left out.
 ///
@@ -326,17 +221,6 @@ pub fn metrics_rpcs_of(capabilities: &[MetricsCapability]) -> Vec<MetricsRpc> {
 /// ```
 pub fn services_of(capabilities: &[PluginCapability]) -> Vec<ServiceType> {
     capabilities.iter().filter_map(|c| service_type(c).ok()).collect()
-}
-
-/// The Operator RPCs advertised, in order; entries that do not name a known
-/// RPC are left out.
-pub fn operator_rpcs_of(capabilities: &[OperatorCapability]) -> Vec<OperatorRpc> {
-    capabilities.iter().filter_map(|c| operator_rpc_type(c).ok()).collect()
-}
-
-/// The kinds hooked, in order; unspecified and unknown ones left out.
-pub fn reconciler_kinds_of(capabilities: &[ReconcilerHooksCapability]) -> Vec<ReconcilerKind> {
-    capabilities.iter().filter_map(|c| reconciler_kind(c).ok()).collect()
 }
 
 /// The names CloudNativePG writes in `status.pluginStatus[].capabilities`,
@@ -414,6 +298,11 @@ pub fn matches_lifecycle(
 
 #[cfg(test)]
 mod tests {
+    use cnpgi_proto::{
+        backup::v1::backup_capability, identity::v1::postgres_capability, metrics::v1::metrics_capability,
+        wal::v1::wal_capability,
+    };
+
     use super::*;
 
     #[test]
@@ -457,12 +346,9 @@ mod tests {
         );
         assert!(services_of(&[unspecified, unknown, PluginCapability::default()]).is_empty());
 
+        assert_eq!(OperatorCapability::default().value(), Err(CapabilityError::Missing));
         assert_eq!(
-            operator_rpc_type(&OperatorCapability::default()),
-            Err(CapabilityError::Missing)
-        );
-        assert_eq!(
-            reconciler_kind(&ReconcilerHooksCapability { kind: 0 }),
+            ReconcilerHooksCapability { kind: 0 }.value(),
             Err(CapabilityError::Unknown(0))
         );
     }
@@ -475,15 +361,15 @@ mod tests {
             operator_rpc(OperatorRpc::MutateCluster),
         ];
         assert_eq!(
-            operator_rpcs_of(&rpcs),
+            values_of(&rpcs),
             [OperatorRpc::ValidateClusterCreate, OperatorRpc::MutateCluster]
         );
         assert_eq!(
-            operator_rpc_names(&operator_rpcs_of(&rpcs)),
+            operator_rpc_names(&values_of(&rpcs)),
             ["TYPE_VALIDATE_CLUSTER_CREATE", "TYPE_MUTATE_CLUSTER"]
         );
         assert_eq!(
-            reconciler_kinds_of(&[
+            values_of(&[
                 reconciler_hook(ReconcilerKind::Cluster),
                 ReconcilerHooksCapability { kind: 0 }
             ]),
@@ -511,36 +397,33 @@ mod tests {
     #[test]
     fn the_other_services_capabilities_are_read_back_in_order() {
         assert_eq!(
-            wal_rpcs_of(&[
+            values_of(&[
                 wal_rpc(WalRpc::RestoreWal),
                 WalCapability::default(),
                 wal_rpc(WalRpc::ArchiveWal)
             ]),
             [WalRpc::RestoreWal, WalRpc::ArchiveWal]
         );
-        assert_eq!(wal_rpc_type(&WalCapability::default()), Err(CapabilityError::Missing));
+        assert_eq!(WalCapability::default().value(), Err(CapabilityError::Missing));
         assert_eq!(
-            backup_rpcs_of(&[backup_rpc(BackupRpc::Backup), backup_rpc(BackupRpc::Unspecified)]),
+            values_of(&[backup_rpc(BackupRpc::Backup), backup_rpc(BackupRpc::Unspecified)]),
             [BackupRpc::Backup]
         );
         assert_eq!(
-            restore_job_kinds_of(&[
+            values_of(&[
                 RestoreJobHooksCapability { kind: 7 },
                 restore_job_hook(RestoreJobKind::Restore)
             ]),
             [RestoreJobKind::Restore]
         );
         assert_eq!(
-            postgres_rpcs_of(&[postgres_rpc(PostgresRpc::EnrichConfiguration)]),
+            values_of(&[postgres_rpc(PostgresRpc::EnrichConfiguration)]),
             [PostgresRpc::EnrichConfiguration]
         );
         assert_eq!(
-            metrics_rpc_type(&metrics_rpc(MetricsRpc::Unspecified)),
+            metrics_rpc(MetricsRpc::Unspecified).value(),
             Err(CapabilityError::Unknown(0))
         );
-        assert_eq!(
-            metrics_rpcs_of(&[metrics_rpc(MetricsRpc::Metrics)]),
-            [MetricsRpc::Metrics]
-        );
+        assert_eq!(values_of(&[metrics_rpc(MetricsRpc::Metrics)]), [MetricsRpc::Metrics]);
     }
 }

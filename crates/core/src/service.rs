@@ -9,12 +9,15 @@
 //! messages and errors (`WAL/Archive`), which calls may be made for a
 //! Cluster that names the plugin only as a recovery source.
 //!
-//! Adding a service is its `.proto` (in `cnpgi-proto`), an entry here and its
-//! capability helpers in [`capabilities`](crate::capabilities); then, because
-//! each side calls or serves it through its generated, typed stub, one arm in
-//! each dispatch (`cnpgi-client`: the `PluginClient` stub, `probe`'s
-//! `PluginInfo` field, `check-plugin`'s `checks_of`; `cnpgi-pluginhelper`: the
-//! `Plugin`'s `Handlers`) besides its own files (its checks, its handlers).
+//! Every service with RPCs is one row of [`for_each_service!`]
+//! (`service/table.rs`): its capability, names, generated stubs,
+//! capability entries and RPCs. This module derives from it the constants
+//! below and each entry's [`Capability`]; `cnpgi-client` derives the
+//! `PluginClient` accessors, probing's `PluginInfo` fields and the
+//! conformance suite's dispatch; `cnpgi-pluginhelper` the `Plugin`'s
+//! handlers and its registration of servers. Adding a service is then its
+//! `.proto` (in `cnpgi-proto`), one row, a handler file and a check file
+//! (see CONTRIBUTING.md).
 //!
 //! Identity is not in the table: every plugin serves it, and it has no
 //! capability of its own.
@@ -29,7 +32,12 @@
 //! assert!(wal.rpcs.contains(&service::wal::ARCHIVE));
 //! ```
 
-use crate::capabilities::ServiceType;
+use std::borrow::Cow;
+
+use crate::{
+    capabilities::{Capability, CapabilityError, ServiceType, known},
+    for_each_service,
+};
 
 /// The fully qualified gRPC name of the Identity service, which every plugin serves.
 pub const IDENTITY_NAME: &str = "cnpgi.identity.v1.Identity";
@@ -120,170 +128,110 @@ impl Exercise {
     }
 }
 
-/// An [`Rpc`] of service `$service` (its label).
-macro_rules! rpc {
-    ($service:literal / $name:literal, $parameters:ident, $exercise:ident) => {
-        Rpc {
-            name: $name,
-            method: concat!($service, "/", $name),
-            parameters: ParametersFrom::$parameters,
-            conformance: Exercise::$exercise,
+mod table;
+
+/// How an entry of a `GetCapabilities` answer is a [`Capability`]: the RPC
+/// of its `oneof`, its kind, or the entry whole.
+macro_rules! capability {
+    (rpc [$($proto:ident)::+] $entry:ident $oneof:ident) => {
+        const _: () = {
+            use cnpgi_proto::$($proto)::+::{$entry, $oneof as oneof};
+
+            impl Capability for $entry {
+                type Value = oneof::rpc::Type;
+                fn of(rpc: Self::Value) -> Self {
+                    Self {
+                        r#type: Some(oneof::Type::Rpc(oneof::Rpc { r#type: rpc.into() })),
+                    }
+                }
+                fn value(&self) -> Result<Self::Value, CapabilityError> {
+                    match &self.r#type {
+                        Some(oneof::Type::Rpc(rpc)) => known(rpc.r#type, oneof::rpc::Type::Unspecified),
+                        None => Err(CapabilityError::Missing),
+                    }
+                }
+                fn name(value: &Self::Value) -> Cow<'static, str> {
+                    Cow::Borrowed(value.as_str_name())
+                }
+            }
+        };
+    };
+    (kind [$($proto:ident)::+] $entry:ident $oneof:ident) => {
+        const _: () = {
+            use cnpgi_proto::$($proto)::+::{$entry, $oneof::Kind};
+
+            impl Capability for $entry {
+                type Value = Kind;
+                fn of(kind: Kind) -> Self {
+                    Self { kind: kind.into() }
+                }
+                fn value(&self) -> Result<Kind, CapabilityError> {
+                    known(self.kind, Kind::Unspecified)
+                }
+                fn name(value: &Kind) -> Cow<'static, str> {
+                    Cow::Borrowed(value.as_str_name())
+                }
+            }
+        };
+    };
+    // Hooks on a kind with operations: read as sent, without merging the
+    // same hook listed twice.
+    (whole [$($proto:ident)::+] $entry:ident) => {
+        impl Capability for cnpgi_proto::$($proto)::+::$entry {
+            type Value = Self;
+            const DISTINCT: bool = false;
+            fn of(whole: Self) -> Self {
+                whole
+            }
+            fn value(&self) -> Result<Self, CapabilityError> {
+                Ok(self.clone())
+            }
+            fn name(value: &Self) -> Cow<'static, str> {
+                Cow::Owned(format!("{}/{}", value.group, value.kind))
+            }
         }
     };
 }
 
-/// A [`Service`] with RPCs.
-macro_rules! service {
-    ($capability:ident, $label:literal, $grpc:literal, $rpcs:expr) => {
-        Service {
-            capability: ServiceType::$capability,
+/// Describes each row of [`for_each_service!`](crate::for_each_service): the
+/// module of its RPCs (`service::wal::ARCHIVE`), its [`Service`] constant, and
+/// how its capabilities are read ([`Capability`]).
+macro_rules! describe {
+    ($( $(#[$doc:meta])* $name:ident = $konst:ident ($cap:ident, $label:literal, $grpc:literal) {
+        key: $key:ident, proto: $($proto:ident)::+, client: $($client:ident)::+, server: $($server:ident)::+,
+        capabilities: $request:ident -> $answer:ident { $field:ident: [$entry:ident] },
+        values: $values:ident $($oneof:ident)?, info: $info:ident, sdk: $sdk:ident, local: $local:ident,
+        rpcs: [$( $(#[$rpc_doc:meta])* $rpc:ident = $rpc_name:literal, $parameters:ident, $exercise:ident; )*],
+    } )*) => {$(
+        capability!($values [$($proto)::+] $entry $($oneof)?);
+
+        #[doc = concat!("The RPCs of the ", $label, " service.")]
+        pub mod $key {
+            use super::{Exercise, ParametersFrom, Rpc};
+            $(
+                $(#[$rpc_doc])*
+                pub const $rpc: Rpc = Rpc {
+                    name: $rpc_name,
+                    method: concat!($label, "/", $rpc_name),
+                    parameters: ParametersFrom::$parameters,
+                    conformance: Exercise::$exercise,
+                };
+            )*
+        }
+
+        $(#[$doc])*
+        pub const $konst: Service = Service {
+            capability: ServiceType::$cap,
             label: $label,
             grpc_name: Some($grpc),
             get_capabilities: Some(concat!($label, "/GetCapabilities")),
-            rpcs: $rpcs,
-        }
-    };
+            rpcs: &[$($key::$rpc),*],
+        };
+    )*};
 }
 
-/// The RPCs of the OperatorLifecycle service.
-pub mod lifecycle {
-    use super::{Exercise, ParametersFrom, Rpc};
+for_each_service!(describe);
 
-    /// `OperatorLifecycle/LifecycleHook`.
-    pub const LIFECYCLE_HOOK: Rpc = rpc!("OperatorLifecycle" / "LifecycleHook", Entry, Called);
-}
-
-/// The RPCs of the Operator service.
-pub mod operator {
-    use super::{Exercise, ParametersFrom, Rpc};
-
-    /// `Operator/ValidateClusterCreate`.
-    pub const VALIDATE_CLUSTER_CREATE: Rpc = rpc!("Operator" / "ValidateClusterCreate", Entry, Called);
-    /// `Operator/ValidateClusterChange`.
-    pub const VALIDATE_CLUSTER_CHANGE: Rpc = rpc!("Operator" / "ValidateClusterChange", Entry, Called);
-    /// `Operator/MutateCluster`.
-    pub const MUTATE_CLUSTER: Rpc = rpc!("Operator" / "MutateCluster", Entry, Called);
-    /// `Operator/SetStatusInCluster`.
-    pub const SET_STATUS_IN_CLUSTER: Rpc = rpc!("Operator" / "SetStatusInCluster", Entry, Called);
-    /// `Operator/Deregister`.
-    pub const DEREGISTER: Rpc = rpc!("Operator" / "Deregister", Entry, NotCalled);
-}
-
-/// The RPCs of the ReconcilerHooks service.
-pub mod reconciler {
-    use super::{Exercise, ParametersFrom, Rpc};
-
-    /// `ReconcilerHooks/Pre`.
-    pub const PRE: Rpc = rpc!("ReconcilerHooks" / "Pre", Entry, RefusesGarbage);
-    /// `ReconcilerHooks/Post`.
-    pub const POST: Rpc = rpc!("ReconcilerHooks" / "Post", Entry, RefusesGarbage);
-}
-
-/// The RPCs of the WAL service.
-pub mod wal {
-    use super::{Exercise, ParametersFrom, Rpc};
-
-    /// `WAL/Archive`.
-    pub const ARCHIVE: Rpc = rpc!("WAL" / "Archive", EntryOrRecoverySource, RefusesGarbage);
-    /// `WAL/Restore`.
-    pub const RESTORE: Rpc = rpc!("WAL" / "Restore", EntryOrRecoverySource, RefusesMissingFile);
-    /// `WAL/Status`.
-    pub const STATUS: Rpc = rpc!("WAL" / "Status", Entry, RefusesGarbage);
-    /// `WAL/SetFirstRequired`.
-    pub const SET_FIRST_REQUIRED: Rpc = rpc!("WAL" / "SetFirstRequired", Entry, RefusesGarbage);
-}
-
-/// The RPCs of the Backup service.
-pub mod backup {
-    use super::{Exercise, ParametersFrom, Rpc};
-
-    /// `Backup/Backup`.
-    pub const BACKUP: Rpc = rpc!("Backup" / "Backup", Entry, RefusesGarbage);
-}
-
-/// The RPCs of the RestoreJobHooks service.
-pub mod restore_job {
-    use super::{Exercise, ParametersFrom, Rpc};
-
-    /// `RestoreJobHooks/Restore`.
-    pub const RESTORE: Rpc = rpc!("RestoreJobHooks" / "Restore", EntryOrRecoverySource, RefusesGarbage);
-}
-
-/// The RPCs of the Metrics service.
-pub mod metrics {
-    use super::{Exercise, ParametersFrom, Rpc};
-
-    /// `Metrics/Define`.
-    pub const DEFINE: Rpc = rpc!("Metrics" / "Define", Entry, Called);
-    /// `Metrics/Collect`.
-    pub const COLLECT: Rpc = rpc!("Metrics" / "Collect", Entry, Called);
-}
-
-/// The RPCs of the Postgres service.
-pub mod postgres {
-    use super::{Exercise, ParametersFrom, Rpc};
-
-    /// `Postgres/EnrichConfiguration`.
-    pub const ENRICH_CONFIGURATION: Rpc = rpc!("Postgres" / "EnrichConfiguration", Entry, Called);
-}
-
-/// The OperatorLifecycle service: patches of the objects the operator writes.
-pub const OPERATOR_LIFECYCLE: Service = service!(
-    LifecycleService,
-    "OperatorLifecycle",
-    "cnpgi.operator_lifecycle.v1.OperatorLifecycle",
-    &[lifecycle::LIFECYCLE_HOOK]
-);
-/// The Operator service: the Cluster's validation, defaults and status.
-pub const OPERATOR: Service = service!(
-    OperatorService,
-    "Operator",
-    "cnpgi.operator.v1.Operator",
-    &[
-        operator::VALIDATE_CLUSTER_CREATE,
-        operator::VALIDATE_CLUSTER_CHANGE,
-        operator::MUTATE_CLUSTER,
-        operator::SET_STATUS_IN_CLUSTER,
-        operator::DEREGISTER,
-    ]
-);
-/// The ReconcilerHooks service: calls before and after a reconciliation.
-pub const RECONCILER_HOOKS: Service = service!(
-    ReconcilerHooks,
-    "ReconcilerHooks",
-    "cnpgi.reconciler.v1.ReconcilerHooks",
-    &[reconciler::PRE, reconciler::POST]
-);
-/// The WAL service: archiving and restoring WAL files.
-pub const WAL: Service = service!(
-    WalService,
-    "WAL",
-    "cnpgi.wal.v1.WAL",
-    &[wal::ARCHIVE, wal::RESTORE, wal::STATUS, wal::SET_FIRST_REQUIRED]
-);
-/// The Backup service: base backups.
-pub const BACKUP: Service = service!(BackupService, "Backup", "cnpgi.backup.v1.Backup", &[backup::BACKUP]);
-/// The RestoreJobHooks service: PGDATA filled in the recovery Job.
-pub const RESTORE_JOB_HOOKS: Service = service!(
-    RestoreJob,
-    "RestoreJobHooks",
-    "cnpgi.wal.v1.RestoreJobHooks",
-    &[restore_job::RESTORE]
-);
-/// The Metrics service: Prometheus metrics of the instance.
-pub const METRICS: Service = service!(
-    Metrics,
-    "Metrics",
-    "cnpgi.metrics.v1.Metrics",
-    &[metrics::DEFINE, metrics::COLLECT]
-);
-/// The Postgres service: PostgreSQL configuration of the instances.
-pub const POSTGRES: Service = service!(
-    Postgres,
-    "Postgres",
-    "cnpgi.identity.v1.Postgres",
-    &[postgres::ENRICH_CONFIGURATION]
-);
 /// The plugin's sidecar is injected into instance Pods: advertised only.
 pub const INSTANCE_SIDECAR_INJECTION: Service = Service {
     capability: ServiceType::InstanceSidecarInjection,

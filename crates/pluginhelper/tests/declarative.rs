@@ -154,7 +154,7 @@ async fn capabilities_are_the_handlers_registered() {
         .unwrap()
         .into_inner();
     assert_eq!(
-        capabilities::reconciler_kinds_of(&reconciler.reconciler_capabilities),
+        capabilities::values_of(&reconciler.reconciler_capabilities),
         [ReconcilerKind::Cluster, ReconcilerKind::Backup]
     );
     let wal = local

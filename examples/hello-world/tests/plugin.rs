@@ -66,7 +66,7 @@ async fn operator_and_lifecycle_capabilities() {
         .into_inner()
         .capabilities
         .iter()
-        .map(|c| capabilities::operator_rpc_type(c).unwrap())
+        .map(|c| capabilities::Capability::value(c).unwrap())
         .collect();
     assert_eq!(
         rpcs,

@@ -2,7 +2,7 @@
 //! deadline, keeping the slowest call, recording into the report.
 
 use std::{
-    fmt::Debug,
+    fmt::{Debug, Display},
     future::Future,
     pin::Pin,
     time::{Duration, Instant},
@@ -311,7 +311,7 @@ impl Checker {
     pub(super) async fn advertised<S: ServiceCapabilities>(&mut self) -> Option<Vec<S::Value>> {
         let answer = self.service(S::SERVICE, S::call(&self.client)).await?;
         let values = consistent(S::entries(&answer), S::read, S::name);
-        Some(self.capabilities(S::SERVICE, values, |values| names(values, |v| S::name(*v))))
+        Some(self.capabilities(S::SERVICE, values, |values| names(values, S::name)))
     }
 
     pub(super) fn capabilities<T>(
@@ -396,16 +396,16 @@ pub(super) fn idempotent(twice: Result<Value, String>, once: &Value, changed: &s
 
 /// Reads a `GetCapabilities` answer: the known entries, or what is wrong
 /// (unknown or missing types, duplicates, none at all).
-pub(super) fn consistent<C, T: Copy + PartialEq + Debug>(
+pub(super) fn consistent<C, T: PartialEq + Debug, N: Display>(
     entries: &[C],
     read: impl Fn(&C) -> Result<T, CapabilityError>,
-    name: impl Fn(T) -> &'static str,
+    name: impl Fn(&T) -> N,
 ) -> Result<Vec<T>, String> {
     let mut known = Vec::new();
     let mut problems = Vec::new();
     for entry in entries {
         match read(entry) {
-            Ok(value) if known.contains(&value) => problems.push(format!("{} listed twice", name(value))),
+            Ok(value) if known.contains(&value) => problems.push(format!("{} listed twice", name(&value))),
             Ok(value) => known.push(value),
             Err(error) => problems.push(error.to_string()),
         }
@@ -421,8 +421,12 @@ pub(super) fn consistent<C, T: Copy + PartialEq + Debug>(
 }
 
 /// Capability values by name, for a report: `A, B`.
-pub(super) fn names<T>(values: &[T], name: impl Fn(&T) -> &'static str) -> String {
-    values.iter().map(name).collect::<Vec<_>>().join(", ")
+pub(super) fn names<T, N: Display>(values: &[T], name: impl Fn(&T) -> N) -> String {
+    values
+        .iter()
+        .map(|value| name(value).to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A gRPC code as the specification names it (`INVALID_ARGUMENT`).
@@ -496,7 +500,7 @@ mod tests {
                 Err(CapabilityError::Unknown(*v))
             }
         };
-        let name = |v: i32| if v == 1 { "ONE" } else { "OTHER" };
+        let name = |v: &i32| if *v == 1 { "ONE" } else { "OTHER" };
         assert_eq!(consistent(&[1, 2], read, name), Ok(vec![1, 2]));
         assert_eq!(consistent(&[1, 1], read, name), Err("ONE listed twice".into()));
         assert!(consistent(&[0], read, name).is_err());

@@ -15,44 +15,39 @@
 //! context, `checker.rs`: the plugin, the deadline, the report; it depends
 //! only on `options.rs` and `report.rs`, and every service's file on it.
 
-use cnpgi_core::{capabilities::ServiceType, service};
+use cnpgi_core::{capabilities::ServiceType, for_each_service, service};
 
 use crate::client::PluginClient;
 
-mod backup;
 mod checker;
 mod identity;
-mod lifecycle;
-mod metrics;
-mod operator;
 mod options;
-mod postgres;
-mod reconciler;
 mod report;
-mod restore_job;
-mod wal;
 
 use checker::{Checker, Running};
 pub use options::ConformanceOptions;
 pub use report::{Check, Report};
 
-/// The checks of the service advertised as `capability`, run after
-/// Identity in the order of [`cnpgi_core::service::SERVICES`].
-fn checks_of(capability: ServiceType) -> Option<fn(&mut Checker) -> Running<'_>> {
-    Some(match capability {
-        ServiceType::LifecycleService => lifecycle::checks,
-        ServiceType::OperatorService => operator::checks,
-        ServiceType::ReconcilerHooks => reconciler::checks,
-        ServiceType::WalService => wal::checks,
-        ServiceType::BackupService => backup::checks,
-        ServiceType::RestoreJob => restore_job::checks,
-        ServiceType::Metrics => metrics::checks,
-        ServiceType::Postgres => postgres::checks,
-        ServiceType::Unspecified | ServiceType::InstanceSidecarInjection | ServiceType::InstanceJobSidecarInjection => {
-            return None;
+/// The check file of each service of the table (`<key>.rs`), and
+/// `checks_of`: the checks of the service advertised as `capability`, run
+/// after Identity in the order of [`cnpgi_core::service::SERVICES`].
+macro_rules! dispatch {
+    ($( $(#[$doc:meta])* $name:ident = $konst:ident ($cap:ident, $label:literal, $grpc:literal) {
+        key: $key:ident, $($rest:tt)*
+    } )*) => {
+        $(mod $key;)*
+
+        fn checks_of(capability: ServiceType) -> Option<fn(&mut Checker) -> Running<'_>> {
+            match capability {
+                $(ServiceType::$cap => Some($key::checks),)*
+                // Advertised only: no RPC to check.
+                _ => None,
+            }
         }
-    })
+    };
 }
+
+for_each_service!(dispatch);
 
 /// Runs the suite on the plugin behind `client`, expected to be named `expected_name`.
 pub async fn check_plugin(client: &PluginClient, expected_name: &str, options: &ConformanceOptions) -> Report {

@@ -32,7 +32,7 @@ pub(super) async fn capabilities(c: &mut Checker, services: &[ServiceType]) -> V
     }
     match answer {
         Ok(answer) => {
-            let rpcs = capabilities::operator_rpcs_of(&answer.capabilities);
+            let rpcs = capabilities::values_of(&answer.capabilities);
             c.report.record(
                 "advertised Operator service answers",
                 Ok(capabilities::operator_rpc_names(&rpcs).join(", ")),

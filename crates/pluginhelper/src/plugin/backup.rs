@@ -8,7 +8,7 @@ use cnpgi_proto::backup::v1::{
 use serde_json::Value;
 use tonic::{Request, Response, Status};
 
-use super::{AsyncHandler, Plugin, Shared};
+use super::{AsyncHandler, AsyncRpc, Plugin, Shared};
 use crate::{
     capabilities::backup_rpc,
     cluster::{Cluster, decode_cluster, decode_object},
@@ -27,6 +27,9 @@ pub struct BackupCall<P> {
     /// The Backup's own `pluginConfiguration.parameters`.
     pub backup_parameters: BTreeMap<String, String>,
 }
+
+/// The backup handler, once registered.
+pub(super) type Handlers<P> = AsyncRpc<BackupCall<P>, BackupResult>;
 
 impl<P: Parameters> Plugin<P> {
     /// Takes a backup and answers once it is done (CloudNativePG waits,

@@ -34,6 +34,12 @@ pub(super) struct Handlers<P> {
     entries: Vec<Entry<P>>,
 }
 
+impl<P: Parameters> super::Registered for Handlers<P> {
+    fn registered(&self) -> bool {
+        !self.is_empty()
+    }
+}
+
 impl<P> Default for Handlers<P> {
     fn default() -> Self {
         Self { entries: Vec::new() }

@@ -34,6 +34,7 @@ use crate::{
     parameters::Parameters,
     patch, status,
 };
+use cnpgi_core::for_each_service;
 
 /// A [`Plugin`](super::Plugin) called in-process, from
 /// [`Plugin::local`](super::Plugin::local): every call goes through the
@@ -85,6 +86,21 @@ fn applied(object: &Value, json_patch: &[u8]) -> Result<Value, Status> {
     Ok(object)
 }
 
+/// Each service of the table, to call as over gRPC (`wal_service`).
+macro_rules! accessors {
+    ($( $(#[$doc:meta])* $name:ident = $konst:ident ($cap:ident, $label:literal, $grpc:literal) {
+        key: $key:ident, proto: $($proto:ident)::+, client: $($client:ident)::+, server: $($server:ident)::+,
+        capabilities: $request:ident -> $answer:ident { $field:ident: [$entry:ident] },
+        values: $values:ident $($oneof:ident)?, info: $info:ident, sdk: $sdk:ident, local: $local:ident,
+        $($rest:tt)*
+    } )*) => {$(
+        #[doc = concat!("The ", $label, " service, to call as over gRPC.")]
+        pub fn $local(&self) -> $sdk<P> {
+            $sdk(self.shared.clone())
+        }
+    )*};
+}
+
 impl<P: Parameters> LocalPlugin<P> {
     pub(super) fn new(identity: PluginIdentity, shared: Arc<Shared<P>>) -> Self {
         Self { identity, shared }
@@ -95,45 +111,7 @@ impl<P: Parameters> LocalPlugin<P> {
         &self.identity
     }
 
-    /// The Operator service, to call as over gRPC.
-    pub fn operator_service(&self) -> OperatorService<P> {
-        OperatorService(self.shared.clone())
-    }
-
-    /// The OperatorLifecycle service, to call as over gRPC.
-    pub fn lifecycle_service(&self) -> LifecycleService<P> {
-        LifecycleService(self.shared.clone())
-    }
-
-    /// The ReconcilerHooks service, to call as over gRPC.
-    pub fn reconciler_service(&self) -> ReconcilerService<P> {
-        ReconcilerService(self.shared.clone())
-    }
-
-    /// The WAL service, to call as over gRPC.
-    pub fn wal_service(&self) -> WalService<P> {
-        WalService(self.shared.clone())
-    }
-
-    /// The Backup service, to call as over gRPC.
-    pub fn backup_service(&self) -> BackupService<P> {
-        BackupService(self.shared.clone())
-    }
-
-    /// The RestoreJobHooks service, to call as over gRPC.
-    pub fn restore_job_service(&self) -> RestoreJobService<P> {
-        RestoreJobService(self.shared.clone())
-    }
-
-    /// The Metrics service, to call as over gRPC.
-    pub fn metrics_service(&self) -> MetricsService<P> {
-        MetricsService(self.shared.clone())
-    }
-
-    /// The Postgres service, to call as over gRPC.
-    pub fn postgres_service(&self) -> PostgresService<P> {
-        PostgresService(self.shared.clone())
-    }
+    for_each_service!(accessors);
 
     /// The services `GetPluginCapabilities` advertises.
     pub async fn services(&self) -> Vec<ServiceType> {
@@ -154,7 +132,7 @@ impl<P: Parameters> LocalPlugin<P> {
             .await
             .map(tonic::Response::into_inner)
             .unwrap_or_default();
-        capabilities::operator_rpcs_of(&answer.capabilities)
+        capabilities::values_of(&answer.capabilities)
     }
 
     /// What `OperatorLifecycle/GetCapabilities` advertises.

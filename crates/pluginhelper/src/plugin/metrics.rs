@@ -57,8 +57,11 @@ pub struct MetricsCall<P> {
     pub parameters: P,
 }
 
+/// The definitions and the collect handler, once registered.
+pub(super) type Handlers<P> = Option<Registered<P>>;
+
 /// The definitions and the collect handler.
-pub(super) struct Handlers<P> {
+pub(super) struct Registered<P> {
     set: MetricSet,
     collect: BoxedHandler<MetricsCall<P>, Vec<Sample>>,
 }
@@ -69,7 +72,7 @@ impl<P: Parameters> Plugin<P> {
     /// (an undefined name, a wrong number of labels or a bad counter value is
     /// an `INTERNAL` error, rather than metrics CloudNativePG drops).
     pub fn metrics(mut self, set: MetricSet, collect: impl AsyncHandler<MetricsCall<P>, Vec<Sample>>) -> Self {
-        self.handlers.metrics = Some(Handlers {
+        self.handlers.metrics = Some(Registered {
             set,
             collect: boxed(collect),
         });
@@ -81,7 +84,7 @@ impl<P: Parameters> Plugin<P> {
 pub struct MetricsService<P>(pub(super) Arc<Shared<P>>);
 
 impl<P: Parameters> MetricsService<P> {
-    fn handlers(&self) -> Result<&Handlers<P>, Status> {
+    fn handlers(&self) -> Result<&Registered<P>, Status> {
         self.0
             .handlers
             .metrics

@@ -71,13 +71,10 @@
 
 use std::{borrow::Cow, collections::BTreeMap, sync::Arc};
 
-use cnpgi_proto::{
-    backup::v1::BackupResult,
-    identity::v1::{
-        GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest,
-        GetPluginMetadataResponse, ProbeRequest, ProbeResponse, identity_server,
-    },
-    wal::v1::RestoreResponse,
+use cnpgi_core::for_each_service;
+use cnpgi_proto::identity::v1::{
+    GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginMetadataRequest, GetPluginMetadataResponse,
+    ProbeRequest, ProbeResponse, identity_server,
 };
 use tonic::{Request, Response, Status, service::RoutesBuilder};
 
@@ -145,51 +142,75 @@ impl<P: Parameters> std::fmt::Debug for Plugin<P> {
     }
 }
 
-/// Every registered handler.
-struct Handlers<P> {
-    operator: operator::Handlers<P>,
-    lifecycle: lifecycle::Handlers<P>,
-    reconciler: reconciler::Handlers<P>,
-    wal: wal::Handlers<P>,
-    backup: AsyncRpc<BackupCall<P>, BackupResult>,
-    restore_job: AsyncRpc<RestoreJobCall<P>, RestoreResponse>,
-    metrics: Option<metrics::Handlers<P>>,
-    postgres: Option<postgres::Handler<P>>,
+/// The handlers of a service, as its handler file keeps them.
+trait Registered {
+    /// Whether any is registered: the service is then served and advertised.
+    fn registered(&self) -> bool;
 }
 
-impl<P: Parameters> Handlers<P> {
-    /// Whether a handler of the service advertised as `service` is registered.
-    fn registered(&self, service: ServiceType) -> bool {
-        match service {
-            ServiceType::LifecycleService => !self.lifecycle.is_empty(),
-            ServiceType::OperatorService => !operator::rpcs::<P>(&self.operator).is_empty(),
-            ServiceType::ReconcilerHooks => !self.reconciler.is_empty(),
-            ServiceType::WalService => !self.wal.is_empty(),
-            ServiceType::BackupService => self.backup.is_registered(),
-            ServiceType::RestoreJob => self.restore_job.is_registered(),
-            ServiceType::Metrics => self.metrics.is_some(),
-            ServiceType::Postgres => self.postgres.is_some(),
-            ServiceType::Unspecified
-            | ServiceType::InstanceSidecarInjection
-            | ServiceType::InstanceJobSidecarInjection => false,
-        }
+impl<T> Registered for Option<T> {
+    fn registered(&self) -> bool {
+        self.is_some()
     }
 }
 
-impl<P> Default for Handlers<P> {
-    fn default() -> Self {
-        Self {
-            operator: operator::Handlers::default(),
-            lifecycle: lifecycle::Handlers::default(),
-            reconciler: reconciler::Handlers::default(),
-            wal: wal::Handlers::default(),
-            backup: AsyncRpc::default(),
-            restore_job: AsyncRpc::default(),
-            metrics: None,
-            postgres: None,
-        }
+impl<C, T> Registered for AsyncRpc<C, T> {
+    fn registered(&self) -> bool {
+        self.is_registered()
     }
 }
+
+/// `Handlers`, with the handlers of each service of the table (its handler
+/// file is named by its key), and the registration of their servers.
+macro_rules! handlers {
+    ($( $(#[$doc:meta])* $name:ident = $konst:ident ($cap:ident, $label:literal, $grpc:literal) {
+        key: $key:ident, proto: $($proto:ident)::+, client: $($client:ident)::+, server: $server_mod:ident::$server:ident,
+        capabilities: $request:ident -> $answer:ident { $field:ident: [$entry:ident] },
+        values: $values:ident $($oneof:ident)?, info: $info:ident, sdk: $sdk:ident, local: $local:ident,
+        $($rest:tt)*
+    } )*) => {
+        /// Every registered handler.
+        struct Handlers<P> {
+            $($key: $key::Handlers<P>,)*
+        }
+
+        impl<P> Default for Handlers<P> {
+            fn default() -> Self {
+                Self {
+                    $($key: Default::default(),)*
+                }
+            }
+        }
+
+        impl<P: Parameters> Handlers<P> {
+            /// Whether a handler of the service advertised as `service` is registered.
+            fn registered(&self, service: ServiceType) -> bool {
+                match service {
+                    $(ServiceType::$cap => self.$key.registered(),)*
+                    // Advertised only: no handler.
+                    _ => false,
+                }
+            }
+        }
+
+        /// Adds the tonic server of `service`, dispatching to the handlers in `shared`.
+        fn add_declarative_service<P: Parameters>(
+            builder: &mut RoutesBuilder,
+            service: ServiceType,
+            shared: &Arc<Shared<P>>,
+        ) {
+            match service {
+                $(ServiceType::$cap => {
+                    builder.add_service(cnpgi_proto::$($proto)::+::$server_mod::$server::new($sdk(shared.clone())));
+                })*
+                // Advertised only: no RPC to serve.
+                _ => {}
+            }
+        }
+    };
+}
+
+for_each_service!(handlers);
 
 /// What the services share: the plugin name and the layout (to find its
 /// entry in a Cluster), the handlers, and the Clusters decoded last.
@@ -430,34 +451,6 @@ impl<P: Parameters> Plugin<P> {
         };
         (identity, register)
     }
-}
-
-/// Adds the tonic server of `service`, dispatching to the handlers in `shared`.
-fn add_declarative_service<P: Parameters>(builder: &mut RoutesBuilder, service: ServiceType, shared: &Arc<Shared<P>>) {
-    use cnpgi_proto::{
-        backup::v1::backup_server::BackupServer,
-        identity::v1::postgres_server::PostgresServer,
-        metrics::v1::metrics_server::MetricsServer,
-        operator::v1::operator_server::OperatorServer,
-        operator_lifecycle::v1::operator_lifecycle_server::OperatorLifecycleServer,
-        reconciler::v1::reconciler_hooks_server::ReconcilerHooksServer,
-        wal::v1::{restore_job_hooks_server::RestoreJobHooksServer, wal_server::WalServer},
-    };
-    let s = shared.clone();
-    match service {
-        ServiceType::LifecycleService => builder.add_service(OperatorLifecycleServer::new(LifecycleService(s))),
-        ServiceType::OperatorService => builder.add_service(OperatorServer::new(OperatorService(s))),
-        ServiceType::ReconcilerHooks => builder.add_service(ReconcilerHooksServer::new(ReconcilerService(s))),
-        ServiceType::WalService => builder.add_service(WalServer::new(WalService(s))),
-        ServiceType::BackupService => builder.add_service(BackupServer::new(BackupService(s))),
-        ServiceType::RestoreJob => builder.add_service(RestoreJobHooksServer::new(RestoreJobService(s))),
-        ServiceType::Metrics => builder.add_service(MetricsServer::new(MetricsService(s))),
-        ServiceType::Postgres => builder.add_service(PostgresServer::new(PostgresService(s))),
-        // Advertised only: no RPC to serve.
-        ServiceType::Unspecified | ServiceType::InstanceSidecarInjection | ServiceType::InstanceJobSidecarInjection => {
-            builder
-        }
-    };
 }
 
 /// The Identity service of a declarative [`Plugin`]: its metadata, the

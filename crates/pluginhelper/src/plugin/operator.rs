@@ -38,6 +38,12 @@ pub(super) struct Handlers<P> {
     deregister: Option<BoxedHandler<Cluster, ()>>,
 }
 
+impl<P: Parameters> super::Registered for Handlers<P> {
+    fn registered(&self) -> bool {
+        !rpcs::<P>(self).is_empty()
+    }
+}
+
 impl<P> Default for Handlers<P> {
     fn default() -> Self {
         Self {

@@ -19,6 +19,9 @@ use crate::{
 /// `Restore`, `Upgrade` (in Jobs) or `Reconcile` (in instances).
 pub use cnpgi_proto::identity::v1::operation_type::Type as PostgresOperation;
 
+/// The handler, once registered.
+pub(super) type Handlers<P> = Option<Handler<P>>;
+
 pub(super) type Handler<P> =
     Arc<dyn Fn(&Cluster, &P, PostgresOperation, &mut HashMap<String, String>) -> Result<(), Status> + Send + Sync>;
 

@@ -37,6 +37,12 @@ pub(super) struct Handlers<P> {
     post: Vec<(ReconcilerKind, HookFn<P>)>,
 }
 
+impl<P: Parameters> super::Registered for Handlers<P> {
+    fn registered(&self) -> bool {
+        !self.is_empty()
+    }
+}
+
 impl<P> Default for Handlers<P> {
     fn default() -> Self {
         Self {

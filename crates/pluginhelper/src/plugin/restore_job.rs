@@ -9,7 +9,7 @@ use cnpgi_proto::wal::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use super::{AsyncHandler, Plugin, Shared};
+use super::{AsyncHandler, AsyncRpc, Plugin, Shared};
 use crate::{
     capabilities::restore_job_hook,
     cluster::{Cluster, decode_cluster},
@@ -29,6 +29,9 @@ pub struct RestoreJobCall<P> {
     /// CloudNativePG 1.29).
     pub check_empty_wal_archive: Option<bool>,
 }
+
+/// The restore hook, once registered.
+pub(super) type Handlers<P> = AsyncRpc<RestoreJobCall<P>, RestoreResponse>;
 
 impl<P: Parameters> Plugin<P> {
     /// Restores PGDATA in the `full-recovery` Job, then answers the lines to

@@ -81,6 +81,12 @@ pub(super) struct Handlers<P> {
     set_first_required: AsyncRpc<SetFirstRequiredCall<P>, ()>,
 }
 
+impl<P: Parameters> super::Registered for Handlers<P> {
+    fn registered(&self) -> bool {
+        !self.is_empty()
+    }
+}
+
 impl<P> Default for Handlers<P> {
     fn default() -> Self {
         Self {
