@@ -117,6 +117,7 @@ use tokio::task::JoinHandle;
 pub mod discovery;
 pub mod leader;
 pub mod metrics;
+pub mod observe;
 pub mod registry;
 pub mod routing;
 pub mod serving;

@@ -48,10 +48,13 @@ use cnpgi_proto::{
 };
 use serde_json::Value;
 
-use crate::registry::{LookupError, Registry, Routable};
+use crate::{
+    observe::{RouteObserver, observed, summary},
+    registry::{LookupError, Registry, Routable},
+};
 
-/// Which plugins may fail without failing the operation, and how long an
-/// operation waits for a plugin that is arriving.
+/// Which plugins may fail without failing the operation, how long an
+/// operation waits for a plugin that is arriving, and who watches the calls.
 #[derive(Debug, Clone)]
 pub struct RoutingPolicy {
     /// Plugins skipped (with a warning) when unavailable or failing.
@@ -62,6 +65,10 @@ pub struct RoutingPolicy {
     /// after its plugin's rollout is not refused, and an admission webhook
     /// still answers within the API server's 10 s.
     pub arrival_wait: Duration,
+    /// Told about every plugin call routing makes (plugin, RPC, request
+    /// and answer summaries, time): see [`crate::observe`]. Default none,
+    /// and then no summary is computed.
+    pub observer: Option<Arc<dyn RouteObserver>>,
 }
 
 impl Default for RoutingPolicy {
@@ -69,6 +76,7 @@ impl Default for RoutingPolicy {
         Self {
             fail_open: BTreeSet::new(),
             arrival_wait: Duration::from_secs(5),
+            observer: None,
         }
     }
 }
@@ -264,6 +272,18 @@ impl Router {
         self
     }
 
+    /// This router, telling `observer` about every plugin call it makes
+    /// ([`RoutingPolicy::observer`]).
+    pub fn with_observer(mut self, observer: Arc<dyn RouteObserver>) -> Self {
+        self.policy.observer = Some(observer);
+        self
+    }
+
+    /// The observer told about every plugin call, if any.
+    fn observer(&self) -> Option<&dyn RouteObserver> {
+        self.policy.observer.as_deref()
+    }
+
     /// Where the routed resources list their plugins.
     pub fn layout(&self) -> &dyn PluginLayout {
         &*self.layout
@@ -331,6 +351,7 @@ impl Router {
             value,
             Some(definition),
             service::operator::MUTATE_CLUSTER.method,
+            summary::object,
             |routable, definition| async move {
                 let request = routable.client.request(OperatorMutateClusterRequest { definition });
                 let answer = routable.client.operator().mutate_cluster(request).await?;
@@ -345,13 +366,14 @@ impl Router {
     /// chain's one working copy. `encoded` is `start` as bytes when the
     /// caller has them already. A failed step fails the chain, so the copy
     /// needs no undo, except for a fail-open plugin, whose step works on a
-    /// copy of its own.
+    /// copy of its own. `describe` summarises the object sent, for the observer.
     async fn chain<F, Fut>(
         &self,
         targets: Vec<(EnabledPlugin, Routable)>,
         start: Value,
         mut encoded: Option<Vec<u8>>,
         rpc: &'static str,
+        describe: impl Fn(&Value) -> String,
         call: F,
     ) -> Result<Patched, RouteError>
     where
@@ -367,9 +389,16 @@ impl Router {
             let before = fail_open.then(|| patched.object.clone());
             let definition = encoded.take().unwrap_or_else(|| encode_object(&patched.object));
             let step = async {
-                let answer = call(routable, definition)
-                    .await
-                    .map_err(|s| call_error(&plugin.name, rpc, s))?;
+                let answer = observed(
+                    self.observer(),
+                    &plugin.name,
+                    rpc,
+                    || describe(&patched.object),
+                    call(routable, definition),
+                    |answer| summary::patch(answer),
+                )
+                .await
+                .map_err(|s| call_error(&plugin.name, rpc, s))?;
                 apply_in_place(&plugin.name, rpc, &mut patched.object, &answer)
             };
             let outcome = step.await;
@@ -388,11 +417,13 @@ impl Router {
         Ok(patched)
     }
 
-    /// Collects the validation errors `call` gets from each target.
+    /// Collects the validation errors `call` gets from each target;
+    /// `describe` summarises the request, for the observer.
     async fn collect_errors<F, Fut>(
         &self,
         targets: Vec<(EnabledPlugin, Routable)>,
         rpc: &'static str,
+        describe: impl Fn() -> String,
         call: F,
     ) -> Result<Vec<FieldError>, RouteError>
     where
@@ -401,7 +432,16 @@ impl Router {
     {
         let mut errors = Vec::new();
         for (plugin, routable) in targets {
-            let answer = call(routable).await.map_err(|s| call_error(&plugin.name, rpc, s));
+            let fields = |errors: &Vec<ValidationError>| {
+                let fields: Vec<String> = errors
+                    .iter()
+                    .map(|e| FieldError::from_plugin(&*self.layout, &plugin, e.clone()).field)
+                    .collect();
+                summary::validation(&fields)
+            };
+            let answer = observed(self.observer(), &plugin.name, rpc, &describe, call(routable), fields)
+                .await
+                .map_err(|s| call_error(&plugin.name, rpc, s));
             if let Some(found) = self.tolerate(&plugin.name, answer)? {
                 errors.extend(
                     found
@@ -419,15 +459,21 @@ impl Router {
         let targets = self
             .targets(resource, |r| r.info.has_operator_rpc(RpcType::ValidateClusterCreate))
             .await?;
-        self.collect_errors(targets, service::operator::VALIDATE_CLUSTER_CREATE.method, |routable| {
-            let request = routable.client.request(OperatorValidateClusterCreateRequest {
-                definition: resource.definition().to_vec(),
-            });
-            async move {
-                let answer = routable.client.operator().validate_cluster_create(request).await?;
-                Ok(answer.into_inner().validation_errors)
-            }
-        })
+        let describe = || summary::object(resource.value());
+        self.collect_errors(
+            targets,
+            service::operator::VALIDATE_CLUSTER_CREATE.method,
+            describe,
+            |routable| {
+                let request = routable.client.request(OperatorValidateClusterCreateRequest {
+                    definition: resource.definition().to_vec(),
+                });
+                async move {
+                    let answer = routable.client.operator().validate_cluster_create(request).await?;
+                    Ok(answer.into_inner().validation_errors)
+                }
+            },
+        )
         .await
     }
 
@@ -441,16 +487,22 @@ impl Router {
         let targets = self
             .targets(new, |r| r.info.has_operator_rpc(RpcType::ValidateClusterChange))
             .await?;
-        self.collect_errors(targets, service::operator::VALIDATE_CLUSTER_CHANGE.method, |routable| {
-            let request = routable.client.request(OperatorValidateClusterChangeRequest {
-                old_cluster: old.definition().to_vec(),
-                new_cluster: new.definition().to_vec(),
-            });
-            async move {
-                let answer = routable.client.operator().validate_cluster_change(request).await?;
-                Ok(answer.into_inner().validation_errors)
-            }
-        })
+        let describe = || format!("{}, and its old version", summary::object(new.value()));
+        self.collect_errors(
+            targets,
+            service::operator::VALIDATE_CLUSTER_CHANGE.method,
+            describe,
+            |routable| {
+                let request = routable.client.request(OperatorValidateClusterChangeRequest {
+                    old_cluster: old.definition().to_vec(),
+                    new_cluster: new.definition().to_vec(),
+                });
+                async move {
+                    let answer = routable.client.operator().validate_cluster_change(request).await?;
+                    Ok(answer.into_inner().validation_errors)
+                }
+            },
+        )
         .await
     }
 
@@ -473,6 +525,13 @@ impl Router {
             object,
             None,
             service::lifecycle::LIFECYCLE_HOOK.method,
+            |object| {
+                format!(
+                    "{} {}",
+                    summary::enum_name(operation.as_str_name()),
+                    summary::object(object)
+                )
+            },
             |routable, object_definition| {
                 let request = routable.client.request(OperatorLifecycleRequest {
                     operation_type: Some(OperatorOperationType {
@@ -519,15 +578,18 @@ impl Router {
             if !routable.info.has_operator_rpc(RpcType::SetStatusInCluster) {
                 continue;
             }
-            let answer = routable
-                .client
-                .operator()
-                .set_status_in_cluster(routable.client.request(SetStatusInClusterRequest {
-                    cluster: definition.clone(),
-                }))
-                .await
-                .map_err(|s| call_error(&plugin.name, service::operator::SET_STATUS_IN_CLUSTER.method, s))
-                .and_then(|answer| status_object(&plugin.name, &answer.into_inner().json_status));
+            let rpc = service::operator::SET_STATUS_IN_CLUSTER.method;
+            let mut client = routable.client.operator();
+            let call = client.set_status_in_cluster(routable.client.request(SetStatusInClusterRequest {
+                cluster: definition.clone(),
+            }));
+            let describe = || format!("{} with its plugin entries", summary::object(&with_entries));
+            let answer = observed(self.observer(), &plugin.name, rpc, describe, call, |answer| {
+                summary::status(&answer.get_ref().json_status)
+            })
+            .await
+            .map_err(|s| call_error(&plugin.name, rpc, s))
+            .and_then(|answer| status_object(&plugin.name, &answer.into_inner().json_status));
             if let Some(Some(status)) = self.tolerate(&plugin.name, answer)? {
                 update.status = Some(status);
             }
@@ -542,14 +604,15 @@ impl Router {
         if !routable.info.has_operator_rpc(RpcType::Deregister) {
             return Ok(());
         }
-        routable
-            .client
-            .operator()
-            .deregister(routable.client.request(DeregisterRequest {
-                definition: resource.definition().to_vec(),
-            }))
+        let rpc = service::operator::DEREGISTER.method;
+        let mut client = routable.client.operator();
+        let call = client.deregister(routable.client.request(DeregisterRequest {
+            definition: resource.definition().to_vec(),
+        }));
+        let describe = || summary::object(resource.value());
+        observed(self.observer(), plugin, rpc, describe, call, |_| "done".to_owned())
             .await
-            .map_err(|s| call_error(plugin, service::operator::DEREGISTER.method, s))?;
+            .map_err(|s| call_error(plugin, rpc, s))?;
         Ok(())
     }
 }
@@ -588,13 +651,18 @@ impl Router {
                     r#type: operation.into(),
                 }),
             });
-            let answer = routable
-                .client
-                .postgres()
-                .enrich_configuration(request)
-                .await
-                .map(|answer| answer.into_inner().configs)
-                .map_err(|s| call_error(&plugin.name, service::postgres::ENRICH_CONFIGURATION.method, s));
+            let rpc = service::postgres::ENRICH_CONFIGURATION.method;
+            let describe = || {
+                summary::configuration_request(configs, summary::enum_name(operation.as_str_name()), resource.value())
+            };
+            let mut client = routable.client.postgres();
+            let call = client.enrich_configuration(request);
+            let answer = observed(self.observer(), &plugin.name, rpc, describe, call, |answer| {
+                summary::configuration(&original, &answer.get_ref().configs)
+            })
+            .await
+            .map(|answer| answer.into_inner().configs)
+            .map_err(|s| call_error(&plugin.name, rpc, s));
             if let Some(answer) = self.tolerate(&plugin.name, answer)?
                 && !answer.is_empty()
             {
@@ -666,10 +734,22 @@ impl Router {
                 resource_definition: resource.to_vec(),
             });
             let mut client = routable.client.reconciler();
-            let answer = match phase {
-                HookPhase::Pre => client.pre(request).await,
-                HookPhase::Post => client.post(request).await,
-            }
+            let call = async {
+                match phase {
+                    HookPhase::Pre => client.pre(request).await,
+                    HookPhase::Post => client.post(request).await,
+                }
+            };
+            let describe = || summary::object_bytes(resource);
+            let answer = observed(self.observer(), &plugin.name, rpc, describe, call, |answer| {
+                let answer = answer.get_ref();
+                match Behavior::try_from(answer.behavior) {
+                    Ok(Behavior::Requeue) => format!("REQUEUE after {} s", answer.requeue_after),
+                    Ok(behavior) => summary::enum_name(behavior.as_str_name()).to_owned(),
+                    Err(_) => format!("behavior {} (unknown: CONTINUE)", answer.behavior),
+                }
+            })
+            .await
             .map(tonic::Response::into_inner)
             .map_err(|s| call_error(&plugin.name, rpc, s));
             let Some(answer) = self.tolerate(&plugin.name, answer)? else {
