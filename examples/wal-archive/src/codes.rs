@@ -98,34 +98,26 @@ fn backup_code(error: &BackupError) -> Code {
     }
 }
 
-impl From<StoreError> for Status {
-    fn from(error: StoreError) -> Self {
-        status(store_code(&error), &error)
-    }
+/// `From<error> for Status` for each storage error, with the code its
+/// function above gives it.
+macro_rules! into_status {
+    ($($error:ty => $code:ident),* $(,)?) => {
+        $(
+            impl From<$error> for Status {
+                fn from(error: $error) -> Self {
+                    status($code(&error), &error)
+                }
+            }
+        )*
+    };
 }
 
-impl From<WalStoreError> for Status {
-    fn from(error: WalStoreError) -> Self {
-        status(wal_code(&error), &error)
-    }
-}
-
-impl From<ChooseError> for Status {
-    fn from(error: ChooseError) -> Self {
-        status(choose_code(&error), &error)
-    }
-}
-
-impl From<RestoreError> for Status {
-    fn from(error: RestoreError) -> Self {
-        status(restore_code(&error), &error)
-    }
-}
-
-impl From<BackupError> for Status {
-    fn from(error: BackupError) -> Self {
-        status(backup_code(&error), &error)
-    }
+into_status! {
+    StoreError => store_code,
+    WalStoreError => wal_code,
+    ChooseError => choose_code,
+    RestoreError => restore_code,
+    BackupError => backup_code,
 }
 
 #[cfg(test)]
