@@ -21,12 +21,16 @@ const PROTOS: &[&str] = &[
     "metrics.proto",
 ];
 
+/// This project's own packages (not CNPG-I's), compiled apart so that
+/// [`PROTOS`]' descriptor set, served by plugins for reflection, stays CNPG-I's.
+const OWN_PROTOS: &[&str] = &["registration/v1/registration.proto"];
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
     let proto_dir = manifest_dir.join("proto");
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
 
-    for proto in PROTOS {
+    for proto in PROTOS.iter().chain(OWN_PROTOS) {
         println!("cargo:rerun-if-changed={}", proto_dir.join(proto).display());
     }
 
@@ -47,5 +51,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Unimplemented*Server: a plugin implements only what it advertises.
         .generate_default_stubs(true)
         .compile_fds(descriptors)?;
+
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .build_transport(false)
+        .compile_fds(protox::compile(OWN_PROTOS, [&proto_dir])?)?;
     Ok(())
 }

@@ -28,7 +28,10 @@
 //!   [`PluginResource::layout`] picks another.
 //! * **Discovery** ([`discovery`]): plugin Services with CloudNativePG's
 //!   labels and annotations (and their mTLS Secrets), sidecar socket
-//!   directories, static lists, behind one trait. Each source feeds the
+//!   directories, static lists, and plugins that register themselves over
+//!   mutual TLS and send heartbeats ([`discovery::registration`]: forgotten,
+//!   with the reason in routing errors, when the heartbeats stop), behind
+//!   one trait. Each source feeds the
 //!   **registry** ([`registry`]), which probes each plugin (metadata,
 //!   capabilities), re-probes on reconnection, asks `Probe` periodically and
 //!   routes only to plugins that are ready.

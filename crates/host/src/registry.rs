@@ -20,6 +20,9 @@
 //!    [`LookupError::NotReady`] and the reason.
 //! 4. **Forgotten.** [`Registry::remove`] (its Service was deleted, its
 //!    socket disappeared) stops the task and drops the channel.
+//!    [`Registry::forget`] does the same and remembers why (a registered
+//!    plugin stopped heart-beating): until the plugin is added again, lookups
+//!    fail with [`LookupError::Forgotten`] and that reason.
 //!
 //! # Arriving plugins: a call waits instead of failing
 //!
@@ -130,6 +133,17 @@ pub enum LookupError {
     Unknown {
         /// The plugin name.
         name: String,
+    },
+    /// A discovery source forgot the plugin and said why
+    /// ([`Registry::forget`]): a self-registered plugin whose heartbeats
+    /// stopped, for instance. Until it is found again, lookups say so
+    /// instead of "not registered".
+    #[error("plugin {name} was forgotten: {reason}")]
+    Forgotten {
+        /// The plugin name.
+        name: String,
+        /// Why, where it was and when it was last heard of.
+        reason: String,
     },
     /// The plugin is known but not routable.
     #[error("plugin {name} is not ready: {reason}")]
@@ -334,6 +348,9 @@ pub struct Registry {
     first_passes: watch::Sender<BTreeSet<String>>,
     /// Counts the changes (see [`Registry::changes`]).
     changes: Arc<watch::Sender<u64>>,
+    /// Why plugins that a source forgot ([`Registry::forget`]) are gone,
+    /// by name, until they are added again.
+    forgotten: RwLock<HashMap<String, String>>,
 }
 
 impl Default for Registry {
@@ -350,6 +367,7 @@ impl Registry {
             options,
             first_passes: watch::Sender::new(BTreeSet::new()),
             changes: Arc::new(watch::Sender::new(0)),
+            forgotten: RwLock::default(),
         }
     }
 
@@ -434,6 +452,16 @@ impl Registry {
         });
         let published_first = {
             let mut plugins = self.plugins.write().unwrap_or_else(PoisonError::into_inner);
+            if plugins
+                .get(plugin.name())
+                .is_none_or(|existing| existing.source == source)
+            {
+                // Found again: whatever it was forgotten for is over.
+                self.forgotten
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(plugin.name());
+            }
             match plugins.get(plugin.name()) {
                 Some(existing) if existing.source != source => {
                     return Err(duplicate(plugin.name(), &existing.source, source));
@@ -504,6 +532,47 @@ impl Registry {
         }
     }
 
+    /// Forgets the plugin `name` like [`Registry::remove`], and remembers
+    /// `reason` until the plugin is added again: lookups of it fail with
+    /// [`LookupError::Forgotten`] and that reason (where it was, when it was
+    /// last heard of) instead of "not registered". Returns whether it forgot it.
+    ///
+    /// ```
+    /// let registry = cnpgi_host::registry::Registry::default();
+    /// // Nothing registered by that source: nothing forgotten, nothing remembered.
+    /// assert!(!registry.forget("p.example.com", "registration", "stopped heart-beating"));
+    /// assert!(matches!(registry.get("p.example.com"), Err(cnpgi_host::registry::LookupError::Unknown { .. })));
+    /// ```
+    pub fn forget(&self, name: &str, source: &str, reason: impl Into<String>) -> bool {
+        // The reason is in place before the plugin goes, so that no lookup
+        // in between says "not registered".
+        let reason = reason.into();
+        let mut forgotten = self.forgotten.write().unwrap_or_else(PoisonError::into_inner);
+        let previous = forgotten.insert(name.to_owned(), reason);
+        drop(forgotten);
+        let removed = self.remove(name, source);
+        if !removed {
+            let mut forgotten = self.forgotten.write().unwrap_or_else(PoisonError::into_inner);
+            match previous {
+                Some(previous) => forgotten.insert(name.to_owned(), previous),
+                None => forgotten.remove(name),
+            };
+        }
+        removed
+    }
+
+    /// The error for a name no source has registered now: why it was
+    /// forgotten, if a source said so, else unknown.
+    fn absent(&self, name: &str) -> LookupError {
+        match self.forgotten.read().unwrap_or_else(PoisonError::into_inner).get(name) {
+            Some(reason) => LookupError::Forgotten {
+                name: name.to_owned(),
+                reason: reason.clone(),
+            },
+            None => LookupError::Unknown { name: name.to_owned() },
+        }
+    }
+
     /// The registered plugin `name`, routable or not.
     pub fn plugin(&self, name: &str) -> Option<Arc<Plugin>> {
         self.plugins
@@ -528,9 +597,7 @@ impl Registry {
 
     /// The plugin `name`, if it may be called now.
     pub fn get(&self, name: &str) -> Result<Routable, LookupError> {
-        self.plugin(name)
-            .ok_or_else(|| LookupError::Unknown { name: name.to_owned() })?
-            .routable()
+        self.plugin(name).ok_or_else(|| self.absent(name))?.routable()
     }
 
     /// The plugin `name`, if it may be called now or becomes routable within
@@ -592,9 +659,7 @@ impl Registry {
                 .await
                 .is_err()
             {
-                return self
-                    .plugin(name)
-                    .ok_or_else(|| LookupError::Unknown { name: name.to_owned() });
+                return self.plugin(name).ok_or_else(|| self.absent(name));
             }
         }
     }

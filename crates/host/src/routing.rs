@@ -119,7 +119,11 @@ impl RouteError {
     /// The plugin the error is about, if any.
     pub fn plugin(&self) -> Option<&str> {
         match self {
-            Self::Unavailable(LookupError::Unknown { name } | LookupError::NotReady { name, .. }) => Some(name),
+            Self::Unavailable(
+                LookupError::Unknown { name }
+                | LookupError::NotReady { name, .. }
+                | LookupError::Forgotten { name, .. },
+            ) => Some(name),
             Self::Call { plugin, .. } | Self::BadAnswer { plugin, .. } => Some(plugin),
             Self::Encode(_) => None,
         }

@@ -9,6 +9,7 @@ use tonic::service::RoutesBuilder;
 
 use crate::{
     logging::{self, LogFormat},
+    registration::{RegistrationTarget, keep_registered},
     transport::{PluginListener, PluginServer, ServeError},
 };
 
@@ -44,6 +45,39 @@ pub struct PluginArgs {
     #[arg(long, env = "PLUGIN_PATH", value_name = "DIR")]
     pub plugin_path: Option<PathBuf>,
 
+    /// Register with a cnpgi-rs operator at HOST:PORT (its registration endpoint, mutual TLS)
+    /// and keep heart-beating, so that it dials this plugin at --advertise-address. Needs the TLS
+    /// flags; the client certificate (--registration-cert, else --server-cert) must name the
+    /// plugin. Not part of CNPG-I: CloudNativePG has no such endpoint.
+    #[arg(long, env = "CNPGI_REGISTER_WITH", value_name = "HOST:PORT",
+          requires_all = ["server_address", "registration_ca"])]
+    pub register_with: Option<String>,
+
+    /// PEM certificate the operator's registration endpoint must present or chain to.
+    #[arg(long, env = "CNPGI_REGISTRATION_CA", value_name = "FILE", requires = "register_with")]
+    pub registration_ca: Option<PathBuf>,
+
+    /// PEM certificate presented when registering (its DNS name is the plugin name).
+    /// Default: --server-cert.
+    #[arg(long, env = "CNPGI_REGISTRATION_CERT", value_name = "FILE",
+          requires_all = ["register_with", "registration_key"])]
+    pub registration_cert: Option<PathBuf>,
+
+    /// PEM key of --registration-cert. Default: --server-key.
+    #[arg(long, env = "CNPGI_REGISTRATION_KEY", value_name = "FILE",
+          requires_all = ["register_with", "registration_cert"])]
+    pub registration_key: Option<PathBuf>,
+
+    /// HOST:PORT where the operator dials this plugin when it registers; the server certificate
+    /// must carry HOST. Default: the address listened on, unless it is 0.0.0.0 or [::].
+    #[arg(
+        long,
+        env = "CNPGI_ADVERTISE_ADDRESS",
+        value_name = "HOST:PORT",
+        requires = "register_with"
+    )]
+    pub advertise_address: Option<String>,
+
     /// Log line format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -72,6 +106,38 @@ impl PluginArgs {
             )),
             _ => None,
         }
+    }
+
+    /// Where and how to register, when `--register-with` is given, the
+    /// server listening on `listening`.
+    pub fn registration(&self, listening: std::net::SocketAddr) -> Result<Option<RegistrationTarget>, ServeError> {
+        let (Some(endpoint), Some(operator_ca)) = (&self.register_with, &self.registration_ca) else {
+            return Ok(None);
+        };
+        let (Some(server_cert), Some(server_key)) = (&self.server_cert, &self.server_key) else {
+            // clap requires the TLS flags with --register-with.
+            return Ok(None);
+        };
+        let advertise = match &self.advertise_address {
+            Some(address) => address.clone(),
+            None if !listening.ip().is_unspecified() => listening.to_string(),
+            None => {
+                return Err(ServeError::Address {
+                    address: listening.to_string(),
+                    reason: "--register-with needs --advertise-address (CNPGI_ADVERTISE_ADDRESS): the plugin \
+                             listens on every interface, and the operator needs a host:port to dial"
+                        .into(),
+                });
+            }
+        };
+        Ok(Some(RegistrationTarget {
+            endpoint: endpoint.clone(),
+            client_cert: self.registration_cert.clone().unwrap_or_else(|| server_cert.clone()),
+            client_key: self.registration_key.clone().unwrap_or_else(|| server_key.clone()),
+            operator_ca: operator_ca.clone(),
+            advertise,
+            advertise_server_name: None,
+        }))
     }
 }
 
@@ -253,7 +319,24 @@ impl<I: Identity> PluginCommand<I> {
             }
         };
         tracing::info!(address = %listener.address(), tls = matches!(listener, PluginListener::Tcp { .. }), "listening");
-        self.server.serve(listener, shutdown_signal()).await
+        let registration = match &listener {
+            PluginListener::Tcp { address, .. } => args.registration(*address)?,
+            PluginListener::Unix { .. } => None,
+        };
+        let Some(target) = registration else {
+            return self.server.serve(listener, shutdown_signal()).await;
+        };
+        // Registration runs beside serving and stops with it; it only ends
+        // by itself when its files are unusable, which stops the plugin too
+        // (it would otherwise serve, never found).
+        let registering = keep_registered(target, metadata.name.clone(), metadata.version.clone());
+        tokio::select! {
+            served = self.server.serve(listener, shutdown_signal()) => served,
+            registered = registering => {
+                let Err(error) = registered;
+                Err(ServeError::Registration(error))
+            }
+        }
     }
 }
 
@@ -381,6 +464,53 @@ mod tests {
         // The plugin subcommand is still required.
         let err = main_command("p", None).try_get_matches_from(["p"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
+    }
+
+    #[test]
+    fn registering_needs_the_tls_flags_and_the_operator_ca_and_advertises_the_listened_address() {
+        let tls = [
+            "--server-address=127.0.0.1:9090",
+            "--server-cert=s.crt",
+            "--server-key=s.key",
+            "--client-cert=c.crt",
+        ];
+        let err = parse(&["--register-with=operator:9443"]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::MissingRequiredArgument);
+        let err = parse(&[&tls[..], &["--register-with=operator:9443"]].concat()).unwrap_err();
+        assert!(err.to_string().contains("--registration-ca"), "{err}");
+
+        let args = parse(&[&tls[..], &["--register-with=operator:9443", "--registration-ca=op.crt"]].concat()).unwrap();
+        let listening: std::net::SocketAddr = "127.0.0.1:9090".parse().unwrap();
+        let target = args.registration(listening).unwrap().unwrap();
+        assert_eq!(target.endpoint, "operator:9443");
+        assert_eq!(target.advertise, "127.0.0.1:9090");
+        // The server certificate is the client certificate unless told otherwise.
+        assert_eq!(
+            (target.client_cert, target.client_key),
+            (PathBuf::from("s.crt"), PathBuf::from("s.key"))
+        );
+        // Every interface is not an address to dial: the flag to give is named.
+        let err = args.registration("0.0.0.0:9090".parse().unwrap()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--advertise-address (CNPGI_ADVERTISE_ADDRESS)"),
+            "{err}"
+        );
+        let args = parse(
+            &[
+                &tls[..],
+                &[
+                    "--register-with=operator:9443",
+                    "--registration-ca=op.crt",
+                    "--advertise-address=plugin.ns.svc:9090",
+                ],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        let target = args.registration("0.0.0.0:9090".parse().unwrap()).unwrap().unwrap();
+        assert_eq!(target.advertise, "plugin.ns.svc:9090");
+        assert!(parse(&[]).unwrap().registration(listening).unwrap().is_none());
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub mod object;
 pub mod parameters;
 pub mod plugin;
 pub mod prelude;
+pub mod registration;
 pub mod sidecar;
 #[cfg(feature = "testing")]
 pub mod testing;

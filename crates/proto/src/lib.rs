@@ -90,6 +90,18 @@ pub mod metrics {
     }
 }
 
+/// `cnpgi.registration.*`: plugins registering themselves with a cnpgi-rs
+/// host and keeping their lease with heartbeats. This project's own package,
+/// not CNPG-I's (CloudNativePG does not serve it); the file is
+/// `proto/registration/v1/registration.proto`.
+pub mod registration {
+    /// `cnpgi.registration.v1`.
+    pub mod v1 {
+        #![allow(missing_docs, unreachable_pub, clippy::all)]
+        tonic::include_proto!("cnpgi.registration.v1");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

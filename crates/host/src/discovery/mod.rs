@@ -10,7 +10,9 @@
 //! * [`socket_dir::SocketDirectory`]: sidecar plugins' Unix sockets in a directory
 //!   (`/plugins` by default), rescanned when it changes;
 //! * [`kubernetes::KubernetesServices`]: plugin Services in the operator's
-//!   namespace, watched, with their certificate Secrets.
+//!   namespace, watched, with their certificate Secrets;
+//! * [`registration::Registration`]: plugins that register themselves over
+//!   mutual TLS and send heartbeats, forgotten when the heartbeats stop.
 
 use std::{fmt::Display, future::Future, pin::Pin, sync::Arc};
 
@@ -21,6 +23,7 @@ use cnpgi_client::client::PluginClient;
 use crate::registry::Registry;
 
 pub mod kubernetes;
+pub mod registration;
 pub mod socket_dir;
 pub mod static_list;
 

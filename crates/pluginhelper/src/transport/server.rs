@@ -76,6 +76,9 @@ pub enum ServeError {
     /// The gRPC server stopped with an error.
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// Registering with the operator (`--register-with`) cannot work.
+    #[error(transparent)]
+    Registration(#[from] crate::registration::RegistrationError),
 }
 
 /// Tunables of a [`PluginServer`]; the defaults suit production.
