@@ -314,7 +314,8 @@ pub(crate) fn is_ca(der: &CertificateDer<'_>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+    use cnpgi_tls::testing::{ExtendedKeyUsagePurpose, TestCert, TestCertBuilder};
+    use rcgen::KeyUsagePurpose;
 
     use super::*;
 
@@ -329,39 +330,30 @@ mod tests {
 
     struct Made {
         der: CertificateDer<'static>,
-        key: KeyPair,
+        cert: TestCert,
     }
 
-    fn params(names: &[&str], eku: &[ExtendedKeyUsagePurpose]) -> CertificateParams {
-        let mut params = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
-        params.extended_key_usages = eku.to_vec();
-        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-        params.not_after = rcgen::date_time_ymd(2100, 1, 1);
-        params
+    fn params(names: &[&str], eku: &[ExtendedKeyUsagePurpose]) -> TestCertBuilder {
+        TestCert::builder(names).usages(eku)
     }
 
-    fn self_signed(params: CertificateParams) -> Made {
-        let key = KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
+    fn self_signed(builder: TestCertBuilder) -> Made {
+        let cert = builder.self_signed();
         Made {
-            der: cert.der().clone(),
-            key,
+            der: cert.cert_der(),
+            cert,
         }
     }
 
-    fn ca() -> (Made, CertificateParams) {
-        let mut params = params(&[], &[]);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        (self_signed(params.clone()), params)
+    fn ca() -> Made {
+        self_signed(params(&[], &[]).ca())
     }
 
-    fn issued(params: CertificateParams, ca: &(Made, CertificateParams)) -> Made {
-        let key = KeyPair::generate().unwrap();
-        let issuer = Issuer::from_params(&ca.1, &ca.0.key);
-        let cert = params.signed_by(&key, &issuer).unwrap();
+    fn issued(builder: TestCertBuilder, ca: &Made) -> Made {
+        let cert = builder.signed_by(&ca.cert);
         Made {
-            der: cert.der().clone(),
-            key,
+            der: cert.cert_der(),
+            cert,
         }
     }
 
@@ -393,10 +385,7 @@ mod tests {
 
     #[test]
     fn an_expired_certificate_names_its_secret_field_and_certificate() {
-        let mut expired = params(&["hello"], &[ExtendedKeyUsagePurpose::ServerAuth]);
-        expired.not_before = rcgen::date_time_ymd(2020, 1, 1);
-        expired.not_after = rcgen::date_time_ymd(2021, 1, 1);
-        let expired = self_signed(expired);
+        let expired = self_signed(params(&["hello"], &[ExtendedKeyUsagePurpose::ServerAuth]).expired());
         let findings = check_leaf(
             &expired.der,
             Purpose::Server,
@@ -463,9 +452,8 @@ mod tests {
             .is_err()
         );
         // Only the common name: Go and rustls ignore it.
-        let mut cn_only = params(&[], &[]);
-        cn_only.distinguished_name.push(rcgen::DnType::CommonName, "hello");
-        let cn_only = self_signed(cn_only);
+        let cn_only =
+            self_signed(params(&[], &[]).with(|p| p.distinguished_name.push(rcgen::DnType::CommonName, "hello")));
         let findings = check_leaf(
             &cn_only.der,
             Purpose::Server,
@@ -513,9 +501,7 @@ mod tests {
 
     #[test]
     fn a_key_usage_without_digital_signature_is_a_warning() {
-        let mut p = params(&["hello"], &[]);
-        p.key_usages = vec![KeyUsagePurpose::KeyEncipherment];
-        let cert = self_signed(p);
+        let cert = self_signed(params(&["hello"], &[]).with(|p| p.key_usages = vec![KeyUsagePurpose::KeyEncipherment]));
         let findings = check_leaf(
             &cert.der,
             Purpose::Server,
@@ -534,13 +520,13 @@ mod tests {
         let stranger = issued(params(&["client"], &[ExtendedKeyUsagePurpose::ClientAuth]), &other_ca);
         verify_client(
             std::slice::from_ref(&good.der),
-            std::slice::from_ref(&trusted_ca.0.der),
+            std::slice::from_ref(&trusted_ca.der),
             UnixTime::now(),
         )
         .unwrap();
         let err = verify_client(
             std::slice::from_ref(&stranger.der),
-            std::slice::from_ref(&trusted_ca.0.der),
+            std::slice::from_ref(&trusted_ca.der),
             UnixTime::now(),
         )
         .unwrap_err();
@@ -560,7 +546,7 @@ mod tests {
             )
             .is_err()
         );
-        assert!(is_ca(&trusted_ca.0.der) && !is_ca(&good.der));
+        assert!(is_ca(&trusted_ca.der) && !is_ca(&good.der));
     }
 
     #[test]
@@ -571,7 +557,7 @@ mod tests {
         assert!(
             verify_server(
                 std::slice::from_ref(&served.der),
-                std::slice::from_ref(&pinned_ca.0.der),
+                std::slice::from_ref(&pinned_ca.der),
                 "hello",
                 UnixTime::now()
             )
@@ -580,7 +566,7 @@ mod tests {
         let good = issued(params(&["hello"], &[ExtendedKeyUsagePurpose::ServerAuth]), &pinned_ca);
         verify_server(
             std::slice::from_ref(&good.der),
-            std::slice::from_ref(&pinned_ca.0.der),
+            std::slice::from_ref(&pinned_ca.der),
             "hello",
             UnixTime::now(),
         )
@@ -591,7 +577,7 @@ mod tests {
     fn the_key_must_be_the_certificates() {
         let a = self_signed(params(&["a"], &[]));
         let b = self_signed(params(&["b"], &[]));
-        let key = |made: &Made| PrivateKeyDer::try_from(made.key.serialize_der()).unwrap();
+        let key = |made: &Made| made.cert.key_der();
         key_matches(std::slice::from_ref(&a.der), &key(&a)).unwrap();
         let err = key_matches(std::slice::from_ref(&a.der), &key(&b)).unwrap_err();
         assert!(err.contains("not the certificate's key"), "{err}");

@@ -166,7 +166,7 @@ fn check_key(chain: &[CertificateDer<'static>], pem: &[u8], at: &Source) -> Vec<
 #[cfg(test)]
 mod tests {
     use cnpgi_host::discovery::kubernetes::SERVER_SECRET_ANNOTATION;
-    use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, KeyPair};
+    use cnpgi_tls::testing::{ExtendedKeyUsagePurpose, TestCert};
 
     use super::*;
 
@@ -192,11 +192,8 @@ mod tests {
     }
 
     fn pair(name: &str, eku: ExtendedKeyUsagePurpose) -> (Vec<u8>, Vec<u8>) {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec![name.into()]).unwrap();
-        params.extended_key_usages = vec![eku];
-        let cert = params.self_signed(&key).unwrap();
-        (cert.pem().into_bytes(), key.serialize_pem().into_bytes())
+        let cert = TestCert::builder(&[name]).usages(&[eku]).self_signed();
+        (cert.cert_pem().into_bytes(), cert.key_pem().into_bytes())
     }
 
     #[test]
