@@ -687,12 +687,8 @@ mod tests {
     }
 
     fn pem_pair() -> (Vec<u8>, Vec<u8>) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["hello-world".into()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
-        (cert.pem().into_bytes(), key.serialize_pem().into_bytes())
+        let cert = cnpgi_tls::testing::TestCert::builder(&["hello-world"]).self_signed();
+        (cert.cert_pem().into_bytes(), cert.key_pem().into_bytes())
     }
 
     #[test]
