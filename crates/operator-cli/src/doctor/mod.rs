@@ -384,44 +384,27 @@ async fn examine(
     let mut secrets = SecretCache {
         api: &secrets_api,
         cx,
-        plugin: resolved.object(),
-        plugin_name: &resolved.plugin,
+        service: resolved,
         fetched: BTreeMap::new(),
     };
-    let mut pinned: Option<Chain> = None;
-    if let Some(name) = &resolved.server_secret {
-        match secrets.get(name, &mut findings).await {
-            Err(()) => {}
-            Ok(None) => findings.push(secrets::missing(
-                resolved,
-                SERVER_SECRET_ANNOTATION,
-                name,
-                "trust the plugin's certificate",
-            )),
-            Ok(Some(secret)) => {
-                let (chain, more) = secrets::check_server_secret(resolved, &secret, cx.now);
-                findings.extend(more);
-                pinned = chain;
-            }
-        }
-    }
-    let mut presented = None;
-    if let Some(name) = &resolved.client_secret {
-        match secrets.get(name, &mut findings).await {
-            Err(()) => {}
-            Ok(None) => findings.push(secrets::missing(
-                resolved,
-                CLIENT_SECRET_ANNOTATION,
-                name,
-                "present a client certificate",
-            )),
-            Ok(Some(secret)) => {
-                let (pair, more) = secrets::check_client_secret(resolved, &secret, cx.now);
-                findings.extend(more);
-                presented = pair;
-            }
-        }
-    }
+    let pinned: Option<Chain> = secrets
+        .check(
+            SERVER_SECRET_ANNOTATION,
+            resolved.server_secret.as_deref(),
+            "trust the plugin's certificate",
+            &mut findings,
+            |secret| secrets::check_server_secret(resolved, secret, cx.now),
+        )
+        .await;
+    let presented = secrets
+        .check(
+            CLIENT_SECRET_ANNOTATION,
+            resolved.client_secret.as_deref(),
+            "present a client certificate",
+            &mut findings,
+            |secret| secrets::check_client_secret(resolved, secret, cx.now),
+        )
+        .await;
 
     // What the plugin's Pod serves and trusts.
     let ready_pods: BTreeSet<&str> = endpoints.iter().filter_map(|e| e.pod.as_deref()).collect();
@@ -686,8 +669,7 @@ async fn examine(
 struct SecretCache<'a> {
     api: &'a Api<Secret>,
     cx: &'a Context,
-    plugin: Object,
-    plugin_name: &'a str,
+    service: &'a PluginService,
     fetched: BTreeMap<String, Option<Secret>>,
 }
 
@@ -698,7 +680,7 @@ impl SecretCache<'_> {
         if let Some(secret) = self.fetched.get(name) {
             return Ok(secret.clone());
         }
-        let namespace = self.plugin.namespace.clone().unwrap_or_default();
+        let namespace = &self.service.namespace;
         match self
             .cx
             .call(&format!("get the Secret {namespace}/{name}"), self.api.get_opt(name))
@@ -712,14 +694,42 @@ impl SecretCache<'_> {
                 findings.push(
                     Finding::error(
                         "secret.read",
-                        self.plugin.clone(),
+                        self.service.object(),
                         None,
                         format!("reading the Secret {name} failed: {error:#}"),
                         "let the doctor read Secrets of this namespace (RBAC: get secrets), or run it again".into(),
                     )
-                    .for_plugin(self.plugin_name),
+                    .for_plugin(&self.service.plugin),
                 );
                 Err(())
+            }
+        }
+    }
+
+    /// The Secret the Service's `annotation` names (`name`, if it names
+    /// one) checked by `check`: what the check makes of it, its findings
+    /// added to `findings`. `None` when it is not named, cannot be read or
+    /// is missing (then a finding says the plugin's side cannot `needed_to`
+    /// without it).
+    async fn check<T>(
+        &mut self,
+        annotation: &str,
+        name: Option<&str>,
+        needed_to: &str,
+        findings: &mut Vec<Finding>,
+        check: impl FnOnce(&Secret) -> (Option<T>, Vec<Finding>),
+    ) -> Option<T> {
+        let name = name?;
+        match self.get(name, findings).await {
+            Err(()) => None,
+            Ok(None) => {
+                findings.push(secrets::missing(self.service, annotation, name, needed_to));
+                None
+            }
+            Ok(Some(secret)) => {
+                let (checked, more) = check(&secret);
+                findings.extend(more);
+                checked
             }
         }
     }
