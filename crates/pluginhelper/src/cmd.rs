@@ -69,7 +69,7 @@ pub struct PluginArgs {
     pub registration_key: Option<PathBuf>,
 
     /// HOST:PORT where the operator dials this plugin when it registers; the server certificate
-    /// must carry HOST. Default: the address listened on, unless it is 0.0.0.0 or [::].
+    /// must carry HOST. Default: the address listened on, unless it is unspecified (0.0.0.0, ::).
     #[arg(
         long,
         env = "CNPGI_ADVERTISE_ADDRESS",
