@@ -84,7 +84,11 @@ ci_job() {
   fi
   [ "${1:-}" = -- ] && shift
   CI_JOBS+=("$name")
-  CNPGI_CI_RUN="$CNPGI_CI_RUN-bg" bash -c 'ci_job_run "$@"' ci_job_run "$name" "$priority" "${#after[@]}" "${after[@]}" "$@" &
+  # The runner leads a process group of its own (setsid does not fork here: a
+  # background command of a script is no group leader), so that a runner
+  # still waiting for its dependencies is stopped with its `sleep`.
+  CNPGI_CI_RUN="$CNPGI_CI_RUN-bg" setsid bash -c 'ci_job_run "$@"' ci_job_run "$name" "$priority" "${#after[@]}" "${after[@]}" "$@" &
+  echo "$!" >"$CI_STATE/$name.runner"
 }
 # ci_job_run NAME PRIORITY N DEP_1..DEP_N COMMAND...: the runner of ci_job.
 ci_job_run() {
@@ -137,8 +141,13 @@ ci_stop_jobs() {
   local name pid stopped=()
   for name in "${CI_JOBS[@]}"; do
     [ -e "$CI_STATE/$name.rc" ] && continue
-    pid=$(cat "$CI_STATE/$name.pid" 2>/dev/null) || continue
-    if kill -TERM -- "-$pid" 2>/dev/null; then stopped+=("$pid"); fi
+    if pid=$(cat "$CI_STATE/$name.pid" 2>/dev/null); then
+      if kill -TERM -- "-$pid" 2>/dev/null; then stopped+=("$pid"); fi
+    fi
+    # Its runner too: waiting for a dependency, or for the command just stopped.
+    if pid=$(cat "$CI_STATE/$name.runner" 2>/dev/null); then
+      if kill -TERM -- "-$pid" 2>/dev/null; then stopped+=("$pid"); fi
+    fi
   done
   for pid in "${stopped[@]}"; do
     for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
