@@ -25,81 +25,49 @@
 /// crate, for use with gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cnpgi_descriptor.bin"));
 
-/// `cnpgi.identity.*`: the service every plugin implements, and the
-/// `Postgres` service (PostgreSQL configuration), which shares its package.
-pub mod identity {
-    /// `cnpgi.identity.v1`.
-    pub mod v1 {
-        #![allow(missing_docs, unreachable_pub, clippy::all)]
-        tonic::include_proto!("cnpgi.identity.v1");
-    }
+/// One package's generated code as `<module>::v1`; the docs are the package's.
+macro_rules! package {
+    ($($(#[$doc:meta])* $module:ident => $package:literal;)*) => {$(
+        $(#[$doc])*
+        pub mod $module {
+            #[doc = concat!("`", $package, "`.")]
+            pub mod v1 {
+                #![allow(missing_docs, unreachable_pub, clippy::all)]
+                tonic::include_proto!($package);
+            }
+        }
+    )*};
 }
 
-/// `cnpgi.operator.*`: Cluster validation, defaulting and status.
-pub mod operator {
-    /// `cnpgi.operator.v1`.
-    pub mod v1 {
-        #![allow(missing_docs, unreachable_pub, clippy::all)]
-        tonic::include_proto!("cnpgi.operator.v1");
-    }
-}
+package! {
+    /// `cnpgi.identity.*`: the service every plugin implements, and the
+    /// `Postgres` service (PostgreSQL configuration), which shares its package.
+    identity => "cnpgi.identity.v1";
 
-/// `cnpgi.operator_lifecycle.*`: patches of objects before they are written.
-pub mod operator_lifecycle {
-    /// `cnpgi.operator_lifecycle.v1`.
-    pub mod v1 {
-        #![allow(missing_docs, unreachable_pub, clippy::all)]
-        tonic::include_proto!("cnpgi.operator_lifecycle.v1");
-    }
-}
+    /// `cnpgi.operator.*`: Cluster validation, defaulting and status.
+    operator => "cnpgi.operator.v1";
 
-/// `cnpgi.reconciler.*`: hooks before and after the operator reconciles an object.
-pub mod reconciler {
-    /// `cnpgi.reconciler.v1`.
-    pub mod v1 {
-        #![allow(missing_docs, unreachable_pub, clippy::all)]
-        tonic::include_proto!("cnpgi.reconciler.v1");
-    }
-}
+    /// `cnpgi.operator_lifecycle.*`: patches of objects before they are written.
+    operator_lifecycle => "cnpgi.operator_lifecycle.v1";
 
-/// `cnpgi.wal.*`: WAL archiving and restoring (`WAL`), and restoring a backup
-/// in the recovery Job (`RestoreJobHooks`), which shares the package.
-pub mod wal {
-    /// `cnpgi.wal.v1`.
-    pub mod v1 {
-        #![allow(missing_docs, unreachable_pub, clippy::all)]
-        tonic::include_proto!("cnpgi.wal.v1");
-    }
-}
+    /// `cnpgi.reconciler.*`: hooks before and after the operator reconciles an object.
+    reconciler => "cnpgi.reconciler.v1";
 
-/// `cnpgi.backup.*`: base backups.
-pub mod backup {
-    /// `cnpgi.backup.v1`.
-    pub mod v1 {
-        #![allow(missing_docs, unreachable_pub, clippy::all)]
-        tonic::include_proto!("cnpgi.backup.v1");
-    }
-}
+    /// `cnpgi.wal.*`: WAL archiving and restoring (`WAL`), and restoring a backup
+    /// in the recovery Job (`RestoreJobHooks`), which shares the package.
+    wal => "cnpgi.wal.v1";
 
-/// `cnpgi.metrics.*`: metrics added to the instance's Prometheus endpoint.
-pub mod metrics {
-    /// `cnpgi.metrics.v1`.
-    pub mod v1 {
-        #![allow(missing_docs, unreachable_pub, clippy::all)]
-        tonic::include_proto!("cnpgi.metrics.v1");
-    }
-}
+    /// `cnpgi.backup.*`: base backups.
+    backup => "cnpgi.backup.v1";
 
-/// `cnpgi.registration.*`: plugins registering themselves with a cnpgi-rs
-/// host and keeping their lease with heartbeats. This project's own package,
-/// not CNPG-I's (CloudNativePG does not serve it); the file is
-/// `proto/registration/v1/registration.proto`.
-pub mod registration {
-    /// `cnpgi.registration.v1`.
-    pub mod v1 {
-        #![allow(missing_docs, unreachable_pub, clippy::all)]
-        tonic::include_proto!("cnpgi.registration.v1");
-    }
+    /// `cnpgi.metrics.*`: metrics added to the instance's Prometheus endpoint.
+    metrics => "cnpgi.metrics.v1";
+
+    /// `cnpgi.registration.*`: plugins registering themselves with a cnpgi-rs
+    /// host and keeping their lease with heartbeats. This project's own package,
+    /// not CNPG-I's (CloudNativePG does not serve it); the file is
+    /// `proto/registration/v1/registration.proto`.
+    registration => "cnpgi.registration.v1";
 }
 
 #[cfg(test)]
