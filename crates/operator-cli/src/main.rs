@@ -22,6 +22,7 @@ mod plugins;
 mod render;
 mod run;
 mod signals;
+mod trace;
 mod usage_errors;
 mod yaml;
 

@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use cnpgi_host::{
     Host, HostError, HostOptions,
     registry::LookupError,
-    routing::{PluginPatch, RouteError},
+    routing::{PluginPatch, RouteError, RoutingPolicy},
 };
 use cnpgi_operator::{
     crd::Cluster,
@@ -19,7 +19,10 @@ use cnpgi_operator::{
 };
 use serde_json::Value;
 
-use crate::plugins::{LocalPluginFlags, LocalPlugins};
+use crate::{
+    plugins::{LocalPluginFlags, LocalPlugins},
+    trace::{Trace, TraceFlags},
+};
 
 /// When to colour `--diff` output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -51,6 +54,9 @@ pub(crate) struct RenderArgs {
     /// Colour the diff.
     #[arg(long, value_enum, default_value_t = Color::Auto)]
     pub(crate) color: Color,
+
+    #[command(flatten)]
+    pub(crate) trace: TraceFlags,
 
     #[command(flatten)]
     pub(crate) plugins: LocalPluginFlags,
@@ -137,16 +143,23 @@ pub(crate) async fn render(args: RenderArgs) -> ExitCode {
     let input = async {
         let cluster = read_cluster(&args.cluster)?;
         let old = args.old.as_deref().map(read_cluster).transpose()?;
-        anyhow::Ok((cluster, old))
+        let trace = Trace::from_flags(&args.trace)?;
+        anyhow::Ok((cluster, old, trace))
     };
-    let (cluster, old) = match input.await {
+    let (cluster, old, trace) = match input.await {
         Ok(input) => input,
         Err(error) => {
             eprintln!("error: {error:#}");
             return ExitCode::from(2);
         }
     };
-    let host = Host::<Cluster>::new(HostOptions::default());
+    let host = Host::<Cluster>::new(HostOptions {
+        policy: RoutingPolicy {
+            observer: trace.as_ref().map(Trace::observer),
+            ..RoutingPolicy::default()
+        },
+        ..HostOptions::default()
+    });
     let plugins = match LocalPlugins::start(&args.plugins, &host).await {
         Ok(plugins) => plugins,
         Err(error) => {
@@ -154,7 +167,15 @@ pub(crate) async fn render(args: RenderArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match pipeline::render(&host, &cluster, old.as_ref()).await {
+    let outcome = pipeline::render(&host, &cluster, old.as_ref()).await;
+    // The trace comes first, whatever the outcome: it says which call failed.
+    if let Some(trace) = trace
+        && let Err(error) = trace.finish(&crate::trace::title(&cluster, old.is_some()))
+    {
+        eprintln!("error: {error:#}");
+        return ExitCode::from(2);
+    }
+    match outcome {
         Ok(rendered) => {
             let colour = match args.color {
                 Color::Always => true,
