@@ -84,6 +84,88 @@ pub trait PluginLayout: std::fmt::Debug + Send + Sync + 'static {
 
     /// Replaces the plugin entries in the status of `resource` with `entries`.
     fn write_plugin_status(&self, resource: &mut Value, entries: &[PluginStatusUpdate]);
+
+    /// Whether the resource names one implementation among several: then
+    /// the plugin it names is its *preferred* implementation, and a host
+    /// routes to another plugin implementing the same kind when the
+    /// preferred one is not available (`cnpgi_host::choice`). Default: no,
+    /// the named plugin or nothing.
+    fn implementation_choice(&self) -> Option<ImplementationChoice> {
+        None
+    }
+}
+
+/// The metadata `manifest` key (`GetPluginMetadataResponse.manifest`, on the
+/// CNPG-I wire already) under which a plugin lists the kinds of
+/// implementation it provides, comma-separated, e.g.
+/// `cnpgi.io/implements: tables.example.cnpgi.io`.
+pub const IMPLEMENTS_MANIFEST_KEY: &str = "cnpgi.io/implements";
+
+/// "One implementation among several" ([`PluginLayout::implementation_choice`]):
+/// what the implementations implement, where the resource names its
+/// preferred one, and where the host records its choice.
+///
+/// ```
+/// use cnpgi_core::layout::ImplementationChoice;
+///
+/// let choice = ImplementationChoice::new("tables.example.cnpgi.io", "/spec/implementation");
+/// assert_eq!(choice.status_field, "implementationChoice");
+/// let table = serde_json::json!({"spec": {"implementation": "postgres.tables.example.cnpgi.io"}});
+/// assert_eq!(choice.preferred(&table), Some("postgres.tables.example.cnpgi.io"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImplementationChoice {
+    /// What the implementations implement, as plugins list it under
+    /// [`IMPLEMENTS_MANIFEST_KEY`] in their metadata manifest.
+    pub kind: String,
+    /// JSON pointer to the preferred implementation's plugin name in the
+    /// resource, e.g. `/spec/implementation`; that plugin must be among
+    /// [`PluginLayout::enabled_plugins`].
+    pub preferred_pointer: String,
+    /// The field of `status` the choice is recorded in. Default
+    /// `implementationChoice`.
+    pub status_field: String,
+}
+
+impl ImplementationChoice {
+    /// Implementations of `kind`, the preferred one named at `preferred_pointer`.
+    pub fn new(kind: impl Into<String>, preferred_pointer: impl Into<String>) -> Self {
+        Self {
+            kind: kind.into(),
+            preferred_pointer: preferred_pointer.into(),
+            status_field: "implementationChoice".to_owned(),
+        }
+    }
+
+    /// The preferred implementation `resource` names, if any (not empty).
+    pub fn preferred<'a>(&self, resource: &'a Value) -> Option<&'a str> {
+        resource
+            .pointer(&self.preferred_pointer)
+            .and_then(Value::as_str)
+            .filter(|name| !name.is_empty())
+    }
+}
+
+/// Whether a plugin's metadata manifest says it implements `kind`
+/// ([`IMPLEMENTS_MANIFEST_KEY`], comma-separated, spaces ignored).
+///
+/// ```
+/// use std::collections::HashMap;
+///
+/// use cnpgi_core::layout::{IMPLEMENTS_MANIFEST_KEY, implements};
+///
+/// let manifest = HashMap::from([(IMPLEMENTS_MANIFEST_KEY.to_owned(), "a.example.com, tables.example.com".to_owned())]);
+/// assert!(implements(&manifest, "tables.example.com"));
+/// assert!(!implements(&manifest, "tables"));
+/// assert!(!implements(&HashMap::new(), "tables.example.com"));
+/// ```
+pub fn implements<S: std::hash::BuildHasher>(
+    manifest: &std::collections::HashMap<String, String, S>,
+    kind: &str,
+) -> bool {
+    manifest
+        .get(IMPLEMENTS_MANIFEST_KEY)
+        .is_some_and(|kinds| kinds.split(',').any(|k| k.trim() == kind))
 }
 
 /// CloudNativePG's layout: plugins in `spec.plugins[]` (`name`, `enabled`

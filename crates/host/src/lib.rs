@@ -35,6 +35,14 @@
 //!   **registry** ([`registry`]), which probes each plugin (metadata,
 //!   capabilities), re-probes on reconnection, asks `Probe` periodically and
 //!   routes only to plugins that are ready.
+//! * **One implementation among several** ([`choice`]): a layout may say
+//!   that the plugin a resource names is its *preferred* implementation of a
+//!   kind; when it is not ready, the first ready plugin by name declaring
+//!   that kind (metadata manifest `cnpgi.io/implements`) is routed to. The
+//!   choice and its reason go into the status ([`Host::plugin_status`]) and
+//!   stick: the preferred plugin coming back does not move the resource
+//!   unless its annotation `cnpgi.io/reselect-implementation` changes.
+//!   [`choice::publish_event`] announces each new choice.
 //! * **Ready signal.** Sources started with [`discovery::spawn`] (or
 //!   [`Host::discover`]) report their first pass; [`registry::Registry::ready`]
 //!   (and [`Host::ready`]) resolve when all did, so a host routes after
@@ -117,6 +125,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
+pub mod choice;
 pub mod discovery;
 pub mod leader;
 pub mod metrics;
@@ -519,12 +528,26 @@ impl<K: PluginResource> Host<K> {
 
     /// The resource's status with its plugin entries as they are now
     /// (`SetStatusInCluster` asked, see [`Router::set_status`]), written with
-    /// its layout: the value of `status` to patch.
+    /// its layout, and the implementation chosen when the layout names one
+    /// among several ([`choice`]: `status.<status_field>`): the value of
+    /// `status` to patch.
     pub async fn plugin_status(&self, resource: &RoutedResource) -> Result<Value, HostError> {
         let entries = self.router.set_status(resource).await?;
         let mut with_entries =
             serde_json::json!({"status": resource.value().get("status").cloned().unwrap_or_default()});
         self.router.layout().write_plugin_status(&mut with_entries, &entries);
+        // One implementation among several: the choice, recorded so that it
+        // sticks ([`choice`]).
+        if let (Some(choice), Some(decision)) = (
+            self.router.layout().implementation_choice(),
+            resource.implementation_choice(),
+        ) && let Some(status) = with_entries["status"].as_object_mut()
+        {
+            status.insert(
+                choice.status_field,
+                serde_json::to_value(decision).map_err(RouteError::Encode)?,
+            );
+        }
         Ok(with_entries["status"].take())
     }
 

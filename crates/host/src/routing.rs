@@ -49,6 +49,7 @@ use cnpgi_proto::{
 use serde_json::Value;
 
 use crate::{
+    choice::ImplementationDecision,
     observe::{RouteObserver, observed, summary},
     registry::{LookupError, Registry, Routable},
 };
@@ -196,6 +197,7 @@ pub struct RoutedResource {
     value: Value,
     definition: Vec<u8>,
     enabled: Vec<EnabledPlugin>,
+    choice: Option<ImplementationDecision>,
 }
 
 impl RoutedResource {
@@ -211,7 +213,32 @@ impl RoutedResource {
             definition: encode_object(&value),
             enabled: layout.enabled_plugins(&value),
             value,
+            choice: None,
         }
+    }
+
+    /// The implementation chosen for this resource, when its layout names
+    /// one among several ([`crate::choice`]; set by [`Router::routed`]).
+    pub fn implementation_choice(&self) -> Option<&ImplementationDecision> {
+        self.choice.as_ref()
+    }
+
+    /// Routes to `decision`'s chosen plugin in place of the preferred one
+    /// (the same index, so field paths point at the field naming it).
+    fn choose(&mut self, decision: ImplementationDecision) {
+        if let Some(chosen) = &decision.chosen
+            && *chosen != decision.preferred
+        {
+            for plugin in &mut self.enabled {
+                if plugin.name == decision.preferred {
+                    plugin.name.clone_from(chosen);
+                }
+            }
+            // CNPG-I's routing order: by name, once each.
+            self.enabled.sort_by(|a, b| a.name.cmp(&b.name));
+            self.enabled.dedup_by(|a, b| a.name == b.name);
+        }
+        self.choice = Some(decision);
     }
 
     /// The resource as JSON.
@@ -294,8 +321,16 @@ impl Router {
     }
 
     /// `value` as routed by this router (its plugins read with [`Router::layout`]).
+    /// When the layout names one implementation among several, the
+    /// implementation is chosen here ([`crate::choice`]).
     pub fn routed(&self, value: Value) -> RoutedResource {
-        RoutedResource::with_layout(value, &*self.layout)
+        let mut routed = RoutedResource::with_layout(value, &*self.layout);
+        if let Some(choice) = self.layout.implementation_choice()
+            && let Some(decision) = crate::choice::decide(&self.registry, &choice, &routed.value)
+        {
+            routed.choose(decision);
+        }
+        routed
     }
 
     /// The registry routed to.

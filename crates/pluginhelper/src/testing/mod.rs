@@ -94,6 +94,7 @@ pub struct TestIdentity {
     name: String,
     services: Vec<plugin_capability::service::Type>,
     ready: Arc<AtomicBool>,
+    manifest: std::collections::HashMap<String, String>,
 }
 
 impl TestIdentity {
@@ -103,7 +104,15 @@ impl TestIdentity {
             name: name.to_owned(),
             services: Vec::new(),
             ready: Arc::new(AtomicBool::new(true)),
+            manifest: std::collections::HashMap::new(),
         }
+    }
+
+    /// Answers `key: value` in its metadata manifest (e.g. what it
+    /// implements, `cnpgi.io/implements`).
+    pub fn with_manifest(mut self, key: &str, value: &str) -> Self {
+        self.manifest.insert(key.to_owned(), value.to_owned());
+        self
     }
 
     /// Sets the initial readiness.
@@ -133,6 +142,7 @@ impl Identity for TestIdentity {
         Ok(tonic::Response::new(GetPluginMetadataResponse {
             name: self.name.clone(),
             version: "0.0.0-test".into(),
+            manifest: self.manifest.clone(),
             ..GetPluginMetadataResponse::default()
         }))
     }
