@@ -93,6 +93,14 @@ pub trait PluginLayout: std::fmt::Debug + Send + Sync + 'static {
     fn implementation_choice(&self) -> Option<ImplementationChoice> {
         None
     }
+
+    /// The objects of its namespace `resource` references, which a host
+    /// fetches and sends to the plugins with it
+    /// ([`crate::references`]). Default: none.
+    fn references(&self, resource: &Value) -> Vec<crate::references::ObjectReference> {
+        let _ = resource;
+        Vec::new()
+    }
 }
 
 /// The metadata `manifest` key (`GetPluginMetadataResponse.manifest`, on the

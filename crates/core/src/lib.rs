@@ -59,6 +59,7 @@ pub mod path;
 pub mod pod;
 pub mod postgres;
 pub mod ratelimit;
+pub mod references;
 pub mod service;
 pub mod status;
 pub mod wal_segment;

@@ -43,6 +43,13 @@
 //!   stick: the preferred plugin coming back does not move the resource
 //!   unless its annotation `cnpgi.io/reselect-implementation` changes.
 //!   [`choice::publish_event`] announces each new choice.
+//! * **References** ([`references`]): a layout may list objects a resource
+//!   references (same namespace); [`Host::routed_with_references`] reads
+//!   them and sends them with the resource in every call, under the key
+//!   `cnpgi.io/references` of its JSON; a missing one is the condition
+//!   `ReferencesResolved=False` in the status; [`references::referencing`]
+//!   reconciles referencing resources when an object changes; plugins'
+//!   reports on an object go into its status.
 //! * **Ready signal.** Sources started with [`discovery::spawn`] (or
 //!   [`Host::discover`]) report their first pass; [`registry::Registry::ready`]
 //!   (and [`Host::ready`]) resolve when all did, so a host routes after
@@ -130,6 +137,7 @@ pub mod discovery;
 pub mod leader;
 pub mod metrics;
 pub mod observe;
+pub mod references;
 pub mod registry;
 pub mod routing;
 pub mod serving;
@@ -532,7 +540,35 @@ impl<K: PluginResource> Host<K> {
     /// among several ([`choice`]: `status.<status_field>`): the value of
     /// `status` to patch.
     pub async fn plugin_status(&self, resource: &RoutedResource) -> Result<Value, HostError> {
-        let entries = self.router.set_status(resource).await?;
+        Ok(self.plugin_status_and_reports(resource).await?.0)
+    }
+
+    /// [`Host::plugin_status`], and what each plugin reported about the
+    /// resource's referenced objects ([`references`]), taken out of its
+    /// entry: for [`references::ReferenceResolver::write_reports`]. When the
+    /// resource was routed with its references, the status also carries the
+    /// condition `ReferencesResolved` (`False`, naming each missing object).
+    pub async fn plugin_status_and_reports(
+        &self,
+        resource: &RoutedResource,
+    ) -> Result<(Value, Vec<(String, Vec<references::ReferenceReport>)>), HostError> {
+        let mut entries = self.router.set_status(resource).await?;
+        let mut reports = Vec::new();
+        for entry in &mut entries {
+            let Some(status) = entry
+                .status
+                .as_deref()
+                .and_then(|s| serde_json::from_str::<Value>(s).ok())
+            else {
+                continue;
+            };
+            if status.get(references::REFERENCES_KEY).is_none() {
+                continue;
+            }
+            let (own, reported) = references::split_reports(&status);
+            entry.status = Some(own.to_string());
+            reports.push((entry.name.clone(), reported));
+        }
         let mut with_entries =
             serde_json::json!({"status": resource.value().get("status").cloned().unwrap_or_default()});
         self.router.layout().write_plugin_status(&mut with_entries, &entries);
@@ -548,7 +584,29 @@ impl<K: PluginResource> Host<K> {
                 serde_json::to_value(decision).map_err(RouteError::Encode)?,
             );
         }
-        Ok(with_entries["status"].take())
+        if let Some(resolved) = resource.references() {
+            references::set_condition(&mut with_entries["status"], references::references_condition(resolved));
+        }
+        Ok((with_entries["status"].take(), reports))
+    }
+
+    /// [`Host::routed`] with the objects `resource` references
+    /// ([`PluginLayout::references`]) read by `resolver` and sent with it
+    /// in every call ([`references`]). A missing object does not fail: it
+    /// travels with its error, and [`Host::plugin_status`] says so.
+    pub async fn routed_with_references(
+        &self,
+        resource: &K,
+        resolver: &references::ReferenceResolver,
+    ) -> Result<RoutedResource, HostError> {
+        let routed = self.routed(resource)?;
+        let wanted = self.router.layout().references(routed.value());
+        if wanted.is_empty() {
+            return Ok(routed);
+        }
+        let namespace = kube::ResourceExt::namespace(resource).unwrap_or_default();
+        let resolved = resolver.resolve(&namespace, &wanted).await;
+        Ok(routed.with_references(resolved))
     }
 
     /// The admission webhooks for `K` at `paths`, answering within

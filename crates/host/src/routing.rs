@@ -33,6 +33,7 @@ use cnpgi_core::{
     cluster::encode_object,
     echo::bounded_string,
     patch::{apply_unchecked, parse_patch},
+    references::{ResolvedReference, with_references},
     service,
     status::parse_json_status,
 };
@@ -198,6 +199,17 @@ pub struct RoutedResource {
     definition: Vec<u8>,
     enabled: Vec<EnabledPlugin>,
     choice: Option<ImplementationDecision>,
+    references: Option<Arc<Vec<ResolvedReference>>>,
+}
+
+/// What a chain of patches starts from.
+struct ChainStart {
+    /// The object patched.
+    object: Value,
+    /// It as bytes, when the caller has them.
+    encoded: Option<Vec<u8>>,
+    /// References sent with it, when it is the resource.
+    references: Option<Arc<Vec<ResolvedReference>>>,
 }
 
 impl RoutedResource {
@@ -214,6 +226,30 @@ impl RoutedResource {
             enabled: layout.enabled_plugins(&value),
             value,
             choice: None,
+            references: None,
+        }
+    }
+
+    /// This resource sending `references` with it in every call, under
+    /// [`REFERENCES_KEY`](cnpgi_core::references::REFERENCES_KEY) of its
+    /// JSON ([`crate::references`]); [`RoutedResource::value`] stays the
+    /// resource itself.
+    pub fn with_references(mut self, references: Vec<ResolvedReference>) -> Self {
+        self.definition = encode_object(&with_references(&self.value, &references));
+        self.references = Some(Arc::new(references));
+        self
+    }
+
+    /// The references sent with the resource, if any were resolved.
+    pub fn references(&self) -> Option<&[ResolvedReference]> {
+        self.references.as_deref().map(Vec::as_slice)
+    }
+
+    /// `value` (this resource, changed) encoded with this resource's references.
+    fn encode_with_references(&self, value: &Value) -> Vec<u8> {
+        match &self.references {
+            Some(references) => encode_object(&with_references(value, references)),
+            None => encode_object(value),
         }
     }
 
@@ -384,11 +420,19 @@ impl Router {
         let targets = self
             .targets(&resource, |r| r.info.has_operator_rpc(RpcType::MutateCluster))
             .await?;
-        let RoutedResource { value, definition, .. } = resource;
+        let RoutedResource {
+            value,
+            definition,
+            references,
+            ..
+        } = resource;
         self.chain(
             targets,
-            value,
-            Some(definition),
+            ChainStart {
+                object: value,
+                encoded: Some(definition),
+                references,
+            },
             service::operator::MUTATE_CLUSTER.method,
             summary::object,
             |routable, definition| async move {
@@ -402,15 +446,16 @@ impl Router {
 
     /// Sends each target, in order, the object as patched by the targets
     /// before it (through `call`), and applies its answer to the object, the
-    /// chain's one working copy. `encoded` is `start` as bytes when the
-    /// caller has them already. A failed step fails the chain, so the copy
-    /// needs no undo, except for a fail-open plugin, whose step works on a
-    /// copy of its own. `describe` summarises the object sent, for the observer.
+    /// chain's one working copy. `start.encoded` is the object as bytes when
+    /// the caller has them already; `start.references` travel with it
+    /// ([`crate::references`]) but are not part of the working copy. A
+    /// failed step fails the chain, so the copy needs no undo, except for a
+    /// fail-open plugin, whose step works on a copy of its own. `describe`
+    /// summarises the object sent, for the observer.
     async fn chain<F, Fut>(
         &self,
         targets: Vec<(EnabledPlugin, Routable)>,
-        start: Value,
-        mut encoded: Option<Vec<u8>>,
+        start: ChainStart,
         rpc: &'static str,
         describe: impl Fn(&Value) -> String,
         call: F,
@@ -419,6 +464,11 @@ impl Router {
         F: Fn(Routable, Vec<u8>) -> Fut,
         Fut: std::future::Future<Output = Result<Vec<u8>, tonic::Status>>,
     {
+        let ChainStart {
+            object: start,
+            mut encoded,
+            references,
+        } = start;
         let mut patched = Patched {
             object: start,
             patches: Vec::new(),
@@ -426,7 +476,10 @@ impl Router {
         for (plugin, routable) in targets {
             let fail_open = self.policy.fail_open.contains(&plugin.name);
             let before = fail_open.then(|| patched.object.clone());
-            let definition = encoded.take().unwrap_or_else(|| encode_object(&patched.object));
+            let definition = encoded.take().unwrap_or_else(|| match &references {
+                Some(references) => encode_object(&with_references(&patched.object, references)),
+                None => encode_object(&patched.object),
+            });
             let step = async {
                 let answer = observed(
                     self.observer(),
@@ -561,8 +614,11 @@ impl Router {
             .await?;
         self.chain(
             targets,
-            object,
-            None,
+            ChainStart {
+                object,
+                encoded: None,
+                references: None,
+            },
             service::lifecycle::LIFECYCLE_HOOK.method,
             |object| {
                 format!(
@@ -612,7 +668,7 @@ impl Router {
             .collect();
         let mut with_entries = resource.value().clone();
         self.layout.write_plugin_status(&mut with_entries, &updates);
-        let definition = encode_object(&with_entries);
+        let definition = resource.encode_with_references(&with_entries);
         for ((plugin, routable), update) in targets.into_iter().zip(&mut updates) {
             if !routable.info.has_operator_rpc(RpcType::SetStatusInCluster) {
                 continue;

@@ -94,7 +94,7 @@ pub use lowlevel::metric_set as metrics;
 pub use lowlevel::wal_files as wal;
 
 pub use cmd::{PluginArgs, PluginCommand, create_main_cmd};
-pub use cnpgi_core::{capabilities, cluster, layout, patch, service, status};
+pub use cnpgi_core::{capabilities, cluster, layout, patch, references, service, status};
 /// Log lines on stderr, as the `plugin` command sets them up (shared with
 /// the `cnpgi-operator` binary).
 pub use cnpgi_process::logging;
