@@ -1,8 +1,9 @@
 //! One implementation among several: which plugin a resource is routed to
 //! when the one it prefers is not there.
 //!
-//! A layout says so with [`PluginLayout::implementation_choice`]: the
-//! plugin the resource names (at [`ImplementationChoice::preferred_pointer`])
+//! A layout says so with
+//! [`PluginLayout::implementation_choice`](crate::routing::PluginLayout::implementation_choice):
+//! the plugin the resource names (at [`ImplementationChoice::preferred_pointer`])
 //! is its *preferred* implementation of a kind
 //! ([`ImplementationChoice::kind`]); plugins say which kinds they implement in
 //! their metadata manifest, under [`IMPLEMENTS_MANIFEST_KEY`] (a map already
