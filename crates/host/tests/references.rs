@@ -19,9 +19,9 @@ use cnpgi_pluginhelper::{
     proto::{
         identity::v1::plugin_capability::service::Type as ServiceType,
         operator::v1::{
-            OperatorCapabilitiesRequest, OperatorCapabilitiesResult, OperatorCapability,
-            OperatorValidateClusterCreateRequest, OperatorValidateClusterCreateResult, SetStatusInClusterRequest,
-            SetStatusInClusterResponse, ValidationError, operator_capability,
+            OperatorCapabilitiesRequest, OperatorCapabilitiesResult, OperatorCapability, OperatorMutateClusterRequest,
+            OperatorMutateClusterResult, OperatorValidateClusterCreateRequest, OperatorValidateClusterCreateResult,
+            SetStatusInClusterRequest, SetStatusInClusterResponse, ValidationError, operator_capability,
             operator_server::{Operator, OperatorServer},
         },
     },
@@ -49,6 +49,9 @@ pub struct TableSpec {
     /// `[{"apiVersion", "kind", "name"}]`.
     #[serde(default)]
     pub refs: Vec<Value>,
+    /// More plugins.
+    #[serde(default)]
+    pub also: Vec<String>,
 }
 
 /// `spec.implementation`; references in `spec.refs[]`; entries in `status.plugins`.
@@ -58,12 +61,18 @@ struct WithRefs;
 impl PluginLayout for WithRefs {
     fn enabled_plugins(&self, resource: &Value) -> Vec<EnabledPlugin> {
         let name = resource.pointer("/spec/implementation").and_then(Value::as_str);
-        name.map(|name| EnabledPlugin {
-            index: 0,
-            name: name.to_owned(),
-        })
-        .into_iter()
-        .collect()
+        let also = resource.pointer("/spec/also").and_then(Value::as_array);
+        let mut enabled: Vec<EnabledPlugin> = name
+            .into_iter()
+            .chain(also.into_iter().flatten().filter_map(Value::as_str))
+            .enumerate()
+            .map(|(index, name)| EnabledPlugin {
+                index,
+                name: name.to_owned(),
+            })
+            .collect();
+        enabled.sort_by(|a, b| a.name.cmp(&b.name));
+        enabled
     }
     fn previous_statuses(&self, _: &Value) -> BTreeMap<String, String> {
         BTreeMap::new()
@@ -161,6 +170,7 @@ fn table(name: &str, refs: Value) -> Table {
         TableSpec {
             implementation: PLUGIN.into(),
             refs: serde_json::from_value(refs).unwrap(),
+            also: Vec::new(),
         },
     );
     table.metadata.namespace = Some("default".into());
@@ -275,4 +285,80 @@ async fn referenced_objects_travel_with_the_resource_are_reported_on_and_map_bac
     )
     .unwrap();
     assert!(referencing(&store, &WithRefs, &elsewhere).is_empty());
+}
+
+/// Labels the resource with how many references it was sent.
+struct Counting(&'static str);
+
+#[tonic::async_trait]
+impl Operator for Counting {
+    async fn get_capabilities(
+        &self,
+        _: Request<OperatorCapabilitiesRequest>,
+    ) -> Result<Response<OperatorCapabilitiesResult>, Status> {
+        use operator_capability::{Rpc, Type, rpc::Type as RpcType};
+        Ok(Response::new(OperatorCapabilitiesResult {
+            capabilities: vec![OperatorCapability {
+                r#type: Some(Type::Rpc(Rpc {
+                    r#type: RpcType::MutateCluster.into(),
+                })),
+            }],
+        }))
+    }
+
+    async fn mutate_cluster(
+        &self,
+        request: Request<OperatorMutateClusterRequest>,
+    ) -> Result<Response<OperatorMutateClusterResult>, Status> {
+        let definition: Value = serde_json::from_slice(&request.into_inner().definition).unwrap();
+        let patch = json!([{"op": "add", "path": format!("/metadata/labels/{}", self.0),
+                            "value": references_of(&definition).len().to_string()}]);
+        Ok(Response::new(OperatorMutateClusterResult {
+            json_patch: patch.to_string().into_bytes(),
+        }))
+    }
+}
+
+/// Each step of a mutation chain is sent the references, not only the first.
+#[tokio::test]
+async fn every_step_of_a_mutation_chain_is_sent_the_references() {
+    let api = FakeApiServer::new();
+    api.seed(
+        "/api/v1/namespaces/default/configmaps",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "default"}}),
+    );
+    let url = api.clone().start().await;
+    let resolver = ReferenceResolver::new(FakeApiServer::client(&url, "default"));
+    let dir = tempfile::tempdir().unwrap();
+    let host = Host::<Table>::new(HostOptions::default());
+    let mut plugins = Vec::new();
+    for (name, label) in [("a.example.com", "first"), ("b.example.com", "second")] {
+        let server = PluginServer::new(TestIdentity::new(name).with_service(ServiceType::OperatorService))
+            .add_service(OperatorServer::new(Counting(label)));
+        plugins.push(TestPlugin::start_unix_in(server, dir.path()).await.unwrap());
+        let transport = Transport::Unix {
+            path: dir.path().join(name),
+        };
+        let client = PluginClient::new(name, transport, &ClientOptions::default()).unwrap();
+        host.add_plugin("test", client).await.unwrap();
+    }
+    let mut users = table(
+        "users",
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "settings"}]),
+    );
+    users.spec.implementation = "a.example.com".into();
+    users.spec.also = vec!["b.example.com".into()];
+    users.metadata.labels = Some(BTreeMap::new());
+    let routed = host.routed_with_references(&users, &resolver).await.unwrap();
+    let patched = host.mutate_json(routed).await.unwrap();
+    let labels = &patched.object["metadata"]["labels"];
+    assert_eq!(
+        (&labels["first"], &labels["second"]),
+        (&json!("1"), &json!("1")),
+        "{labels}"
+    );
+    assert!(
+        patched.object.get(REFERENCES_KEY).is_none(),
+        "the references are not patched into the resource"
+    );
 }
