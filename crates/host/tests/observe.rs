@@ -4,32 +4,19 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{HELLO, Table};
 use std::{sync::Arc, time::Duration};
 
 use cnpgi_host::{
-    Host, HostOptions, Operation, PluginResource,
+    Host, HostOptions, Operation,
     discovery::socket_dir::SocketDirectory,
     observe::{CallOutcome, CallRecorder, RoutedCall},
     routing::RoutingPolicy,
 };
 use cnpgi_pluginhelper::testing::TestPlugin;
-use kube::CustomResource;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-
-const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
-
-/// A resource listing its plugins the CloudNativePG way.
-#[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
-#[kube(group = "example.com", version = "v1", kind = "Table", namespaced)]
-pub struct TableSpec {
-    /// `[{"name": ..., "parameters": {...}}]`.
-    #[serde(default)]
-    pub plugins: Vec<Value>,
-}
-
-impl PluginResource for Table {}
+use serde_json::json;
 
 fn answered(call: &RoutedCall) -> &str {
     match &call.outcome {

@@ -7,6 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{HELLO, Table, TableSpec};
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -15,7 +18,7 @@ use std::{
 };
 
 use cnpgi_host::{
-    Host, HostOptions, PluginResource,
+    Host, HostOptions,
     discovery::registration::{PluginTlsFiles, Registration, RegistrationOptions},
     registry::LookupError,
 };
@@ -27,24 +30,8 @@ use cnpgi_tls::{
     server::ServerTlsFiles,
     verify::PinnedServerVerifier,
 };
-use kube::CustomResource;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 use tonic::transport::Endpoint;
-
-const HELLO: &str = "cnpg-i-hello-world.cloudnative-pg.io";
-
-/// A resource listing its plugins the CloudNativePG way.
-#[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
-#[kube(group = "example.com", version = "v1", kind = "Table", namespaced)]
-pub struct TableSpec {
-    /// `[{"name": ..., "parameters": {...}}]`.
-    #[serde(default)]
-    pub plugins: Vec<Value>,
-}
-
-impl PluginResource for Table {}
 
 /// A CA and the leaves it signs, written as PEM files in a directory.
 struct Pki {
