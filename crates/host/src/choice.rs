@@ -179,10 +179,14 @@ pub fn decide(registry: &Registry, choice: &ImplementationChoice, resource: &Val
     })
 }
 
+/// How long [`publish_event`] waits for the API server.
+pub const EVENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Publishes `decision`'s Event about the object `reference` with
 /// `recorder`, when it routes elsewhere than `previous` (the decision the
 /// resource's status recorded before, [`ImplementationDecision::recorded`]);
-/// returns whether it published.
+/// returns whether it published. The API server has [`EVENT_TIMEOUT`] to
+/// answer; past it, the error says so (`kube::Error::Service`).
 pub async fn publish_event(
     recorder: &Recorder,
     reference: &k8s_openapi::api::core::v1::ObjectReference,
@@ -192,7 +196,18 @@ pub async fn publish_event(
     if !decision.changed_from(previous) {
         return Ok(false);
     }
-    recorder.publish(&decision.event(), reference).await?;
+    match tokio::time::timeout(EVENT_TIMEOUT, recorder.publish(&decision.event(), reference)).await {
+        Ok(published) => published?,
+        Err(_) => {
+            return Err(kube::Error::Service(
+                format!(
+                    "the API server did not take the Event about the implementation choice within {} s",
+                    EVENT_TIMEOUT.as_secs()
+                )
+                .into(),
+            ));
+        }
+    }
     Ok(true)
 }
 
