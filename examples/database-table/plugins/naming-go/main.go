@@ -23,14 +23,16 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/cloudnative-pg/machinery/pkg/log"
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 
-	"github.com/cnpgi-rs/cnpgi-rs/examples/database-table/plugins/naming/internal/cmd"
+	pluginCmd "github.com/cnpgi-rs/cnpgi-rs/examples/database-table/plugins/naming/internal/cmd"
 	"github.com/cnpgi-rs/cnpgi-rs/examples/database-table/plugins/naming/internal/identity"
 )
 
@@ -43,14 +45,21 @@ func main() {
 		Short:   "naming.tables.example.cnpgi.io: refuses DatabaseTables named after SQL reserved words",
 		Version: identity.Version,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := logSettings(cmd); err != nil {
+				return err
+			}
 			logFlags.ConfigureLogging()
 			// The logger in the context: machinery's command then keeps it.
-			cmd.SetContext(log.IntoContext(cmd.Context(), log.GetLogger().WithName(identity.Name)))
+			logger := pluginCmd.QuietStop(log.GetLogger().GetLogger().WithName(identity.Name))
+			cmd.SetContext(logr.NewContext(cmd.Context(), logger))
 			return nil
 		},
 	}
 	logFlags.AddFlags(root.PersistentFlags())
-	root.AddCommand(cmd.NewPluginCmd())
+	root.PersistentFlags().String("log-format", "json",
+		"Log line format: json, or text (the cnpgi-rs SDK's flag; sets --zap-encoder) (env LOG_FORMAT)")
+	root.PersistentFlags().Lookup("log-level").Usage += " (env LOG_LEVEL)"
+	root.AddCommand(pluginCmd.NewPluginCmd())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	err := root.ExecuteContext(ctx)
@@ -58,4 +67,31 @@ func main() {
 	if err != nil {
 		os.Exit(1)
 	}
+}
+
+// logSettings applies --log-format, and LOG_FORMAT and LOG_LEVEL when their
+// flags are not given (the cnpgi-rs SDK's names), to machinery's logging
+// flags.
+func logSettings(cmd *cobra.Command) error {
+	flags := cmd.Flags()
+	for flag, env := range map[string]string{"log-format": "LOG_FORMAT", "log-level": "LOG_LEVEL"} {
+		if value, set := os.LookupEnv(env); set && value != "" && !flags.Changed(flag) {
+			if err := flags.Set(flag, value); err != nil {
+				return fmt.Errorf("%s=%q: %w", env, value, err)
+			}
+		}
+	}
+	format, err := flags.GetString("log-format")
+	if err != nil {
+		return err
+	}
+	encoders := map[string]string{"json": "json", "text": "console"}
+	encoder, known := encoders[format]
+	if !known {
+		return fmt.Errorf("--log-format (LOG_FORMAT) %q: expected json or text", format)
+	}
+	if !flags.Changed("zap-encoder") {
+		return flags.Set("zap-encoder", encoder)
+	}
+	return nil
 }
