@@ -2,12 +2,15 @@
 #   docker build --build-arg BIN=cnpgi-operator -t cnpgi-operator:dev .
 #   docker build --build-arg BIN=cnpg-i-hello-world -t cnpg-i-hello-world:dev .
 #   docker build --build-arg BIN=cnpgi-wal-archive -t cnpgi-wal-archive:dev .
+#   docker build --build-arg BIN=database-table-operator -t database-table-operator:dev .
+#   docker build --build-arg BIN=database-table-postgres -t database-table-postgres:dev .
 #
 # The build stage does not depend on BIN: it compiles every binary of BINS in
 # one cargo invocation, so the first image pays for the shared dependencies
 # once and the next ones reuse the cached stage (no second compile).
-#   BINS           the binaries the build stage compiles (default: the three
-#                  images the project ships); a user building one image only
+#   BINS           the binaries the build stage compiles (default: the
+#                  images the project ships, and the DatabaseTable example's
+#                  operator and PostgreSQL plugin); a user building one image only
 #                  may narrow it: --build-arg BINS=cnpgi-wal-archive
 #   CARGO_PROFILE  release (default: thin LTO, one codegen unit, stripped);
 #                  the project's tests build with `dev`, which compiles in a
@@ -16,7 +19,7 @@
 ARG RUST_VERSION=1.89
 
 FROM rust:${RUST_VERSION}-bookworm AS build
-ARG BINS="cnpgi-operator cnpg-i-hello-world cnpgi-wal-archive"
+ARG BINS="cnpgi-operator cnpg-i-hello-world cnpgi-wal-archive database-table-operator database-table-postgres"
 ARG CARGO_PROFILE=release
 WORKDIR /src
 COPY . .

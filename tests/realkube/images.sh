@@ -8,7 +8,16 @@
 #       the task's own build in `task local-kind-deploy` is BuildKit's cache)
 #   $RK_POSTGRES_IMAGE   Debian's postgresql-15, user postgres = 26:26
 #   $RK_MOTO_IMAGE       moto's S3 server on Debian's python3
-# (the last two also as archives in $RK_CACHE/images).
+#   $RK_MARIADB_IMAGE    Debian's mariadb-server, mysql = 999:999, the data
+#                        directory made on first start (mariadb-entrypoint.sh)
+# (the last three also as archives in $RK_CACHE/images), and the DatabaseTable
+# example's images, each remade only when its key (its sources, its base) changes:
+#   database-table-operator:$TAG, database-table-postgres:$TAG   ./Dockerfile
+#   database-table-mariadb:$TAG  the Python MariaDB plugin: Debian's python3, its
+#       requirements' wheels for that Python (no pip in the image), its files and
+#       the CNPG-I and registration stubs generated here (grpcio-tools)
+#   database-table-naming:$TAG   the Go naming plugin, `go build` here (static,
+#       CGO_ENABLED=0) on the distroless stand-in below
 #
 # The Dockerfile's FROM images are made here from debootstrap roots of Debian
 # $DEBIAN_SUITE (cached as tarballs under $RK_CACHE/roots), under the names the
@@ -120,6 +129,35 @@ PY
     --entrypoint /usr/local/bin/moto-server >/dev/null || rk_die "cannot write the image $RK_MOTO_IMAGE"
   rm -rf "$d" "$work/wheels"
 fi
+
+# --- MariaDB from Debian's mariadb-server (the DatabaseTable scenario's second
+# server): mysql is 999:999 (the official image's), no data directory of the
+# package's own; mariadb-entrypoint.sh makes it on first start and the database
+# and user of MARIADB_DATABASE/_USER/_PASSWORD, then runs mariadbd on 3306.
+mariadb_tar=$(rk_image_archive "$RK_MARIADB_IMAGE")
+mariadb_root=$(root mariadb "ca-certificates,mariadb-server")
+mariadb_key="$(basename "$mariadb_root" .tar) $(sha256sum "$RK_DIR/mariadb-entrypoint.sh" | cut -c1-16)"
+if [ ! -s "$mariadb_tar" ] || [ "$(cat "$mariadb_tar.key" 2>/dev/null)" != "$mariadb_key" ]; then
+  started=$(date +%s)
+  d="$work/mariadb"
+  unpack "$mariadb_root" "$d"
+  old_uid=$(awk -F: '$1 == "mysql" {print $3}' "$d/etc/passwd")
+  old_gid=$(awk -F: '$1 == "mysql" {print $3}' "$d/etc/group")
+  if [ -z "$old_uid" ] || [ -z "$old_gid" ]; then rk_die "the mariadb-server root has no mysql user"; fi
+  sed -i "s/^mysql:x:$old_uid:$old_gid:/mysql:x:999:999:/" "$d/etc/passwd"
+  sed -i "s/^mysql:x:$old_gid:/mysql:x:999:/" "$d/etc/group"
+  find "$d" -xdev -uid "$old_uid" -exec chown -h 999 {} +
+  find "$d" -xdev -gid "$old_gid" -exec chgrp -h 999 {} +
+  rm -rf "$d/var/lib/mysql" "$d/run/mysqld"   # the package's own data directory
+  mkdir -p "$d/var/lib/mysql" "$d/run/mysqld"
+  chown 999:999 "$d/var/lib/mysql" "$d/run/mysqld"
+  install -m 0755 "$RK_DIR/mariadb-entrypoint.sh" "$d/usr/local/bin/mariadb-entrypoint"
+  python3 "$RK_DIR/mkimage.py" "$d" "$RK_MARIADB_IMAGE" "$mariadb_tar" --user 999:999 --workdir /var/lib/mysql \
+    --env LANG=C.UTF-8 --entrypoint /usr/local/bin/mariadb-entrypoint >/dev/null || rk_die "cannot write the image $RK_MARIADB_IMAGE"
+  echo "$mariadb_key" >"$mariadb_tar.key"
+  rm -rf "$d"
+  rk_log "$RK_MARIADB_IMAGE built in $(( $(date +%s) - started )) s"
+fi
 }
 [ "$RK_UPSTREAM_IMAGES" = 1 ] || debian_images
 
@@ -130,7 +168,7 @@ if ! rk_docker version >/dev/null 2>&1; then
 fi
 docker() { rk_docker "$@"; }
 if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
-  for tar in "$pg_tar" "$moto_tar"; do
+  for tar in "$pg_tar" "$moto_tar" "$mariadb_tar"; do
     docker load -q -i "$tar" >/dev/null || rk_die "docker load -i $tar failed"
   done
 fi
@@ -191,11 +229,11 @@ if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
 fi
 # --- the project's images, from its Dockerfile with the arguments of `task
 # images` (RK_BINS and RK_CARGO_PROFILE are the task's BINS and CARGO_PROFILE):
-# the build stage compiles the three binaries at once and does not depend on
+# the build stage compiles the five binaries at once and does not depend on
 # BIN, so the first build compiles and the others reuse its layer, as does the
 # task's own build later. The tests build the `dev` profile (users' default is
 # release, whose thin LTO and single codegen unit cost minutes on 2 cores).
-for bin in cnpgi-operator cnpg-i-hello-world cnpgi-wal-archive; do
+for bin in cnpgi-operator cnpg-i-hello-world cnpgi-wal-archive database-table-operator database-table-postgres; do
   started=$(date +%s)
   rk_log "docker build --build-arg BIN=$bin -t $bin:$TAG ."
   docker build --build-arg "BINS=$RK_BINS" --build-arg "CARGO_PROFILE=$RK_CARGO_PROFILE" \
@@ -203,4 +241,99 @@ for bin in cnpgi-operator cnpg-i-hello-world cnpgi-wal-archive; do
     >"$work/build-$bin.log" 2>&1 || { tail -n 40 "$work/build-$bin.log" >&2; rk_die "docker build of $bin failed"; }
   rk_log "$bin:$TAG built in $(( $(date +%s) - started )) s"
 done
+
+# --- the DatabaseTable example's plugins in Python and Go, each remade only when
+# its key changes (its files, its base image, the tools that build it)
+# build_image NAME KEY CONTEXT LINE...: docker build of CONTEXT with the Dockerfile
+# "FROM ..." LINE..., labelled with KEY (no RUN step: nothing runs in the build)
+build_image() {
+  local name=$1 key=$2 ctx=$3
+  shift 3
+  { printf '%s\n' "$@"; echo "LABEL cnpgi.realkube.key=$key"; } >"$ctx/Dockerfile"
+  docker build -q -t "$name" "$ctx" >/dev/null || rk_die "docker build of $name failed (context $ctx)"
+}
+# tree_key DIR...: a key of the files under DIR... (their paths and contents)
+tree_key() {
+  (cd "$RK_REPO" && find "$@" -type f ! -path '*/__pycache__/*' ! -path '*/cnpgi_stubs/*' -print0 | LC_ALL=C sort -z |
+    xargs -0 sha256sum) | sha256sum | cut -c1-16
+}
+
+# The naming plugin (Go, upstream's cnpg-i module): a static binary built here,
+# on the runtime base above (the distroless stand-in; with RK_UPSTREAM_IMAGES=1
+# the real one).
+naming_dir=examples/database-table/plugins/naming-go
+command -v go >/dev/null || rk_die "go is required to build the naming plugin ($naming_dir)"
+naming_key="$(tree_key "$naming_dir")-$(go env GOVERSION)-$(image_key gcr.io/distroless/cc-debian12:nonroot)"
+if [ "$(image_key "database-table-naming:$TAG")" != "$naming_key" ]; then
+  started=$(date +%s)
+  ctx="$work/naming"
+  mkdir -p "$ctx"
+  mains=$(cd "$RK_REPO/$naming_dir" && GOTOOLCHAIN=local GOFLAGS=-mod=mod go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./...) ||
+    rk_die "go list in $naming_dir failed"
+  [ "$(wc -w <<<"$mains")" = 1 ] || rk_die "$naming_dir has not exactly one main package: ${mains:-none}"
+  (cd "$RK_REPO/$naming_dir" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false" \
+    go build -trimpath -ldflags=-s -o "$ctx/naming" "$mains") >"$work/build-naming.log" 2>&1 ||
+    { tail -n 30 "$work/build-naming.log" >&2; rk_die "go build of the naming plugin ($naming_dir) failed"; }
+  build_image "database-table-naming:$TAG" "$naming_key" "$ctx" "FROM gcr.io/distroless/cc-debian12:nonroot" \
+    "COPY naming /usr/local/bin/naming" "USER 65532:65532" 'ENTRYPOINT ["/usr/local/bin/naming"]'
+  rk_log "database-table-naming:$TAG built in $(( $(date +%s) - started )) s"
+fi
+
+# The MariaDB plugin (Python, grpcio and PyMySQL): its requirements' wheels for
+# the image's Python unpacked under /opt/database-table-mariadb/lib (no pip in the
+# image), its files, and the protocol stubs generated here by its stubs.py with
+# those same wheels (grpcio-tools): CNPGI_STUBS_DIR. Python 3.11: bookworm's.
+mariadb_dir=examples/database-table/plugins/mariadb
+py_version=3.11
+if [ "$RK_UPSTREAM_IMAGES" = 1 ]; then
+  py_base=python:$py_version-slim-bookworm
+else
+  py_base=localhost/cnpgi-python:$DEBIAN_SUITE
+  py_root=$(root python "ca-certificates,python3")
+  py_root_key=$(basename "$py_root" .tar)
+  if [ "$(image_key "$py_base")" != "$py_root_key" ]; then
+    d="$work/python-root"
+    unpack "$py_root" "$d"
+    [ -x "$d/usr/bin/python$py_version" ] || rk_die "the python root has no python$py_version"
+    echo "nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin" >>"$d/etc/passwd"
+    echo "nonroot:x:65532:" >>"$d/etc/group"
+    mkdir -p "$d/home/nonroot" && chown 65532:65532 "$d/home/nonroot"
+    tar -C "$d" --numeric-owner -c . | docker import --change "USER 65532:65532" \
+      --change "LABEL cnpgi.realkube.key=$py_root_key" - "$py_base" >/dev/null || rk_die "docker import of $py_base failed"
+    rm -rf "$d"
+  fi
+fi
+[ -f "$RK_REPO/$mariadb_dir/requirements.txt" ] || rk_die "no $mariadb_dir/requirements.txt"
+mariadb_plugin_key="$(tree_key "$mariadb_dir" proto)-$(image_key "$py_base" || echo "$py_base")"
+if [ "$(image_key "database-table-mariadb:$TAG")" != "$mariadb_plugin_key" ]; then
+  started=$(date +%s)
+  ctx="$work/mariadb-plugin"
+  mkdir -p "$ctx/lib" "$ctx/plugin"
+  python3 -m pip download -q --disable-pip-version-check --only-binary=:all: --python-version "$py_version" \
+    --implementation cp --abi "cp${py_version/./}" --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux_2_28_x86_64 --platform any -d "$work/mariadb-wheels" -r "$RK_REPO/$mariadb_dir/requirements.txt" >&2 ||
+    rk_die "pip download of $mariadb_dir/requirements.txt for Python $py_version failed"
+  python3 - "$work/mariadb-wheels" "$ctx/lib" <<'PY' || rk_die "cannot unpack the MariaDB plugin's wheels"
+import pathlib, sys, zipfile
+wheels, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+for wheel in sorted(wheels.glob("*.whl")):
+    zipfile.ZipFile(wheel).extractall(dest)
+PY
+  (cd "$RK_REPO/$mariadb_dir" && find . -type f \( -name '*.py' -o -name 'requirements.txt' \) ! -path '*/cnpgi_stubs/*' \
+    ! -path '*/__pycache__/*' ! -path './tests/*' -print0 | xargs -0 cp --parents -t "$ctx/plugin") ||
+    rk_die "cannot copy $mariadb_dir"
+  # The stubs, with the wheels' grpcio-tools and protobuf (those the image runs with).
+  [ "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$py_version" ] ||
+    rk_die "the stubs are generated with this machine's python3, which must be $py_version (the image's)"
+  PYTHONPATH="$ctx/lib" python3 "$ctx/plugin/stubs.py" "$ctx/stubs" --proto "$RK_REPO/proto" >&2 ||
+    rk_die "stubs.py could not generate the MariaDB plugin's stubs"
+  find "$ctx" -name __pycache__ -prune -exec rm -rf {} +
+  chmod -R a+rX "$ctx"
+  build_image "database-table-mariadb:$TAG" "$mariadb_plugin_key" "$ctx" "FROM $py_base" \
+    "COPY lib /opt/database-table-mariadb/lib" "COPY plugin /opt/database-table-mariadb/plugin" \
+    "COPY stubs /opt/database-table-mariadb/stubs" \
+    "ENV PYTHONPATH=/opt/database-table-mariadb/lib CNPGI_STUBS_DIR=/opt/database-table-mariadb/stubs PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1" \
+    "USER 65532:65532" "WORKDIR /tmp" 'ENTRYPOINT ["python3", "/opt/database-table-mariadb/plugin/mariadb.py"]'
+  rk_log "database-table-mariadb:$TAG built in $(( $(date +%s) - started )) s"
+fi
 docker image prune -f >/dev/null 2>&1 || true

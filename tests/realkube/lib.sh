@@ -45,7 +45,7 @@ RK_BIN=$RK_STATE/bin                               # docker (Debian's client) an
 # The project's images: `task images` with these BINS and CARGO_PROFILE
 # (images.sh builds the same, so the task's build is BuildKit's cache).
 RK_IMAGE_TAG=${RK_IMAGE_TAG:-realkube}
-RK_BINS=${RK_BINS:-cnpgi-operator cnpg-i-hello-world cnpgi-wal-archive}
+RK_BINS=${RK_BINS:-cnpgi-operator cnpg-i-hello-world cnpgi-wal-archive database-table-operator database-table-postgres}
 RK_CARGO_PROFILE=${RK_CARGO_PROFILE:-dev}
 
 KUBE_VERSION=${KUBE_VERSION:-v1.34.4}
@@ -76,14 +76,23 @@ RK_CM_CAINJECTOR_IMAGE=localhost/cert-manager-cainjector:$CERT_MANAGER_VERSION
 # and the S3 store of the wal-archive scenario: moto's server.
 CNPG_VERSION=${CNPG_VERSION:-v1.30.0}
 MOTO_VERSION=${MOTO_VERSION:-5.2.1}
+# The DatabaseTable scenario's MariaDB server: Debian's mariadb-server (10.11 in
+# bookworm), with the official image's environment (MARIADB_DATABASE, _USER, _PASSWORD).
+MARIADB_VERSION=${MARIADB_VERSION:-10.11}
 if [ "$RK_UPSTREAM_IMAGES" = 1 ]; then   # the same software, from its registries
   RK_POSTGRES_IMAGE=${RK_POSTGRES_IMAGE:-ghcr.io/cloudnative-pg/postgresql:15}
   RK_CNPG_IMAGE=${RK_CNPG_IMAGE:-ghcr.io/cloudnative-pg/cloudnative-pg:${CNPG_VERSION#v}}
   RK_MOTO_IMAGE=${RK_MOTO_IMAGE:-motoserver/moto:$MOTO_VERSION}
+  RK_MARIADB_IMAGE=${RK_MARIADB_IMAGE:-docker.io/library/mariadb:$MARIADB_VERSION}
 fi
 RK_POSTGRES_IMAGE=${RK_POSTGRES_IMAGE:-localhost/postgresql:15}
 RK_CNPG_IMAGE=${RK_CNPG_IMAGE:-localhost/cloudnative-pg:$CNPG_VERSION}
 RK_MOTO_IMAGE=${RK_MOTO_IMAGE:-localhost/moto:$MOTO_VERSION}
+RK_MARIADB_IMAGE=${RK_MARIADB_IMAGE:-localhost/mariadb:$MARIADB_VERSION}
+# The DatabaseTable example's images (images.sh): the operator and the PostgreSQL
+# plugin from ./Dockerfile, the MariaDB plugin (Python) and the naming plugin (Go)
+# made here; tagged RK_IMAGE_TAG and loaded into the cluster with `kind load` (up.sh).
+RK_DBT_IMAGES="database-table-operator database-table-postgres database-table-mariadb database-table-naming"
 
 rk_log() { echo "realkube: $*" >&2; }
 rk_die() { rk_log "$*"; exit 1; }

@@ -14,7 +14,8 @@
 # Preloaded in the node (kind counts them as built, so nothing is ever pulled):
 # kubeadm's images (etcd, CoreDNS, pause) under the names kubeadm $KUBE_VERSION uses,
 # kind's (kindnetd, local-path-provisioner and its helper), cert-manager's controller
-# and cainjector, PostgreSQL, moto and CloudNativePG's operator (images.sh, cnpg.sh).
+# and cainjector, PostgreSQL, moto, MariaDB and CloudNativePG's operator (images.sh,
+# cnpg.sh). The project's own images change with its sources: `kind load` (up.sh).
 # What is not the real component, and why:
 #   kindnetd   kind/kindnetd, a stand-in (sigs.k8s.io/kind/images/kindnetd and
 #              github.com/aojea/kindnet are not served by the Go module proxy): it
@@ -50,13 +51,14 @@ CM_CONTROLLER=$(bin "$cache/cert-manager-$CERT_MANAGER_VERSION/controller")
 CM_CAINJECTOR=$(bin "$cache/cert-manager-$CERT_MANAGER_VERSION/cainjector")
 bin "$cache/kind-$KIND_VERSION/kind" >/dev/null
 cnpg_tar=$(rk_image_archive "$RK_CNPG_IMAGE")
-for tar in "$cnpg_tar" "$(rk_image_archive "$RK_POSTGRES_IMAGE")" "$(rk_image_archive "$RK_MOTO_IMAGE")"; do
+preloaded=("$cnpg_tar" "$(rk_image_archive "$RK_POSTGRES_IMAGE")" "$(rk_image_archive "$RK_MOTO_IMAGE")" "$(rk_image_archive "$RK_MARIADB_IMAGE")")
+for tar in "${preloaded[@]}"; do
   [ -s "$tar" ] || rk_die "missing $tar (tests/realkube/images.sh, cnpg.sh image)"
 done
 
 key=$(
   echo "$KIND_VERSION $KUBE_VERSION $ETCD_VERSION $COREDNS_VERSION $CRICTL_VERSION $CONTAINERD_VERSION $LPP_VERSION $CERT_MANAGER_VERSION $DEBIAN_SUITE"
-  sha256sum "$0" "$RK_DIR"/kind/* "$cnpg_tar" "$(rk_image_archive "$RK_POSTGRES_IMAGE")" "$(rk_image_archive "$RK_MOTO_IMAGE")" | cut -c1-64
+  sha256sum "$0" "$RK_DIR"/kind/* "${preloaded[@]}" | cut -c1-64
 )
 key=$(sha256sum <<<"$key" | cut -c1-16)
 if [ "$(cat "$RK_CACHE/kind-node-image.key" 2>/dev/null)" = "$key" ] && docker image inspect "$RK_KIND_NODE_IMAGE" >/dev/null 2>&1; then
@@ -194,7 +196,7 @@ image "$RK_CM_CONTROLLER_IMAGE" localhost/cnpgi-kind-root:base "$CM_CONTROLLER" 
   "USER 65532:65532" 'ENTRYPOINT ["/controller"]'
 image "$RK_CM_CAINJECTOR_IMAGE" localhost/cnpgi-kind-root:base "$CM_CAINJECTOR" "COPY cainjector /cainjector" \
   "USER 65532:65532" 'ENTRYPOINT ["/cainjector"]'
-for tar in "$cnpg_tar" "$(rk_image_archive "$RK_POSTGRES_IMAGE")" "$(rk_image_archive "$RK_MOTO_IMAGE")"; do
+for tar in "${preloaded[@]}"; do
   docker load -q -i "$tar" >/dev/null || rk_die "docker load -i $tar failed"
 done
 
@@ -207,7 +209,8 @@ cp "$KUBEADM" "$(kbin kubelet)" "$(kbin kubectl)" "$k/server/bin/"
 # pulls the others (kind/archive-repositories-first.py).
 docker save -o "$w/all.tar" "registry.k8s.io/kube-apiserver:$KUBE_VERSION" "$ETCD_IMAGE" "$COREDNS_IMAGE" \
   "$PAUSE_IMAGE" "$SANDBOX_IMAGE" "$RK_PAUSE_IMAGE" "$KINDNETD_IMAGE" "$LPP_IMAGE" "$LPH_IMAGE" \
-  "$RK_CM_CONTROLLER_IMAGE" "$RK_CM_CAINJECTOR_IMAGE" "$RK_CNPG_IMAGE" "$RK_POSTGRES_IMAGE" "$RK_MOTO_IMAGE" || rk_die "docker save of the node's images failed"
+  "$RK_CM_CONTROLLER_IMAGE" "$RK_CM_CAINJECTOR_IMAGE" "$RK_CNPG_IMAGE" "$RK_POSTGRES_IMAGE" "$RK_MOTO_IMAGE" "$RK_MARIADB_IMAGE" ||
+  rk_die "docker save of the node's images failed"
 python3 "$RK_DIR/kind/archive-repositories-first.py" "$w/all.tar" "$k/server/bin/kube-apiserver.tar" >/dev/null ||
   rk_die "cannot rewrite the images' archive for kind"
 rm -f "$w/all.tar"

@@ -4,8 +4,9 @@
 #      proxy, cached by version (each step is a no-op when cached):
 #        tests/e2e/build-kube.sh --node, build-addons.sh, build-kind-tools.sh
 #                       Kubernetes v1.34, CoreDNS, cert-manager, kind, containerd 2, ...
-#        images.sh      the project's images from its Dockerfile, PostgreSQL's and
-#                       moto's (in the tests' dockerd, tests/realkube/dockerd.sh)
+#        images.sh      the project's images from its Dockerfile, the DatabaseTable
+#                       example's plugins in Python and Go, PostgreSQL's, moto's
+#                       and MariaDB's (in the tests' dockerd, tests/realkube/dockerd.sh)
 #        cnpg.sh image  the real CloudNativePG's operator image
 #        node-image.sh  kind's node image, every image above but the project's preloaded
 #   2. up.sh       `task local-kind-deploy` with the local node image and cert-manager:
@@ -26,6 +27,12 @@
 #        scenario_doctor.py         5. `cnpgi-operator doctor` (the operator image's binary,
 #                                      also as `kubectl cnpgi`): passes on the plugin as
 #                                      deployed, names each seeded misconfiguration
+#        scenario_database_table.py 6. issue 33's DatabaseTable walk: the operator and its
+#                                      plugins in Rust, Python and Go as Pods registering
+#                                      themselves, tables on CloudNativePG's PostgreSQL and
+#                                      on MariaDB, references, the implementation choice,
+#                                      a plugin forgotten and back, a rogue certificate,
+#                                      deletion
 #   4. down.sh     on any exit: the cluster deleted, the host as it was.
 # Each scenario prints one line per check and `N passed, M failed`; the run
 # exits non-zero on any failure, including a down.sh that could not undo
@@ -36,9 +43,10 @@
 # nothing is built and no cluster is started; the cluster needs
 # `task local-kind-deploy` done, cert-manager, cluster DNS and a default
 # StorageClass, and its nodes the images (`kind load docker-image`):
-# cnpgi-operator, cnpg-i-hello-world and cnpgi-wal-archive tagged RK_IMAGE_TAG
-# (default realkube), RK_POSTGRES_IMAGE, RK_CNPG_IMAGE and RK_MOTO_IMAGE (lib.sh).
-# RK_SCENARIOS="quick-start operator cloudnative-pg doctor wal-archive faults" runs
+# cnpgi-operator, cnpg-i-hello-world, cnpgi-wal-archive and $RK_DBT_IMAGES tagged
+# RK_IMAGE_TAG (default realkube), RK_POSTGRES_IMAGE, RK_CNPG_IMAGE, RK_MOTO_IMAGE
+# and RK_MARIADB_IMAGE (lib.sh).
+# RK_SCENARIOS="quick-start operator cloudnative-pg doctor database-table wal-archive faults" runs
 # those, in order (by default all, in three lanes side by side); faults runs
 # commands on the node: RK_NODE_EXEC (default: docker exec into kind's node).
 #
@@ -66,6 +74,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-realkube-run.XXXXXX")
 #   cnpg.yaml         CloudNativePG's config/default with its image (cnpg.sh manifest)
 #   hello-world.yaml  manifests/hello-world in cnpg-system, for CloudNativePG
 #   wal-archive.yaml  examples/wal-archive/manifests with the image set
+#   database-table.yaml, database-table-mariadb.yaml
+#                     examples/database-table/manifests and its mariadb/, images set
 manifests() {
   task manifest OPERATOR_IMAGE="cnpgi-operator:$TAG" PLUGIN_IMAGE="cnpg-i-hello-world:$TAG" >/dev/null ||
     rk_die "task manifest failed"
@@ -79,6 +89,12 @@ manifests() {
   cp -r "$RK_REPO/examples/wal-archive/manifests" "$work/wal-archive"
   (cd "$work/wal-archive" && kustomize edit set image "cnpgi-wal-archive=cnpgi-wal-archive:$TAG" &&
     kustomize build . >"$work/wal-archive.yaml") || rk_die "cannot build examples/wal-archive/manifests"
+  cp -r "$RK_REPO/examples/database-table/manifests" "$work/database-table"
+  (cd "$work/database-table" && kustomize edit set image "database-table-operator=database-table-operator:$TAG" \
+    "database-table-postgres=database-table-postgres:$TAG" "database-table-naming=database-table-naming:$TAG" &&
+    kustomize build . >"$work/database-table.yaml") || rk_die "cannot build examples/database-table/manifests"
+  (cd "$work/database-table/mariadb" && kustomize edit set image "database-table-mariadb=database-table-mariadb:$TAG" &&
+    kustomize build . >"$work/database-table-mariadb.yaml") || rk_die "cannot build examples/database-table/manifests/mariadb"
 }
 
 # scenario NAME KUBECONFIG: runs one scenario against the cluster.
@@ -120,6 +136,10 @@ scenario() {
     [ -x "$bin/cnpgi-operator" ] || bin=$RK_REPO/target/debug
     python3 "$RK_DIR/scenario_doctor.py" --kubeconfig "$kubeconfig" --doctor "$bin/cnpgi-operator" \
       --plugin-image "cnpg-i-hello-world:$TAG" || rc=1 ;;
+  database-table)
+    python3 "$RK_DIR/scenario_database_table.py" --kubeconfig "$kubeconfig" --cnpg-manifest "$work/cnpg.yaml" \
+      --manifest "$work/database-table.yaml" --mariadb-plugin-manifest "$work/database-table-mariadb.yaml" \
+      --postgres-image "$RK_POSTGRES_IMAGE" --mariadb-image "$RK_MARIADB_IMAGE" || rc=1 ;;
   *) rk_log "unknown scenario $s"; rc=1 ;;
   esac
   rk_log "scenario $s took $(( SECONDS - t )) s"
@@ -128,7 +148,8 @@ scenario() {
 
 # scenarios KUBECONFIG: RK_SCENARIOS in order, each run whatever the previous
 # gave. By default, three lanes side by side (the scenarios mostly wait on
-# PostgreSQL and the API server): A quick-start, operator, cloudnative-pg, doctor;
+# PostgreSQL and the API server): A quick-start, operator, cloudnative-pg, doctor,
+# database-table;
 # B wal-archive, then the faults on archiving (sidecar killed, store's volume
 # full) with a Cluster and store of their own; C the other faults (store
 # down, certificates rotated, node runtime restarted). B and C start once operator's plugin-arrival check
@@ -143,7 +164,7 @@ scenarios() {
     for s in $RK_SCENARIOS; do scenario "$s" "$kubeconfig" || rc=1; done
     return "$rc"
   fi
-  ( rc=0; for s in quick-start operator cloudnative-pg doctor; do scenario "$s" "$kubeconfig" || rc=1; done
+  ( rc=0; for s in quick-start operator cloudnative-pg doctor database-table; do scenario "$s" "$kubeconfig" || rc=1; done
     touch "$work/lane-a.done"; exit "$rc" ) >"$work/lane-a.log" 2>&1 &
   lane_a=$!
   after_timed() {

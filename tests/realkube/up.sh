@@ -18,7 +18,8 @@
 # Cluster. Then `task cnpg-kind-deploy` (CloudNativePG's own flow, with
 # CNPG_MANIFEST its config/default built here: cnpg.sh manifest) installs the
 # real CloudNativePG, registers the plugin with it and applies its sample
-# Cluster. Last, the wal-archive image is loaded too (`kind load docker-image`).
+# Cluster. Last, the wal-archive image and the DatabaseTable example's
+# ($RK_DBT_IMAGES) are loaded too (`kind load docker-image`).
 # KUBECONFIG is $RK_KUBECONFIG: the user's ~/.kube/config is not touched.
 #
 #   tests/realkube/up.sh          # root; images.sh and node-image.sh first
@@ -110,5 +111,7 @@ task_() {
 }
 task_ local-kind-deploy
 task_ cnpg-kind-deploy
-kind load docker-image --name "$KIND_CLUSTER" "cnpgi-wal-archive:$RK_IMAGE_TAG" >/dev/null ||
-  rk_die "kind load docker-image cnpgi-wal-archive:$RK_IMAGE_TAG failed"
+images=()
+for image in cnpgi-wal-archive $RK_DBT_IMAGES; do images+=("$image:$RK_IMAGE_TAG"); done
+kind load docker-image --name "$KIND_CLUSTER" "${images[@]}" >/dev/null ||
+  rk_die "kind load docker-image ${images[*]} failed"
