@@ -1,10 +1,12 @@
-//! The Python naming plugin registering itself: served over mutual TLS,
+//! The Python MariaDB plugin registering itself: served over mutual TLS,
 //! `--register-with` given through its environment (`CNPGI_REGISTER_WITH`, as
 //! the Rust SDK reads it), it registers with the host's registration
-//! endpoint, is routed to (it refuses a reserved word), and is forgotten once
-//! killed. Needs python3 with grpcio and grpcio-tools
-//! (`pip install -r examples/database-table/plugins/naming/requirements.txt`,
-//! as CI does).
+//! endpoint, is chosen and routed to as the implementation a DatabaseTable
+//! prefers (it refuses a column name that is not a lower-case identifier),
+//! and is forgotten once killed. Run from the checkout, without generated
+//! stubs: the plugin generates them from `proto/` at start. Needs python3
+//! with `examples/database-table/plugins/mariadb/requirements.txt` installed
+//! (as CI does).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -23,7 +25,7 @@ use cnpgi_host::{
 use cnpgi_pluginhelper::testing::{ExtendedKeyUsagePurpose, TestCert, eventually};
 use serde_json::json;
 
-const NAMING: &str = "naming.tables.example.cnpgi.io";
+const MARIADB: &str = "mariadb.tables.example.cnpgi.io";
 
 struct Killed(Child);
 
@@ -35,7 +37,7 @@ impl Drop for Killed {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_plugin_registers_is_routed_to_and_is_forgotten_when_killed() {
+async fn the_python_mariadb_plugin_registers_is_chosen_and_routed_to_and_is_forgotten_when_killed() {
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCert::builder(&[]).ca().self_signed();
     ca.write(dir.path(), "ca").unwrap();
@@ -54,7 +56,7 @@ async fn the_python_plugin_registers_is_routed_to_and_is_forgotten_when_killed()
         ExtendedKeyUsagePurpose::ClientAuth,
     );
     let plugin_server = leaf("plugin-server", &["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
-    let plugin_client = leaf("plugin-client", &[NAMING], ExtendedKeyUsagePurpose::ClientAuth);
+    let plugin_client = leaf("plugin-client", &[MARIADB], ExtendedKeyUsagePurpose::ClientAuth);
 
     let host = Host::<DatabaseTable>::new(HostOptions::default());
     let mut options = RegistrationOptions::new(
@@ -76,7 +78,7 @@ async fn the_python_plugin_registers_is_routed_to_and_is_forgotten_when_killed()
     let address = source.local_addr();
     host.discover(source);
 
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("plugins/naming/naming.py");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("plugins/mariadb/mariadb.py");
     let mut plugin = Killed(
         Command::new("python3")
             .arg(script)
@@ -90,7 +92,7 @@ async fn the_python_plugin_registers_is_routed_to_and_is_forgotten_when_killed()
             .env("CNPGI_REGISTRATION_KEY", &plugin_client.1)
             .stdout(Stdio::null())
             .spawn()
-            .expect("python3 runs (with grpcio and grpcio-tools installed)"),
+            .expect("python3 runs (with requirements.txt installed)"),
     );
 
     eventually(
@@ -98,9 +100,9 @@ async fn the_python_plugin_registers_is_routed_to_and_is_forgotten_when_killed()
         Duration::from_secs(60),
         async || {
             if let Ok(Some(status)) = plugin.0.try_wait() {
-                panic!("the Python plugin exited ({status}): see its log above (grpcio installed?)");
+                panic!("the Python plugin exited ({status}): see its log above (requirements.txt installed?)");
             }
-            host.routable(NAMING)
+            host.routable(MARIADB)
         },
     )
     .await;
@@ -109,23 +111,28 @@ async fn the_python_plugin_registers_is_routed_to_and_is_forgotten_when_killed()
         "kind": "DatabaseTable",
         "metadata": {"name": "orders", "namespace": "default"},
         "spec": {
-            "table": "select",
-            "columns": [{"name": "id", "type": "bigint"}],
-            "server": {"host": "db", "database": "app", "credentialsSecret": "db"},
-            "implementation": NAMING,
+            "name": "orders",
+            "serverName": "app-db",
+            "preferredImplementation": MARIADB,
+            "columns": [{"name": "id", "type": "uint64"}, {"name": "Email", "type": "string"}],
         },
     }))
     .unwrap();
     let errors = host.validate_create(&table).await.unwrap();
     assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(errors[0].message.contains("reserved word"), "{errors:?}");
+    assert_eq!(
+        (errors[0].plugin.as_str(), errors[0].field.as_str()),
+        (MARIADB, "spec.columns[1].name"),
+        "{errors:?}"
+    );
+    assert!(errors[0].message.contains("lower-case identifier"), "{errors:?}");
 
     plugin.0.kill().unwrap();
     plugin.0.wait().unwrap();
     let reason = eventually(
         "the killed plugin is forgotten",
         Duration::from_secs(12),
-        async || match host.routable(NAMING) {
+        async || match host.routable(MARIADB) {
             Err(LookupError::Forgotten { reason, .. }) => Ok(reason),
             other => Err(format!("{other:?}")),
         },
