@@ -196,19 +196,30 @@ pub async fn publish_event(
     if !decision.changed_from(previous) {
         return Ok(false);
     }
-    match tokio::time::timeout(EVENT_TIMEOUT, recorder.publish(&decision.event(), reference)).await {
-        Ok(published) => published?,
-        Err(_) => {
-            return Err(kube::Error::Service(
-                format!(
-                    "the API server did not take the Event about the implementation choice within {} s",
-                    EVENT_TIMEOUT.as_secs()
-                )
-                .into(),
-            ));
-        }
-    }
+    publish_within_deadline(recorder, &decision.event(), reference, "the implementation choice").await?;
     Ok(true)
+}
+
+/// Publishes `event` about `reference` with `recorder`, the API server
+/// having [`EVENT_TIMEOUT`] to take it; past it, the error says so
+/// (`kube::Error::Service`, naming `about`). Every Event the host publishes
+/// goes through here.
+pub(crate) async fn publish_within_deadline(
+    recorder: &Recorder,
+    event: &Event,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    about: &str,
+) -> Result<(), kube::Error> {
+    match tokio::time::timeout(EVENT_TIMEOUT, recorder.publish(event, reference)).await {
+        Ok(published) => published,
+        Err(_) => Err(kube::Error::Service(
+            format!(
+                "the API server did not take the Event about {about} within {} s",
+                EVENT_TIMEOUT.as_secs()
+            )
+            .into(),
+        )),
+    }
 }
 
 #[cfg(test)]

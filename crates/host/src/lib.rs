@@ -133,6 +133,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 pub mod choice;
+pub mod deletion;
 pub mod discovery;
 pub mod leader;
 pub mod metrics;
@@ -203,10 +204,12 @@ pub trait PluginResource:
 ///         ..RoutingPolicy::default()
 ///     },
 ///     client: ClientOptions { call_timeout: Duration::from_secs(10), ..ClientOptions::default() },
+///     // A deleted resource waits at most 2 minutes for its plugins' cleanup.
+///     cleanup_deadline: Duration::from_secs(120),
 /// };
 /// # let _ = options;
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct HostOptions {
     /// The registry's tunables: how often plugins are probed, and the
     /// metrics everything the host does is recorded in ([`Host::metrics`]).
@@ -220,6 +223,22 @@ pub struct HostOptions {
     /// sources. Its `observer` is told about every call besides the host's
     /// metrics.
     pub client: ClientOptions,
+    /// How long a deleted resource waits for its plugins' cleanup, from its
+    /// `metadata.deletionTimestamp` ([`Host::cleanup`], [`deletion`]): past
+    /// it, the cleanup is abandoned and the resource goes. Default
+    /// [`deletion::DEFAULT_CLEANUP_DEADLINE`] (5 minutes).
+    pub cleanup_deadline: Duration,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        Self {
+            registry: RegistryOptions::default(),
+            policy: RoutingPolicy::default(),
+            client: ClientOptions::default(),
+            cleanup_deadline: deletion::DEFAULT_CLEANUP_DEADLINE,
+        }
+    }
 }
 
 /// Why a [`Host`] operation failed.
@@ -261,6 +280,7 @@ pub struct Host<K> {
     registry: Arc<Registry>,
     router: Router,
     client: ClientOptions,
+    cleanup_deadline: Duration,
     resource: PhantomData<fn() -> K>,
 }
 
@@ -270,6 +290,7 @@ impl<K> Clone for Host<K> {
             registry: self.registry.clone(),
             router: self.router.clone(),
             client: self.client.clone(),
+            cleanup_deadline: self.cleanup_deadline,
             resource: PhantomData,
         }
     }
@@ -308,6 +329,7 @@ impl<K: PluginResource> Host<K> {
             registry,
             router,
             client: options.client,
+            cleanup_deadline: options.cleanup_deadline,
             resource: PhantomData,
         }
     }

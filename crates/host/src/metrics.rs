@@ -14,6 +14,7 @@
 //! | `controller_runtime_webhook_latency_seconds{webhook}` | histogram | time to answer one |
 //! | `controller_runtime_webhook_requests_in_flight{webhook}` | gauge | being answered now |
 //! | `leader_election_master_status{name}` | gauge | 1 while this replica holds the Lease `name`, else 0 |
+//! | `cnpgi_plugin_cleanups_abandoned_total{plugin}` | counter | deletions let go without the plugin's cleanup, its deadline passed ([`crate::deletion`]) |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | | read from `/proc/self` on each scrape, as Go's process collector does (Linux only) |
 //!
 //! `workqueue_depth` is what can be measured honestly: kube-runtime's
@@ -224,6 +225,7 @@ pub struct Metrics {
     webhook_latency: Family<WebhookLabels, Histogram, fn() -> Histogram>,
     webhook_in_flight: Family<WebhookLabels, Gauge>,
     leader: Family<LeaseLabels, Gauge>,
+    cleanups_abandoned: Family<PluginLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -243,6 +245,7 @@ impl Default for Metrics {
             webhook_latency: Family::new_with_constructor(webhook_histogram),
             webhook_in_flight: Family::default(),
             leader: Family::default(),
+            cleanups_abandoned: Family::default(),
         }
     }
 }
@@ -299,6 +302,11 @@ impl Metrics {
             "discovery_errors",
             "Plugins a discovery source could not register",
             self.discovery_errors.clone(),
+        );
+        registry.register(
+            "cleanups_abandoned",
+            "Deleted resources let go without the plugin's cleanup: its deadline passed",
+            self.cleanups_abandoned.clone(),
         );
     }
 
@@ -411,6 +419,25 @@ impl Metrics {
         self.leader
             .get_or_create(&LeaseLabels { name: name.to_owned() })
             .set(i64::from(leading));
+    }
+
+    /// A deleted resource was let go without `plugin`'s cleanup: the
+    /// cleanup deadline passed ([`crate::deletion`]).
+    pub fn cleanup_abandoned(&self, plugin: &str) {
+        self.cleanups_abandoned
+            .get_or_create(&PluginLabels {
+                plugin: plugin.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Cleanups of `plugin` abandoned so far ([`Metrics::cleanup_abandoned`]).
+    pub fn cleanups_abandoned(&self, plugin: &str) -> u64 {
+        self.cleanups_abandoned
+            .get_or_create(&PluginLabels {
+                plugin: plugin.to_owned(),
+            })
+            .get()
     }
 
     /// Calls recorded for `plugin`/`method` so far (for tests and diagnostics).

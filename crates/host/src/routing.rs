@@ -369,6 +369,38 @@ impl Router {
         routed
     }
 
+    /// `resource` routed for its cleanup ([`crate::deletion`]): when its
+    /// layout names one implementation among several, to the implementation
+    /// its status records as chosen (the one that did the work), whether it
+    /// is available or not, in place of a choice made now, which could pick
+    /// another plugin that never served it. A record choosing none drops the
+    /// implementation: none served the resource. Without a record, as routed.
+    pub(crate) fn routed_for_cleanup(&self, resource: &RoutedResource) -> RoutedResource {
+        let mut routed = resource.clone();
+        let Some(choice) = self.layout.implementation_choice() else {
+            return routed;
+        };
+        let Some(recorded) = ImplementationDecision::recorded(&choice, &routed.value) else {
+            return routed;
+        };
+        routed.enabled = self.layout.enabled_plugins(&routed.value);
+        let preferred = choice.preferred(&routed.value).map(str::to_owned);
+        match &recorded.chosen {
+            Some(chosen) => {
+                for plugin in &mut routed.enabled {
+                    if Some(&plugin.name) == preferred.as_ref() {
+                        plugin.name.clone_from(chosen);
+                    }
+                }
+            }
+            None => routed.enabled.retain(|plugin| Some(&plugin.name) != preferred.as_ref()),
+        }
+        routed.enabled.sort_by(|a, b| a.name.cmp(&b.name));
+        routed.enabled.dedup_by(|a, b| a.name == b.name);
+        routed.choice = Some(recorded);
+        routed
+    }
+
     /// The registry routed to.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
@@ -812,41 +844,17 @@ impl Router {
         cluster: &RoutedResource,
         resource: &[u8],
     ) -> Result<HookOutcome, RouteError> {
-        use cnpgi_proto::reconciler::v1::{ReconcilerHooksRequest, reconciler_hooks_result::Behavior};
+        use cnpgi_proto::reconciler::v1::reconciler_hooks_result::Behavior;
         let targets = self
             .targets(cluster, |r| r.info.reconciler_kinds.contains(&kind))
             .await?;
         if targets.is_empty() {
             return Ok(HookOutcome::Continue);
         }
-        let rpc = match phase {
-            HookPhase::Pre => service::reconciler::PRE.method,
-            HookPhase::Post => service::reconciler::POST.method,
-        };
         for (plugin, routable) in targets {
-            let request = routable.client.request(ReconcilerHooksRequest {
-                cluster_definition: cluster.definition().to_vec(),
-                resource_definition: resource.to_vec(),
-            });
-            let mut client = routable.client.reconciler();
-            let call = async {
-                match phase {
-                    HookPhase::Pre => client.pre(request).await,
-                    HookPhase::Post => client.post(request).await,
-                }
-            };
-            let describe = || summary::object_bytes(resource);
-            let answer = observed(self.observer(), &plugin.name, rpc, describe, call, |answer| {
-                let answer = answer.get_ref();
-                match Behavior::try_from(answer.behavior) {
-                    Ok(Behavior::Requeue) => format!("REQUEUE after {} s", answer.requeue_after),
-                    Ok(behavior) => summary::enum_name(behavior.as_str_name()).to_owned(),
-                    Err(_) => format!("behavior {} (unknown: CONTINUE)", answer.behavior),
-                }
-            })
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|s| call_error(&plugin.name, rpc, s));
+            let answer = self
+                .reconciler_hook(phase, &plugin.name, &routable, cluster, resource)
+                .await;
             let Some(answer) = self.tolerate(&plugin.name, answer)? else {
                 continue;
             };
@@ -863,6 +871,47 @@ impl Router {
             }
         }
         Ok(HookOutcome::Continue)
+    }
+
+    /// One plugin's answer to `ReconcilerHooks` `Pre` or `Post` (for the
+    /// chain above, and for [`crate::deletion`], which asks every plugin
+    /// whatever the others answered), observed like every routed call.
+    pub(crate) async fn reconciler_hook(
+        &self,
+        phase: HookPhase,
+        plugin: &str,
+        routable: &Routable,
+        cluster: &RoutedResource,
+        resource: &[u8],
+    ) -> Result<cnpgi_proto::reconciler::v1::ReconcilerHooksResult, RouteError> {
+        use cnpgi_proto::reconciler::v1::{ReconcilerHooksRequest, reconciler_hooks_result::Behavior};
+        let rpc = match phase {
+            HookPhase::Pre => service::reconciler::PRE.method,
+            HookPhase::Post => service::reconciler::POST.method,
+        };
+        let request = routable.client.request(ReconcilerHooksRequest {
+            cluster_definition: cluster.definition().to_vec(),
+            resource_definition: resource.to_vec(),
+        });
+        let mut client = routable.client.reconciler();
+        let call = async {
+            match phase {
+                HookPhase::Pre => client.pre(request).await,
+                HookPhase::Post => client.post(request).await,
+            }
+        };
+        let describe = || summary::object_bytes(resource);
+        observed(self.observer(), plugin, rpc, describe, call, |answer| {
+            let answer = answer.get_ref();
+            match Behavior::try_from(answer.behavior) {
+                Ok(Behavior::Requeue) => format!("REQUEUE after {} s", answer.requeue_after),
+                Ok(behavior) => summary::enum_name(behavior.as_str_name()).to_owned(),
+                Err(_) => format!("behavior {} (unknown: CONTINUE)", answer.behavior),
+            }
+        })
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(|s| call_error(plugin, rpc, s))
     }
 }
 

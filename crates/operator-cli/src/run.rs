@@ -438,6 +438,7 @@ fn plugin_host(args: &RunArgs) -> (Host<Cluster>, prometheus_client::registry::R
             call_timeout: crate::instance::deadline(args.plugin_timeout_seconds).unwrap_or(NO_DEADLINE),
             ..ClientOptions::default()
         },
+        ..HostOptions::default()
     });
     let mut prometheus = prometheus_client::registry::Registry::default();
     host.metrics().register(&mut prometheus);

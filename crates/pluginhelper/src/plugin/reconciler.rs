@@ -29,6 +29,42 @@ pub struct ReconcilerCall<P> {
     pub object: Value,
 }
 
+impl<P> ReconcilerCall<P> {
+    /// `metadata.deletionTimestamp` of the object reconciled, when it is
+    /// being deleted (as the API server wrote it, RFC 3339).
+    pub fn deletion_timestamp(&self) -> Option<&str> {
+        self.object.pointer("/metadata/deletionTimestamp")?.as_str()
+    }
+
+    /// Whether the object reconciled is being deleted: its
+    /// `metadata.deletionTimestamp` is set. That is how a host tells a
+    /// plugin to clean up (`cnpgi-host`'s `deletion` module): a `Pre` hook
+    /// on the resource, sent as the API server has it while a finalizer
+    /// holds it. The hook cleans up what it made for it and answers
+    /// [`Hook::Continue`] when done (the resource may then go), or
+    /// [`Hook::RequeueAfter`] to be asked again; the host waits a bounded
+    /// time only, so a cleanup should be quick and idempotent.
+    ///
+    /// ```
+    /// use cnpgi_pluginhelper::prelude::*;
+    ///
+    /// let plugin = Plugin::<()>::new(GetPluginMetadataResponse::default()).reconciler_pre(
+    ///     ReconcilerKind::Cluster,
+    ///     |call| async move {
+    ///         if call.is_being_deleted() {
+    ///             // Drop what this plugin made for the resource, then let it go.
+    ///             return Ok(Hook::Continue);
+    ///         }
+    ///         Ok(Hook::Continue)
+    ///     },
+    /// );
+    /// # drop(plugin);
+    /// ```
+    pub fn is_being_deleted(&self) -> bool {
+        self.deletion_timestamp().is_some()
+    }
+}
+
 type HookFn<P> = BoxedHandler<ReconcilerCall<P>, Hook>;
 
 /// The `Pre` and `Post` hooks registered, by kind.
@@ -145,5 +181,31 @@ impl<P: Parameters> reconciler_hooks_server::ReconcilerHooks for ReconcilerServi
 
     async fn post(&self, request: Request<ReconcilerHooksRequest>) -> Result<Response<ReconcilerHooksResult>, Status> {
         self.call(true, request.into_inner()).await.map(Response::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn call(object: Value) -> ReconcilerCall<()> {
+        ReconcilerCall {
+            cluster: Cluster::default(),
+            parameters: (),
+            object,
+        }
+    }
+
+    #[test]
+    fn a_resource_is_being_deleted_when_its_deletion_timestamp_is_set() {
+        let deleted = call(json!({"metadata": {"name": "users", "deletionTimestamp": "2026-01-02T03:04:05Z"}}));
+        assert!(deleted.is_being_deleted());
+        assert_eq!(deleted.deletion_timestamp(), Some("2026-01-02T03:04:05Z"));
+        let live = call(json!({"metadata": {"name": "users"}}));
+        assert!(!live.is_being_deleted());
+        assert_eq!(live.deletion_timestamp(), None);
+        assert!(!call(json!({"metadata": {"deletionTimestamp": null}})).is_being_deleted());
     }
 }
