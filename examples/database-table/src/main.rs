@@ -5,7 +5,7 @@
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use clap::Parser;
-use cnpgi_example_database_table::DatabaseTable;
+use cnpgi_example_database_table::{DatabaseTable, MariaDbDatabaseTable, PostgreSqlDatabaseTable};
 use cnpgi_host::{
     Host, HostError, HostOptions,
     discovery::{kubernetes::KubernetesServices, socket_dir::SocketDirectory},
@@ -101,7 +101,13 @@ fn error_policy(_: Arc<DatabaseTable>, error: &Error, _: Arc<Context>) -> Action
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.print_crd {
-        print!("{}", serde_yaml_ng::to_string(&DatabaseTable::crd())?);
+        for crd in [
+            DatabaseTable::crd(),
+            PostgreSqlDatabaseTable::crd(),
+            MariaDbDatabaseTable::crd(),
+        ] {
+            print!("---\n{}", serde_yaml_ng::to_string(&crd)?);
+        }
         return Ok(());
     }
     cnpgi_process::logging::init(cnpgi_process::logging::LogFormat::Text, "info");

@@ -92,7 +92,7 @@ def naming_errors(definition, context):
         spec = json.loads(definition).get("spec") or {}
     except (ValueError, AttributeError):
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the definition is not a JSON object")
-    named = [(["spec", "table"], spec.get("table"))]
+    named = [(["spec", "name"], spec.get("name"))]
     named += [(["spec", "columns", str(i), "name"], column.get("name")) for i, column in enumerate(spec.get("columns") or [])]
     return [
         operator.ValidationError(path_components=path, value=name, message=f'"{name}" is a reserved word in SQL: choose another name')
