@@ -242,7 +242,7 @@ def parse_args():
         action="append",
         default=[os.environ["DBT_SERVER_OVERRIDES"]] if os.environ.get("DBT_SERVER_OVERRIDES") else [],
         metavar="NAME=HOST:PORT",
-        help="where server NAME is, instead of Service NAME:3306 (repeatable; env DBT_SERVER_OVERRIDES, comma-separated)",
+        help="where server NAME is, instead of its Service NAME.<namespace>.svc:3306 (repeatable; env DBT_SERVER_OVERRIDES, comma-separated)",
     )
     args = parser.parse_args()
     serving.check_flags(parser, args)
