@@ -14,6 +14,7 @@ import (
 	"github.com/cloudnative-pg/cnpg-i/pkg/operator"
 	"github.com/cloudnative-pg/machinery/pkg/log"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	"google.golang.org/grpc"
 
@@ -62,6 +63,14 @@ func NewPluginCmd() *cobra.Command {
 	cmd.Long = cmd.Short + ". Every flag can also come from an environment variable, named in its help " +
 		"(the cnpgi-rs SDK's names)."
 	cmd.SilenceUsage = true
+	// Machinery's flag groups (the four TLS flags together, a socket or TLS)
+	// count flags only: a Deployment giving the certificates in the
+	// environment and the address as a flag would be refused. The same
+	// rules are checked on flags and environment alike (registrationTarget).
+	cmd.Flags().VisitAll(func(flag *pflag.Flag) {
+		delete(flag.Annotations, "cobra_annotation_required_if_others_set")
+		delete(flag.Annotations, "cobra_annotation_mutually_exclusive")
+	})
 	for _, flag := range registrationFlags {
 		cmd.Flags().String(flag.name, "", flag.help)
 		_ = viper.BindPFlag(flag.name, cmd.Flags().Lookup(flag.name))

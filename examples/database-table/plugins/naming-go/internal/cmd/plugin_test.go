@@ -81,3 +81,20 @@ func TestRegistrationSettingsFromTheEnvironment(t *testing.T) {
 		})
 	}
 }
+
+func TestFlagsAndTheEnvironmentMix(t *testing.T) {
+	for _, env := range environment {
+		t.Setenv(env, "")
+	}
+	t.Setenv("CLIENT_CERT", "ca.crt")
+	cmd := NewPluginCmd()
+	if err := cmd.ParseFlags([]string{"--server-address=127.0.0.1:9090", "--server-cert=s.crt", "--server-key=s.key"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.ValidateFlagGroups(); err != nil {
+		t.Fatalf("the certificates' flags with CLIENT_CERT: %v", err)
+	}
+	if _, err := registrationTarget(); err != nil {
+		t.Fatalf("the certificates' flags with CLIENT_CERT: %v", err)
+	}
+}
