@@ -1073,3 +1073,82 @@ mod tests {
         assert!(bad.to_string().len() < 2 * 1024, "{}", bad.to_string().len());
     }
 }
+
+#[cfg(test)]
+mod cleanup_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The implementation in `spec.implementation`, and policies in `spec.policies`.
+    #[derive(Debug)]
+    struct Implementation;
+
+    impl PluginLayout for Implementation {
+        fn enabled_plugins(&self, resource: &Value) -> Vec<EnabledPlugin> {
+            let implementation = resource.pointer("/spec/implementation").and_then(Value::as_str);
+            let policies = resource.pointer("/spec/policies").and_then(Value::as_array);
+            let mut names: Vec<&str> = implementation.into_iter().collect();
+            names.extend(policies.into_iter().flatten().filter_map(Value::as_str));
+            names
+                .into_iter()
+                .enumerate()
+                .map(|(index, name)| EnabledPlugin {
+                    index,
+                    name: name.to_owned(),
+                })
+                .collect()
+        }
+        fn previous_statuses(&self, _: &Value) -> BTreeMap<String, String> {
+            BTreeMap::new()
+        }
+        fn write_plugin_status(&self, _: &mut Value, _: &[PluginStatusUpdate]) {}
+        fn implementation_choice(&self) -> Option<cnpgi_core::layout::ImplementationChoice> {
+            Some(cnpgi_core::layout::ImplementationChoice::new(
+                "tables.example.com",
+                "/spec/implementation",
+            ))
+        }
+    }
+
+    fn names(routed: &RoutedResource) -> Vec<&str> {
+        routed.enabled().iter().map(|plugin| plugin.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_cleanup_goes_to_the_recorded_implementation_whether_or_not_it_is_ready() {
+        // Nothing is registered: a choice made now would find no implementation.
+        let router = Router::with_layout(
+            Arc::new(Registry::default()),
+            RoutingPolicy::default(),
+            Arc::new(Implementation),
+        );
+        let resource = |chosen: Value| {
+            let mut resource = json!({"spec": {"implementation": "a.example.com", "policies": ["z.example.com"]}});
+            if !chosen.is_null() {
+                resource["status"]["implementationChoice"] = json!({
+                    "kind": "tables.example.com", "preferred": "a.example.com", "chosen": chosen,
+                    "reason": "PreferredUnavailable", "message": "m"});
+            }
+            router.routed(resource)
+        };
+        // b served it: b is asked to clean up (with the policies).
+        let recorded = router.routed_for_cleanup(&resource(json!("b.example.com")));
+        assert_eq!(names(&recorded), ["b.example.com", "z.example.com"]);
+        assert_eq!(
+            recorded.implementation_choice().and_then(|c| c.chosen.as_deref()),
+            Some("b.example.com")
+        );
+        // The record says none served it: no implementation is asked.
+        let none = json!({"spec": {"implementation": "a.example.com", "policies": ["z.example.com"]},
+            "status": {"implementationChoice": {"kind": "tables.example.com", "preferred": "a.example.com",
+                "reason": "NoImplementationReady", "message": "m"}}});
+        assert_eq!(
+            names(&router.routed_for_cleanup(&router.routed(none))),
+            ["z.example.com"]
+        );
+        // No record: as routed now.
+        let unrecorded = resource(Value::Null);
+        assert_eq!(names(&router.routed_for_cleanup(&unrecorded)), names(&unrecorded));
+    }
+}
