@@ -50,6 +50,14 @@
 //!   `ReferencesResolved=False` in the status; [`references::referencing`]
 //!   reconciles referencing resources when an object changes; plugins'
 //!   reports on an object go into its status.
+//! * **Deletion** ([`deletion`]): a finalizer (`cnpgi.io/plugins`, held
+//!   with kube-runtime's helper by [`deletion::PluginFinalizer`]) keeps a
+//!   deleted resource until [`Host::cleanup`] saw each plugin it enables
+//!   answer its `ReconcilerHooks` `Pre` call, the resource being sent with
+//!   `metadata.deletionTimestamp` set (that is how a plugin is told), or
+//!   until [`HostOptions::cleanup_deadline`] after that timestamp, never
+//!   forever: the Event `PluginCleanupAbandoned` then names the plugins
+//!   that did not answer and why.
 //! * **Ready signal.** Sources started with [`discovery::spawn`] (or
 //!   [`Host::discover`]) report their first pass; [`registry::Registry::ready`]
 //!   (and [`Host::ready`]) resolve when all did, so a host routes after

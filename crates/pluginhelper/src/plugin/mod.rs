@@ -62,7 +62,9 @@
 //! own resource with `cnpgi-host` routes by. The handlers still receive the
 //! resource as a [`Cluster`], the lenient wire view that keeps every field
 //! (`spec.other`, `other`), so a plugin for a `DatabaseTable` reads its spec
-//! from there or decodes it into its own type.
+//! from there or decodes it into its own type. When the resource is being
+//! deleted, its host asks the plugins to clean up with a `Pre` reconciler
+//! hook on it: [`ReconcilerCall::is_being_deleted`] says so.
 //!
 //! The building blocks stay available: [`Plugin::add_service`] mixes in a
 //! hand-written tonic service, and [`create_main_cmd`](crate::create_main_cmd)
