@@ -136,6 +136,7 @@ use cnpgi_proto::reconciler::v1::reconciler_hooks_result::Behavior;
 
 use crate::{
     HookKind, Host, HostError, PluginResource,
+    references::ReferenceResolver,
     routing::{HookPhase, RoutedResource},
 };
 
@@ -461,6 +462,7 @@ pub struct PluginFinalizer<K> {
     host: Host<K>,
     recorder: Recorder,
     name: String,
+    references: Option<ReferenceResolver>,
 }
 
 impl<K> fmt::Debug for PluginFinalizer<K> {
@@ -468,6 +470,7 @@ impl<K> fmt::Debug for PluginFinalizer<K> {
         f.debug_struct("PluginFinalizer")
             .field("name", &self.name)
             .field("host", &self.host)
+            .field("references", &self.references)
             .finish_non_exhaustive()
     }
 }
@@ -480,6 +483,7 @@ impl<K: PluginResource> PluginFinalizer<K> {
             host,
             recorder,
             name: FINALIZER.to_owned(),
+            references: None,
         }
     }
 
@@ -487,6 +491,14 @@ impl<K: PluginResource> PluginFinalizer<K> {
     /// (unique to this operator: a finalizer is not shared between controllers).
     pub fn named(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
+        self
+    }
+
+    /// The same, sending the plugins the objects the resource references
+    /// with it in the cleanup call, read by `resolver`
+    /// ([`Host::routed_with_references`]), as in every other call.
+    pub fn with_references(mut self, resolver: ReferenceResolver) -> Self {
+        self.references = Some(resolver);
         self
     }
 
@@ -555,7 +567,11 @@ impl<K: PluginResource> PluginFinalizer<K> {
     where
         K: kube::Resource<DynamicType = ()>,
     {
-        let routed = self.host.routed(resource).map_err(Step::Route)?;
+        let routed = match &self.references {
+            Some(resolver) => self.host.routed_with_references(resource, resolver).await,
+            None => self.host.routed(resource),
+        }
+        .map_err(Step::Route)?;
         let outcome = self.host.cleanup(&routed).await;
         let object = kube::ResourceExt::name_any(resource);
         match &outcome {
