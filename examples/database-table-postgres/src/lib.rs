@@ -2,8 +2,9 @@
 //! `DatabaseTable` example resource, a CNPG-I plugin on the declarative SDK.
 //!
 //! The resource is not a CloudNativePG Cluster: the plugin reads it through
-//! the resource's own layout ([`ImplementationLayout`], shared with the
-//! operator), and takes the whole spec as its input, with the
+//! the resource's own layout (`ImplementationLayout`, shared with the
+//! operator, as [`AsImplementation`]: routed a table, it is its
+//! implementation, whichever the table prefers), and takes the whole spec as its input, with the
 //! `PostgreSqlDatabaseTable` it references (sent by the host under
 //! `cnpgi.io/references`; none: not partitioned). It says it implements
 //! `tables.example.cnpgi.io` in its metadata manifest
@@ -41,7 +42,7 @@ use std::{
 };
 
 use cnpgi_example_database_table::{
-    API_VERSION, DeletionPolicy, IMPLEMENTATION_KIND, ImplementationLayout, PostgreSqlDatabaseTable,
+    API_VERSION, AsImplementation, DeletionPolicy, IMPLEMENTATION_KIND, PostgreSqlDatabaseTable,
 };
 use cnpgi_pluginhelper::{
     layout::IMPLEMENTS_MANIFEST_KEY,
@@ -101,7 +102,8 @@ pub fn plugin(config: Config) -> Plugin {
     };
     let reported = state.reports.clone();
     Plugin::new(metadata())
-        .layout(ImplementationLayout)
+        // Called for a table, it is its implementation, whichever the table prefers.
+        .layout(AsImplementation::new(PLUGIN_NAME))
         .validate_create(|table, ()| validate(table, None))
         .validate_change(|old, (), new, ()| validate(new, Some(old)))
         .mutate_cluster(|_, (), table| {

@@ -502,6 +502,77 @@ impl PluginLayout for ImplementationLayout {
     }
 }
 
+/// The layout an implementation reads tables with: [`ImplementationLayout`],
+/// with this plugin in place of the preferred implementation (at its index).
+///
+/// The host routes a table to one implementation: the one it prefers, or,
+/// when that one is not available, the one chosen in its place
+/// (`cnpgi_host::choice`), at the same index. So an implementation that is
+/// called for a table *is* its implementation, whichever it prefers; read
+/// with [`ImplementationLayout`], a chosen fallback would find itself
+/// missing from the table and take the table for none of its business (the
+/// SDK skips its validation and defaulting then).
+///
+/// ```
+/// use cnpgi_core::layout::PluginLayout;
+/// use cnpgi_example_database_table::AsImplementation;
+///
+/// let table = serde_json::json!({"spec": {"preferredImplementation": "mariadb.tables.example.cnpgi.io",
+///                                         "policies": ["naming.tables.example.cnpgi.io"]}});
+/// let enabled = AsImplementation::new("postgres.tables.example.cnpgi.io").enabled_plugins(&table);
+/// let names: Vec<(usize, &str)> = enabled.iter().map(|p| (p.index, p.name.as_str())).collect();
+/// assert_eq!(names, [(1, "naming.tables.example.cnpgi.io"), (0, "postgres.tables.example.cnpgi.io")]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AsImplementation {
+    /// The plugin's name.
+    pub name: String,
+}
+
+impl AsImplementation {
+    /// The layout of implementation `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+
+impl PluginLayout for AsImplementation {
+    fn enabled_plugins(&self, resource: &Value) -> Vec<EnabledPlugin> {
+        let mut enabled = ImplementationLayout.enabled_plugins(resource);
+        let preferred = resource
+            .pointer("/spec/preferredImplementation")
+            .and_then(Value::as_str);
+        for plugin in &mut enabled {
+            if Some(plugin.name.as_str()) == preferred {
+                plugin.name.clone_from(&self.name);
+            }
+        }
+        enabled.sort_by(|a, b| a.name.cmp(&b.name).then(a.index.cmp(&b.index)));
+        enabled.dedup_by(|a, b| a.name == b.name);
+        enabled
+    }
+
+    fn field_path(&self, path_components: &[String], plugin_index: usize) -> String {
+        ImplementationLayout.field_path(path_components, plugin_index)
+    }
+
+    fn previous_statuses(&self, resource: &Value) -> BTreeMap<String, String> {
+        ImplementationLayout.previous_statuses(resource)
+    }
+
+    fn write_plugin_status(&self, resource: &mut Value, entries: &[PluginStatusUpdate]) {
+        ImplementationLayout.write_plugin_status(resource, entries);
+    }
+
+    fn implementation_choice(&self) -> Option<ImplementationChoice> {
+        ImplementationLayout.implementation_choice()
+    }
+
+    fn references(&self, resource: &Value) -> Vec<ObjectReference> {
+        ImplementationLayout.references(resource)
+    }
+}
+
 /// A plugin's error path as a field of the table: `["spec", "columns",
 /// "1", "type"]` is `spec.columns[1].type`; none is `spec`.
 ///

@@ -148,6 +148,14 @@ async fn reconcile(table: Arc<DatabaseTable>, ctx: Arc<Context>) -> Result<Actio
 /// the status, and the plugins' reports on the objects it references.
 async fn apply(table: Arc<DatabaseTable>, ctx: Arc<Context>) -> Result<Action, Error> {
     let resource = ctx.host.routed_with_references(&table, &ctx.resolver).await?;
+    // The implementation that served the table is gone, and no other is
+    // ready: said as such, the record of who served it kept (its cleanup
+    // asks that one, and it is chosen again when it comes back).
+    if let Some(why) = implementation_gone(&ctx.host, &resource) {
+        let status = status_without_plugins(&resource, false);
+        write_status(&ctx, &table, status, "Failed", why).await?;
+        return Ok(Action::requeue(Duration::from_secs(10)));
+    }
     announce_choice(&table, &resource, &ctx).await;
     let outcome = match ctx.host.reconciler_hooks(HookPhase::Pre, &resource).await {
         Ok(HookOutcome::Continue) => ctx.host.reconciler_hooks(HookPhase::Post, &resource).await,
@@ -168,7 +176,7 @@ async fn apply(table: Arc<DatabaseTable>, ctx: Arc<Context>) -> Result<Action, E
         Err(error) => ("Failed", error.to_string(), Action::requeue(Duration::from_secs(10))),
     };
     let namespace = table.namespace().unwrap_or_default();
-    let mut status = match ctx.host.plugin_status_and_reports(&resource).await {
+    let status = match ctx.host.plugin_status_and_reports(&resource).await {
         Ok((status, reports)) => {
             for (plugin, reports) in reports {
                 for failure in ctx.resolver.write_reports(&namespace, &plugin, &reports).await {
@@ -181,22 +189,36 @@ async fn apply(table: Arc<DatabaseTable>, ctx: Arc<Context>) -> Result<Action, E
         // the references are still said, and the message says why.
         Err(error) => {
             tracing::warn!(table = %table.name_any(), %error, "plugin status not available");
-            status_without_plugins(&resource)
+            status_without_plugins(&resource, true)
         }
     };
+    write_status(&ctx, &table, status, phase, message).await?;
+    Ok(action)
+}
+
+/// Patches `table`'s status with `status`, `phase`, `message` and the generation, within [`API_TIMEOUT`].
+async fn write_status(
+    ctx: &Context,
+    table: &DatabaseTable,
+    mut status: Value,
+    phase: &str,
+    message: String,
+) -> Result<(), Error> {
+    absent_choice_fields_as_null(&mut status);
     status["phase"] = json!(phase);
     status["message"] = json!(message);
     status["observedGeneration"] = json!(table.metadata.generation);
+    let namespace = table.namespace().unwrap_or_default();
     let api: Api<DatabaseTable> = Api::namespaced(ctx.client.clone(), &namespace);
     let patch = Patch::Merge(json!({ "status": status }));
     let object = format!("{namespace}/{}", table.name_any());
-    match tokio::time::timeout(
+    let written = tokio::time::timeout(
         API_TIMEOUT,
         api.patch_status(&table.name_any(), &PatchParams::default(), &patch),
     )
-    .await
-    {
-        Ok(Ok(_)) => Ok(action),
+    .await;
+    match written {
+        Ok(Ok(_)) => Ok(()),
         Ok(Err(error)) => Err(Error::Status {
             object,
             why: error.to_string(),
@@ -208,14 +230,36 @@ async fn apply(table: Arc<DatabaseTable>, ctx: Arc<Context>) -> Result<Action, E
     }
 }
 
+/// Why the table cannot be served, when no implementation is ready now and
+/// its status records the one that served it: that one's name and why it
+/// is not available, and the choice's reason.
+fn implementation_gone(host: &Host<DatabaseTable>, resource: &RoutedResource) -> Option<String> {
+    let choice = ImplementationLayout.implementation_choice()?;
+    let decision = resource.implementation_choice()?;
+    if decision.chosen.is_some() {
+        return None;
+    }
+    let served = ImplementationDecision::recorded(&choice, resource.value())?.chosen?;
+    let why = match host.routable(&served) {
+        Err(error) => error.to_string(),
+        Ok(_) => "it is not ready".to_owned(),
+    };
+    Some(format!(
+        "{served}, the implementation serving this table, is not available ({why}); {}",
+        decision.message
+    ))
+}
+
 /// The status when the plugins' entries cannot be had: the entries as they
-/// were, the implementation choice and the `ReferencesResolved` condition.
-fn status_without_plugins(resource: &RoutedResource) -> Value {
+/// were, the implementation choice (when `record_choice`) and the
+/// `ReferencesResolved` condition.
+fn status_without_plugins(resource: &RoutedResource, record_choice: bool) -> Value {
     let mut status = resource.value().get("status").cloned().unwrap_or_else(|| json!({}));
     if !status.is_object() {
         status = json!({});
     }
-    if let (Some(choice), Some(decision)) = (
+    if let (true, Some(choice), Some(decision)) = (
+        record_choice,
         ImplementationLayout.implementation_choice(),
         resource.implementation_choice(),
     ) {
@@ -225,6 +269,21 @@ fn status_without_plugins(resource: &RoutedResource) -> Value {
         references::set_condition(&mut status, references::references_condition(resolved));
     }
     status
+}
+
+/// Writes the implementation choice's optional fields (`chosen`,
+/// `reselect`) as `null` when absent: the status is a merge patch, which
+/// keeps the fields it does not name, so a choice of no implementation would
+/// otherwise keep the plugin chosen before (and the sticky rule would read it).
+fn absent_choice_fields_as_null(status: &mut Value) {
+    let Some(choice) = ImplementationLayout.implementation_choice() else {
+        return;
+    };
+    if let Some(recorded) = status.get_mut(&choice.status_field).and_then(Value::as_object_mut) {
+        for field in ["chosen", "reselect"] {
+            recorded.entry(field).or_insert(Value::Null);
+        }
+    }
 }
 
 /// Publishes an Event when the implementation chosen for `table` is a new
@@ -389,6 +448,24 @@ async fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_choice_of_no_implementation_removes_the_one_recorded() {
+        let mut status =
+            json!({"implementationChoice": {"kind": "k", "preferred": "a", "reason": "NoImplementationReady"}});
+        absent_choice_fields_as_null(&mut status);
+        assert_eq!(status["implementationChoice"]["chosen"], Value::Null);
+        assert!(
+            status["implementationChoice"].get("chosen").is_some(),
+            "written, as null"
+        );
+        let mut chosen = json!({"implementationChoice": {"chosen": "b"}, "phase": "Ready"});
+        absent_choice_fields_as_null(&mut chosen);
+        assert_eq!(chosen["implementationChoice"]["chosen"], "b");
+        let mut none = json!({"phase": "Ready"});
+        absent_choice_fields_as_null(&mut none);
+        assert_eq!(none, json!({"phase": "Ready"}));
+    }
 
     #[test]
     fn durations_read_as_written() {

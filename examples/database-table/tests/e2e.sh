@@ -3,23 +3,33 @@
 # on cnpgi-host, with two CNPG-I plugins in one socket directory, against a
 # real kube-apiserver (tests/lib/control-plane.sh) and a real PostgreSQL 15:
 #
-#   postgres.tables.example.cnpgi.io  the implementation (Rust,
-#       examples/database-table-postgres): defaults and validates columns at
-#       admission, creates and alters the table in PostgreSQL;
+#   postgres.tables.example.cnpgi.io  the PostgreSQL implementation (Rust,
+#       examples/database-table-postgres): maps the agnostic column types,
+#       validates and defaults at admission, creates, partitions (its
+#       PostgreSqlDatabaseTable reference) and alters the table, reports the
+#       partitions, drops the table on deletion with deletionPolicy Delete;
+#       the server app-db is overridden to this PostgreSQL
+#       (--server-override app-db=127.0.0.1:PORT), its credentials in the
+#       Secret app-db-app as CloudNativePG writes them;
 #   naming.tables.example.cnpgi.io    a policy (Python on grpcio,
 #       plugins/naming/naming.py): refuses reserved words as names.
 #
+# The seed's table prefers mariadb.tables.example.cnpgi.io, which is not
+# installed: the operator chooses the PostgreSQL implementation and says why.
 # Everything is started as users would: the operator and the PostgreSQL
 # plugin with their own flags, each under its ServiceAccount's token and the
-# RBAC of manifests/ (nothing more), the CRD from --print-crd, its admission webhooks registered over
-# HTTPS, and PostgreSQL with password authentication on 127.0.0.1. The checks
-# (admission, the table in PostgreSQL, the status, a plugin stopped and
-# restarted) are e2e.py's, run in phases between which this script stops or
-# starts a plugin; every process is started here and stopped by its PID on
-# any exit. Prints one line per check, then `DatabaseTable e2e: N passed, M failed`.
+# RBAC of manifests/ (nothing more), the CRDs from --print-crd, its admission
+# webhooks registered over HTTPS, and PostgreSQL with password
+# authentication on 127.0.0.1. The checks (admission, the implementation
+# choice, references and partitions, the partition report and /metrics,
+# changes, deletion, a plugin stopped and restarted) are e2e.py's, run in
+# phases between which this script stops or starts a plugin; every process
+# is started here and stopped by its PID on any exit. Prints one line per
+# check, then `DatabaseTable e2e: N passed, M failed`.
 #
 # Usage: examples/database-table/tests/e2e.sh
-#   CNPGI_SKIP_CARGO_BUILD=1  use target/debug as it is
+#   CNPGI_SKIP_CARGO_BUILD=1  use the target directory's debug binaries as they are
+#                           (CARGO_TARGET_DIR, else target/)
 #   KEEP_E2E_WORKDIR=1      keep the work directory (logs, data) even on success
 #   CHECKS=REGEX            only the checks whose names match (tests/lib/checks.py)
 # Needs: Go >= 1.25 (first run: tests/e2e/build-kube.sh), cargo, openssl,
@@ -160,6 +170,10 @@ cp "$work/pki/webhook.crt" "$work/webhook/tls.crt"
 cp "$work/pki/webhook.key" "$work/webhook/tls.key"
 "$operator_bin" --print-crd >"$work/crd.yaml" || die "database-table-operator --print-crd failed"
 webhook_port="$(cp_free_port)"
+metrics_port="$(cp_free_port)"
+# How long a deleted table waits for its plugins' cleanup (the operator's
+# --cleanup-deadline; the plugin-stopped phase waits it out once).
+cleanup_deadline=20
 
 # phase NAME: e2e.py's checks of phase NAME; they count in this suite's. In
 # the background, recorded by cp_spawn: a signal to this script is handled at
@@ -169,7 +183,7 @@ phase() {
   : >"$work/results"
   cp_spawn "e2e.py $1" - python3 "$here/e2e.py" "$1" --results "$work/results" --workdir "$work" --crd "$work/crd.yaml" \
     --webhook-url "https://127.0.0.1:$webhook_port" --webhook-ca "$work/pki/webhook-ca.crt" \
-    --pg-port "$pg_port" --pg-password "$pg_password"
+    --pg-password "$pg_password" --metrics-port "$metrics_port" --cleanup-deadline "$cleanup_deadline"
   wait "$CP_LAST_PID" || rc=$?
   cp_kill "$CP_LAST_PID" # gone already: only forgotten by cp_stop
   passed=$((passed + $(grep -c '^ok' "$work/results" || true)))
@@ -180,8 +194,8 @@ phase() {
   fi
 }
 
-# The Kubernetes objects users would apply: the namespace, the credentials
-# Secret, the CRD, the webhook configurations.
+# The Kubernetes objects users would apply: the namespace, the server's
+# credentials Secret, the CRDs, the webhook configurations, the RBAC.
 phase setup
 [ "$failed" = 0 ] || die "the set-up failed (above)"
 
@@ -191,7 +205,8 @@ starts=0
 start_postgres_plugin() {
   starts=$((starts + 1))
   cp_spawn postgres-plugin "$work/logs/postgres-plugin-$starts.log" \
-    env KUBECONFIG="$work/database-table-postgres.kubeconfig" "$postgres_plugin_bin" plugin --plugin-path "$work/sockets"
+    env KUBECONFIG="$work/database-table-postgres.kubeconfig" "$postgres_plugin_bin" plugin --plugin-path "$work/sockets" \
+    --server-override "app-db=127.0.0.1:$pg_port" --metrics-address "127.0.0.1:$metrics_port"
   postgres_plugin_pid=$CP_LAST_PID
   wait_for "$POSTGRES_PLUGIN listening" "$postgres_plugin_pid" 20 accepts_unix "$work/sockets/$POSTGRES_PLUGIN"
 }
@@ -200,7 +215,7 @@ cp_spawn naming-plugin "$work/logs/naming-plugin.log" python3 "$here/../plugins/
 wait_for "$NAMING_PLUGIN listening" "$CP_LAST_PID" 30 accepts_unix "$work/sockets/$NAMING_PLUGIN"
 cp_spawn operator "$work/logs/operator.log" env KUBECONFIG="$work/database-table-operator.kubeconfig" \
   "$operator_bin" --namespace database-table-system --plugin-dir "$work/sockets" \
-  --webhook-cert-dir "$work/webhook" --webhook-address "127.0.0.1:$webhook_port"
+  --webhook-cert-dir "$work/webhook" --webhook-address "127.0.0.1:$webhook_port" --cleanup-deadline "${cleanup_deadline}s"
 # It serves its webhooks once plugin discovery's first pass is done.
 wait_for "the operator's webhooks on 127.0.0.1:$webhook_port" "$CP_LAST_PID" 60 accepts_tcp "$webhook_port"
 
