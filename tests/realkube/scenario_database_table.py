@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 import realkube
 from realkube import ApiError, Failure, wait_for
@@ -452,6 +453,18 @@ class Scenario(realkube.Scenario):
 
         report = wait_for("the partition metrics in PostgreSqlDatabaseTable users' status", metrics, timeout=60, interval=2)
         print(f"  (users' partitions: {[(p['name'], p['rows']) for p in report['partitions']]})", flush=True)
+        # The same on the plugin's /metrics.
+        pod = next(p["metadata"]["name"] for p in self.live_pods(SYSTEM, "app.kubernetes.io/name=database-table-postgres") if self.ready(p))
+        with self.port_forward(SYSTEM, f"pod/{pod}", 9187) as port, urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        labels = f'namespace="{NS}",name="users",table="users"'
+        count = re.findall(r"^dbt_postgres_table_partitions\{([^}]*)\} (\S+)$", text, re.M)
+        rows = re.findall(r"^dbt_postgres_partition_rows\{([^}]*)\} (\S+)$", text, re.M)
+        if not any(all(label in ls for label in labels.split(",")) and float(v) == 4 for ls, v in count):
+            raise Failure(f"the plugin's /metrics has no dbt_postgres_table_partitions 4 for users: {count}")
+        total = sum(float(v) for ls, v in rows if all(label in ls for label in labels.split(",")))
+        if total != 40:
+            raise Failure(f"the plugin's /metrics counts {total} rows in users' partitions, not 40: {rows}")
 
     def changes_applied(self):
         self.api.merge_patch(api_path("postgresqldatabasetables", "users"), {"spec": {"partitionBy": {"type": "hash", "column": "id", "partitions": 8}}})
@@ -719,7 +732,7 @@ class Scenario(realkube.Scenario):
                 self.users_admitted,
             ),
             (
-                "3. users is in app-db: agnostic types mapped, 4 hash partitions as its PostgreSqlDatabaseTable says, the partition metrics in its status",
+                "3. users is in app-db: agnostic types mapped, 4 hash partitions as its PostgreSqlDatabaseTable says, their metrics in its status and /metrics",
                 self.users_in_postgres,
             ),
             ("4. partitionBy and a new column applied (rows kept); a bad change refused with its field path, nothing changed", self.changes_applied),
