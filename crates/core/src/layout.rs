@@ -176,6 +176,65 @@ pub fn implements<S: std::hash::BuildHasher>(
         .is_some_and(|kinds| kinds.split(',').any(|k| k.trim() == kind))
 }
 
+/// Plugin `name`'s entry among `resource`'s enabled plugins, as the plugin
+/// itself finds it: listed by name; or, for an implementation of the
+/// layout's [`ImplementationChoice::kind`] (`implements`: its metadata
+/// manifest says so, see [`implements`]) that the resource does not name,
+/// the entry of the preferred implementation it stands in for. The host
+/// routes a resource to one implementation, another than the preferred one
+/// when that one is not there ([`PluginLayout::implementation_choice`]):
+/// the chosen plugin then validates, defaults and reconciles the resource
+/// as if it were named.
+///
+/// ```
+/// use std::collections::BTreeMap;
+///
+/// use cnpgi_core::{cluster::EnabledPlugin, layout::{ImplementationChoice, PluginLayout, enabled_entry}, status::PluginStatusUpdate};
+/// use serde_json::Value;
+///
+/// #[derive(Debug)]
+/// struct Tables;
+/// impl PluginLayout for Tables {
+///     fn enabled_plugins(&self, table: &Value) -> Vec<EnabledPlugin> {
+///         let name = table["spec"]["implementation"].as_str().unwrap_or_default().to_owned();
+///         vec![EnabledPlugin { index: 0, name }]
+///     }
+///     fn previous_statuses(&self, _: &Value) -> BTreeMap<String, String> { BTreeMap::new() }
+///     fn write_plugin_status(&self, _: &mut Value, _: &[PluginStatusUpdate]) {}
+///     fn implementation_choice(&self) -> Option<ImplementationChoice> {
+///         Some(ImplementationChoice::new("tables.example.com", "/spec/implementation"))
+///     }
+/// }
+///
+/// let table = serde_json::json!({"spec": {"implementation": "mariadb.example.com"}});
+/// // The PostgreSQL implementation, chosen in MariaDB's place, stands in for it:
+/// let entry = enabled_entry(&Tables, &table, "postgres.example.com", true);
+/// assert_eq!(entry.map(|e| e.index), Some(0));
+/// // A plugin that does not implement the kind is not enabled.
+/// assert!(enabled_entry(&Tables, &table, "naming.example.com", false).is_none());
+/// ```
+pub fn enabled_entry(
+    layout: &dyn PluginLayout,
+    resource: &Value,
+    name: &str,
+    implements: bool,
+) -> Option<EnabledPlugin> {
+    let enabled = layout.enabled_plugins(resource);
+    if let Some(entry) = enabled.iter().find(|plugin| plugin.name == name) {
+        return Some(entry.clone());
+    }
+    if !implements {
+        return None;
+    }
+    let choice = layout.implementation_choice()?;
+    let preferred = choice.preferred(resource)?;
+    let entry = enabled.into_iter().find(|plugin| plugin.name == preferred)?;
+    Some(EnabledPlugin {
+        index: entry.index,
+        name: name.to_owned(),
+    })
+}
+
 /// CloudNativePG's layout: plugins in `spec.plugins[]` (`name`, `enabled`
 /// defaulting to true, `parameters`), entries in `status.pluginStatus[]`
 /// (`name`, `version`, `capabilities`, `operatorCapabilities`, `status`...).

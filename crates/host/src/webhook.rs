@@ -189,12 +189,25 @@ async fn within<T>(deadline: Duration, work: impl Future<Output = T>) -> Result<
         .map_err(|_| format!("the plugins did not answer within {} ms", deadline.as_millis()))
 }
 
+/// Whether the object under review is being deleted
+/// (`metadata.deletionTimestamp` set). It is then admitted as it is, without
+/// asking the plugins: the updates that follow a deletion are its finalizers
+/// going (the host's own, [`crate::deletion`], once the plugins cleaned up or
+/// its deadline passed), and a plugin that is down, or that refuses the
+/// object, must not keep it from going.
+fn being_deleted(object: Option<&DynamicObject>) -> bool {
+    object.is_some_and(|object| object.metadata.deletion_timestamp.is_some())
+}
+
 async fn mutate(State(state): State<WebhookState>, body: Bytes) -> axum::response::Response {
     let request = match parse(&body) {
         Ok(request) => request,
         Err(bad) => return bad.into_response(),
     };
     let response = AdmissionResponse::from(&request);
+    if being_deleted(request.object.as_ref()) {
+        return answer(response, None);
+    }
     let resource = match object_json(request.object.as_ref()) {
         Ok(Some(resource)) => resource,
         Ok(None) => return answer(response, None),
@@ -222,6 +235,9 @@ async fn validate(State(state): State<WebhookState>, body: Bytes) -> axum::respo
         Err(bad) => return bad.into_response(),
     };
     let response = AdmissionResponse::from(&request);
+    if being_deleted(request.object.as_ref()) {
+        return answer(response, None);
+    }
     let (new, old) = match (
         object_json(request.object.as_ref()),
         object_json(request.old_object.as_ref()),

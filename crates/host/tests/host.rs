@@ -476,6 +476,32 @@ fn review(path: &str, labels: &str) -> http::Request<axum::body::Body> {
         .unwrap()
 }
 
+/// The admission review of updating a Table being deleted (its finalizer
+/// going: the API server sends the old object with it), posted to `path`.
+fn deleting_review(path: &str, labels: &str) -> http::Request<axum::body::Body> {
+    let mut object = serde_json::to_value(table(json!({"labels": labels}))).unwrap();
+    object["metadata"]["deletionTimestamp"] = json!("2026-11-26T10:00:00Z");
+    let mut old = object.clone();
+    old["metadata"]["finalizers"] = json!(["cnpgi.io/plugins"]);
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "2",
+            "kind": {"group": "example.com", "version": "v1", "kind": "Table"},
+            "resource": {"group": "example.com", "version": "v1", "resource": "tables"},
+            "operation": "UPDATE",
+            "userInfo": {},
+            "object": object,
+            "oldObject": old,
+        }
+    });
+    http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(serde_json::to_vec(&review).unwrap()))
+        .unwrap()
+}
+
 /// A host that knows hello-world's address in `dir` (a Service, here a
 /// static entry) before anything listens there, once discovery had its look.
 async fn host_before_hello_listens(dir: &std::path::Path) -> Host<Table> {
@@ -533,4 +559,30 @@ async fn the_webhook_refuses_a_plugin_that_never_starts_within_its_deadline_with
         "{message}"
     );
     assert!(waited < Duration::from_secs(2), "{waited:?}");
+}
+
+#[tokio::test]
+async fn the_webhooks_let_a_resource_being_deleted_go_without_its_plugins() {
+    let dir = tempfile::tempdir().unwrap();
+    // hello-world never starts: asked, the webhooks would refuse (the test
+    // above), and the finalizer could never be removed.
+    let host = host_before_hello_listens(dir.path()).await;
+    let paths = AdmissionPaths::new("Table", "/mutate-table", "/validate-table");
+    let app = host.admission_routes(&paths, Duration::from_secs(2));
+    for path in ["/mutate-table", "/validate-table"] {
+        let started = std::time::Instant::now();
+        // Wrong parameters too: a resource going away is not validated.
+        let response = app.clone().oneshot(deleting_review(path, "not a map")).await.unwrap();
+        let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        assert_eq!(body["response"]["allowed"], true, "{path}: {body}");
+        assert!(body["response"]["patch"].is_null(), "{path}: nothing patched: {body}");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{path}: answered without waiting for the plugin"
+        );
+    }
+    // The same review of a resource not being deleted is still refused.
+    let response = app.oneshot(review("/validate-table", "not a map")).await.unwrap();
+    let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body["response"]["allowed"], false, "{body}");
 }

@@ -811,6 +811,68 @@ async fn a_plugin_finds_its_entry_where_its_layout_says() {
     assert_eq!(plugin.set_status(&reported).await.unwrap(), None, "unchanged: no-op");
 }
 
+/// [`ImplementationLayout`] where `spec.implementation` is the *preferred*
+/// implementation of `tables.example.com`, one among several.
+#[derive(Debug)]
+struct PreferredLayout;
+
+impl cnpgi_pluginhelper::layout::PluginLayout for PreferredLayout {
+    fn enabled_plugins(&self, resource: &Value) -> Vec<cnpgi_pluginhelper::cluster::EnabledPlugin> {
+        ImplementationLayout.enabled_plugins(resource)
+    }
+
+    fn parameters(
+        &self,
+        resource: &Value,
+        plugin: &cnpgi_pluginhelper::cluster::EnabledPlugin,
+    ) -> BTreeMap<String, String> {
+        ImplementationLayout.parameters(resource, plugin)
+    }
+
+    fn previous_statuses(&self, resource: &Value) -> BTreeMap<String, String> {
+        ImplementationLayout.previous_statuses(resource)
+    }
+
+    fn write_plugin_status(&self, _: &mut Value, _: &[cnpgi_pluginhelper::status::PluginStatusUpdate]) {}
+
+    fn implementation_choice(&self) -> Option<cnpgi_pluginhelper::layout::ImplementationChoice> {
+        Some(cnpgi_pluginhelper::layout::ImplementationChoice::new(
+            "tables.example.com",
+            "/spec/implementation",
+        ))
+    }
+}
+
+#[tokio::test]
+async fn an_implementation_chosen_in_place_of_the_preferred_one_handles_the_resource() {
+    let plugin = |manifest: &[(&str, &str)]| {
+        let metadata = GetPluginMetadataResponse {
+            manifest: manifest
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..metadata()
+        };
+        Plugin::<Config>::new(metadata)
+            .layout(PreferredLayout)
+            .validate_create(|_, _| Vec::new())
+            .local()
+    };
+    // The host chose this plugin for a table preferring another (absent) one.
+    let table = json!({"kind": "DatabaseTable", "spec": {"implementation": "preferred.example.com", "options": {}}});
+
+    // It implements the kind: it stands in for the preferred one, at its
+    // index, so its parameters are checked where the resource has them.
+    let implementation = plugin(&[("cnpgi.io/implements", "tables.example.com")]);
+    let errors = implementation.validate_create(&table).await.unwrap();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].path_components, ["spec", "plugins", "0", "bucket"]);
+
+    // A plugin that implements something else is not enabled by the table.
+    let other = plugin(&[("cnpgi.io/implements", "queues.example.com")]);
+    assert!(other.validate_create(&table).await.unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn the_resource_itself_is_reconciled_as_cnpg_i_cluster_kind_whatever_its_kind() {
     let calls = Arc::new(AtomicUsize::new(0));

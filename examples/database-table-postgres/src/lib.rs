@@ -3,8 +3,9 @@
 //!
 //! The resource is not a CloudNativePG Cluster: the plugin reads it through
 //! the resource's own layout (`ImplementationLayout`, shared with the
-//! operator, as [`AsImplementation`]: routed a table, it is its
-//! implementation, whichever the table prefers), and takes the whole spec as its input, with the
+//! operator; as it implements the layout's kind, the SDK has it stand in
+//! for the preferred implementation when the host chose it instead), and
+//! takes the whole spec as its input, with the
 //! `PostgreSqlDatabaseTable` it references (sent by the host under
 //! `cnpgi.io/references`; none: not partitioned). It says it implements
 //! `tables.example.cnpgi.io` in its metadata manifest
@@ -42,7 +43,7 @@ use std::{
 };
 
 use cnpgi_example_database_table::{
-    API_VERSION, AsImplementation, DeletionPolicy, IMPLEMENTATION_KIND, PostgreSqlDatabaseTable,
+    API_VERSION, DeletionPolicy, IMPLEMENTATION_KIND, ImplementationLayout, PostgreSqlDatabaseTable,
 };
 use cnpgi_pluginhelper::{
     layout::IMPLEMENTS_MANIFEST_KEY,
@@ -102,8 +103,7 @@ pub fn plugin(config: Config) -> Plugin {
     };
     let reported = state.reports.clone();
     Plugin::new(metadata())
-        // Called for a table, it is its implementation, whichever the table prefers.
-        .layout(AsImplementation::new(PLUGIN_NAME))
+        .layout(ImplementationLayout)
         .validate_create(|table, ()| validate(table, None))
         .validate_change(|old, (), new, ()| validate(new, Some(old)))
         .mutate_cluster(|_, (), table| {

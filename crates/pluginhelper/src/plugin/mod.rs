@@ -218,6 +218,11 @@ for_each_service!(handlers);
 /// entry in a Cluster), the handlers, and the Clusters decoded last.
 struct Shared<P> {
     name: String,
+    /// Whether its metadata manifest says it implements the kind of the
+    /// layout's implementation choice: it then stands in for the preferred
+    /// implementation when the host chose it instead
+    /// ([`cnpgi_core::layout::enabled_entry`]).
+    implements_choice: bool,
     /// `None`: CloudNativePG's, read from the typed view without re-encoding.
     layout: Option<Arc<dyn PluginLayout>>,
     handlers: Handlers<P>,
@@ -244,10 +249,8 @@ impl<P: Parameters> Shared<P> {
             });
         };
         let resource = cluster.to_json_value().ok()?;
-        let enabled = layout
-            .enabled_plugins(&resource)
-            .into_iter()
-            .find(|plugin| plugin.name == self.name)?;
+        let enabled =
+            cnpgi_core::layout::enabled_entry(layout.as_ref(), &resource, &self.name, self.implements_choice)?;
         Some(Entry {
             index: enabled.index,
             parameters: Cow::Owned(layout.parameters(&resource, &enabled)),
@@ -424,8 +427,14 @@ impl<P: Parameters> Plugin<P> {
     }
 
     fn shared(self) -> Arc<Shared<P>> {
+        let implements_choice = self
+            .layout
+            .as_ref()
+            .and_then(|layout| layout.implementation_choice())
+            .is_some_and(|choice| cnpgi_core::layout::implements(&self.metadata.manifest, &choice.kind));
         Arc::new(Shared {
             name: self.metadata.name,
+            implements_choice,
             layout: self.layout,
             handlers: self.handlers,
             decoded: decoded::DecodedClusters::default(),
