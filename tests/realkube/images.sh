@@ -253,9 +253,10 @@ build_image() {
   docker build -q -t "$name" "$ctx" >/dev/null || rk_die "docker build of $name failed (context $ctx)"
 }
 # tree_key DIR...: a key of the files under DIR... (their paths and contents)
+# and of this script (how they are built)
 tree_key() {
-  (cd "$RK_REPO" && find "$@" -type f ! -path '*/__pycache__/*' ! -path '*/cnpgi_stubs/*' -print0 | LC_ALL=C sort -z |
-    xargs -0 sha256sum) | sha256sum | cut -c1-16
+  { (cd "$RK_REPO" && find "$@" -type f ! -path '*/__pycache__/*' ! -path '*/cnpgi_stubs/*' -print0 | LC_ALL=C sort -z |
+    xargs -0 sha256sum); sha256sum "$RK_DIR/images.sh"; } | sha256sum | cut -c1-16
 }
 
 # The naming plugin (Go, upstream's cnpg-i module): a static binary built here,
@@ -322,10 +323,18 @@ PY
   (cd "$RK_REPO/$mariadb_dir" && find . -type f \( -name '*.py' -o -name 'requirements.txt' \) ! -path '*/cnpgi_stubs/*' \
     ! -path '*/__pycache__/*' ! -path './tests/*' -print0 | xargs -0 cp --parents -t "$ctx/plugin") ||
     rk_die "cannot copy $mariadb_dir"
-  # The stubs, with the wheels' grpcio-tools and protobuf (those the image runs with).
-  [ "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$py_version" ] ||
-    rk_die "the stubs are generated with this machine's python3, which must be $py_version (the image's)"
-  PYTHONPATH="$ctx/lib" python3 "$ctx/plugin/stubs.py" "$ctx/stubs" --proto "$RK_REPO/proto" >&2 ||
+  # The stubs, by the requirements' grpcio-tools (for this machine's python3,
+  # whatever its version: the generated modules are plain Python, for the
+  # image's protobuf of the same requirements).
+  python3 -m pip download -q --disable-pip-version-check --only-binary=:all: -d "$work/stub-wheels" \
+    -r "$RK_REPO/$mariadb_dir/requirements.txt" >&2 || rk_die "pip download of $mariadb_dir/requirements.txt for this machine failed"
+  python3 - "$work/stub-wheels" "$work/stub-tools" <<'PY' || rk_die "cannot unpack grpcio-tools' wheels"
+import pathlib, sys, zipfile
+wheels, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+for wheel in sorted(wheels.glob("*.whl")):
+    zipfile.ZipFile(wheel).extractall(dest)
+PY
+  PYTHONPATH="$work/stub-tools" python3 "$ctx/plugin/stubs.py" "$ctx/stubs" --proto "$RK_REPO/proto" >&2 ||
     rk_die "stubs.py could not generate the MariaDB plugin's stubs"
   find "$ctx" -name __pycache__ -prune -exec rm -rf {} +
   chmod -R a+rX "$ctx"

@@ -258,6 +258,8 @@ class Scenario(realkube.Scenario):
             {"name": f"MARIADB_{var}", "valueFrom": {"secretKeyRef": {"name": MARIADB_SECRET, "key": key}}}
             for var, key in (("DATABASE", "dbname"), ("USER", "username"), ("PASSWORD", "password"))
         ]
+        # The official image (RK_UPSTREAM_IMAGES=1) wants a root password policy; the Debian one has no root login.
+        env.append({"name": "MARIADB_RANDOM_ROOT_PASSWORD", "value": "1"})
         self.apply_objects(
             {
                 "apiVersion": "postgresql.cnpg.io/v1",
