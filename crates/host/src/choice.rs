@@ -11,11 +11,14 @@
 //!
 //! # The rule, in order
 //!
-//! 1. **Sticky.** If the resource's status records a choice
+//! 1. **Sticky.** If the resource's status records a choice of a plugin
 //!    (`status.<status_field>`, written by [`crate::Host::plugin_status`])
 //!    made for the same preferred plugin and the same
-//!    [`RESELECT_ANNOTATION`] value, and the plugin chosen then is still
-//!    routable (or arriving, see [`crate::registry`]), it stays chosen.
+//!    [`RESELECT_ANNOTATION`] value, that plugin stays chosen, **whether it
+//!    is available now or not**. When it is not (stopped, not ready,
+//!    forgotten after its registration expired), routing to it fails with
+//!    its lookup error, [`ImplementationDecision::unavailable`] says why, and
+//!    the resource is served again when it is back.
 //! 2. **Preferred.** Else, if the preferred plugin is routable, or arriving
 //!    (just discovered and not answered yet: at start, or during its
 //!    rollout), it is chosen.
@@ -23,19 +26,26 @@
 //!    implement the kind is chosen.
 //! 4. **None.** Else nothing is: routing goes to the preferred plugin and
 //!    fails with its lookup error, which says why it is unavailable, and the
-//!    recorded reason says that no implementation of the kind is ready.
+//!    recorded reason says that no implementation of the kind is ready. The
+//!    choice is made again on the next reconcile.
 //!
-//! # No flapping
+//! # No flapping, and no move by itself
 //!
-//! The preferred plugin appearing (or coming back) later does **not** move a
-//! resource routed to a fallback back to it: switching implementations has a
-//! cost (a table moves from one database server to another, say), and a
-//! plugin that comes and goes would make resources go back and forth. The
-//! choice is made again only when the chosen plugin stops being routable,
-//! when the resource names another preferred plugin, or when the resource
-//! *asks again*: a new value of its annotation [`RESELECT_ANNOTATION`] (any
-//! value: a date, a counter). Each new choice is recorded with its reason
-//! and published as an Event ([`publish_event`]).
+//! A resource stays with the implementation that serves it. The preferred
+//! plugin appearing (or coming back) later does **not** move a resource
+//! routed to a fallback back to it, and the chosen plugin going away does
+//! **not** move the resource to another: switching implementations has a
+//! cost (a table would be created on another database server, empty, while
+//! its rows stay on the first), and a plugin that comes and goes would make
+//! resources go back and forth. The choice is made again only when the
+//! resource names another preferred plugin, or when it *asks again*: a new
+//! value of its annotation [`RESELECT_ANNOTATION`] (any value: a date, a
+//! counter). Each new choice is recorded with its reason and published as
+//! an Event ([`publish_event`]).
+//!
+//! The status is written as a merge patch: the optional fields of a
+//! decision are written as `null` when absent, so that a previous value
+//! does not stay.
 
 use kube::runtime::events::{Event, EventType, Recorder};
 use serde::{Deserialize, Serialize};
@@ -69,15 +79,22 @@ pub struct ImplementationDecision {
     /// The plugin the resource prefers.
     pub preferred: String,
     /// The plugin routed to; `None` when no implementation is ready.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// (Optional fields are written as `null` when absent: the status is a
+    /// merge patch.)
+    #[serde(default)]
     pub chosen: Option<String>,
     /// Why, as a condition reason.
     pub reason: ChoiceReason,
     /// Why, in words (what was unavailable, what was available).
     pub message: String,
     /// The resource's [`RESELECT_ANNOTATION`] when the choice was made.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub reselect: Option<String>,
+    /// Why the chosen plugin is not available now, when it is not: it stays
+    /// chosen (the [module](self)'s rule 1), and the resource is not served
+    /// until it is back or the resource asks again.
+    #[serde(default)]
+    pub unavailable: Option<String>,
 }
 
 impl ImplementationDecision {
@@ -124,9 +141,23 @@ pub fn decide(registry: &Registry, choice: &ImplementationChoice, resource: &Val
         && recorded.preferred == preferred
         && recorded.kind == choice.kind
         && recorded.reselect == reselect
-        && recorded.chosen.as_deref().is_some_and(available)
+        && let Some(chosen) = recorded.chosen.clone()
     {
-        return Some(recorded);
+        let unavailable = (!available(&chosen)).then(|| {
+            let why = match registry.get(&chosen) {
+                Err(error) => error.to_string(),
+                Ok(_) => "it stopped being ready".to_owned(),
+            };
+            format!(
+                "{chosen}, the implementation serving this resource, is not available ({why}); it stays chosen, and \
+                 the resource is served again when it is back (to choose again, change the annotation \
+                 {RESELECT_ANNOTATION})"
+            )
+        });
+        return Some(ImplementationDecision {
+            unavailable,
+            ..recorded
+        });
     }
     let decision = |chosen: Option<String>, reason, message| ImplementationDecision {
         kind: choice.kind.clone(),
@@ -135,6 +166,7 @@ pub fn decide(registry: &Registry, choice: &ImplementationChoice, resource: &Val
         reason,
         message,
         reselect: reselect.clone(),
+        unavailable: None,
     };
     if available(&preferred) {
         return Some(decision(
@@ -238,12 +270,16 @@ mod tests {
             reason: ChoiceReason::PreferredUnavailable,
             message: "m".into(),
             reselect: None,
+            unavailable: None,
         };
         let resource = json!({"status": {"implementationChoice": decision}});
         assert_eq!(
             resource["status"]["implementationChoice"]["reason"],
             "PreferredUnavailable"
         );
+        // Absent optional fields are written as null: a merge patch removes them.
+        assert_eq!(resource["status"]["implementationChoice"]["reselect"], Value::Null);
+        assert!(resource["status"]["implementationChoice"].get("unavailable").is_some());
         assert_eq!(
             ImplementationDecision::recorded(&choice, &resource),
             Some(decision.clone())

@@ -179,7 +179,9 @@ async fn the_preferred_implementation_or_the_first_ready_one_sticky_until_asked_
     );
     assert_eq!(table["status"]["implementationChoice"]["chosen"], A);
 
-    // The same with B chosen, then B stops being ready: chosen again (A is back).
+    // The same with B chosen, then B stops being ready: B stays chosen (the
+    // resource does not move to A by itself), routing to it fails, and the
+    // decision says why.
     let mut on_b = table.clone();
     on_b["status"]["implementationChoice"] = serde_json::to_value(&decision).unwrap();
     on_b["metadata"]["annotations"] = json!({});
@@ -188,8 +190,41 @@ async fn the_preferred_implementation_or_the_first_ready_one_sticky_until_asked_
         host.routable(B).is_err()
     })
     .await;
+    // (No plugin status to ask of B: routed only.)
+    let routed = host.routed_json(on_b.clone());
+    assert_eq!(names(&routed), [B]);
+    let kept = routed.implementation_choice().unwrap();
+    assert_eq!(
+        (kept.chosen.as_deref(), kept.reason),
+        (Some(B), ChoiceReason::PreferredUnavailable)
+    );
+    let unavailable = kept.unavailable.as_deref().unwrap_or_default();
+    assert!(
+        unavailable.contains(&format!(
+            "{B}, the implementation serving this resource, is not available"
+        )) && unavailable.contains(RESELECT_ANNOTATION),
+        "{unavailable}"
+    );
+    assert!(
+        host.reconciler_hooks(cnpgi_host::routing::HookPhase::Pre, &routed)
+            .await
+            .is_err(),
+        "routed to B, which is not ready: an error, not a call to A"
+    );
+    assert!(
+        host.plugin_status(&routed).await.is_err(),
+        "B's entry cannot be asked for"
+    );
+
+    // B is back: served again, and the decision no longer says it is unavailable.
+    b_identity.readiness().store(true, std::sync::atomic::Ordering::SeqCst);
+    eventually("B is routable again", Duration::from_secs(10), async || {
+        host.routable(B).is_ok()
+    })
+    .await;
     let (routed, _) = reconciled(&host, &on_b).await;
-    assert_eq!(names(&routed), [A]);
+    assert_eq!(names(&routed), [B]);
+    assert_eq!(routed.implementation_choice(), Some(&decision));
     drop(unrelated);
 }
 
@@ -218,6 +253,7 @@ async fn a_new_choice_is_published_as_an_event_and_the_same_one_is_not() {
         reason: ChoiceReason::PreferredUnavailable,
         message: format!("the preferred implementation {A} is not available"),
         reselect: None,
+        unavailable: None,
     };
     assert!(publish_event(&recorder, &reference, None, &decision).await.unwrap());
     assert!(

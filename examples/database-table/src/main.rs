@@ -148,11 +148,14 @@ async fn reconcile(table: Arc<DatabaseTable>, ctx: Arc<Context>) -> Result<Actio
 /// the status, and the plugins' reports on the objects it references.
 async fn apply(table: Arc<DatabaseTable>, ctx: Arc<Context>) -> Result<Action, Error> {
     let resource = ctx.host.routed_with_references(&table, &ctx.resolver).await?;
-    // The implementation that served the table is gone, and no other is
-    // ready: said as such, the record of who served it kept (its cleanup
-    // asks that one, and it is chosen again when it comes back).
-    if let Some(why) = implementation_gone(&ctx.host, &resource) {
-        let status = status_without_plugins(&resource, false);
+    // The implementation serving the table is gone: it stays chosen (the
+    // table does not move to another server by itself), and the status says
+    // why until it is back.
+    if let Some(why) = resource
+        .implementation_choice()
+        .and_then(|decision| decision.unavailable.clone())
+    {
+        let status = status_without_plugins(&resource, true);
         write_status(&ctx, &table, status, "Failed", why).await?;
         return Ok(Action::requeue(Duration::from_secs(10)));
     }
@@ -204,7 +207,6 @@ async fn write_status(
     phase: &str,
     message: String,
 ) -> Result<(), Error> {
-    absent_choice_fields_as_null(&mut status);
     status["phase"] = json!(phase);
     status["message"] = json!(message);
     status["observedGeneration"] = json!(table.metadata.generation);
@@ -230,26 +232,6 @@ async fn write_status(
     }
 }
 
-/// Why the table cannot be served, when no implementation is ready now and
-/// its status records the one that served it: that one's name and why it
-/// is not available, and the choice's reason.
-fn implementation_gone(host: &Host<DatabaseTable>, resource: &RoutedResource) -> Option<String> {
-    let choice = ImplementationLayout.implementation_choice()?;
-    let decision = resource.implementation_choice()?;
-    if decision.chosen.is_some() {
-        return None;
-    }
-    let served = ImplementationDecision::recorded(&choice, resource.value())?.chosen?;
-    let why = match host.routable(&served) {
-        Err(error) => error.to_string(),
-        Ok(_) => "it is not ready".to_owned(),
-    };
-    Some(format!(
-        "{served}, the implementation serving this table, is not available ({why}); {}",
-        decision.message
-    ))
-}
-
 /// The status when the plugins' entries cannot be had: the entries as they
 /// were, the implementation choice (when `record_choice`) and the
 /// `ReferencesResolved` condition.
@@ -269,21 +251,6 @@ fn status_without_plugins(resource: &RoutedResource, record_choice: bool) -> Val
         references::set_condition(&mut status, references::references_condition(resolved));
     }
     status
-}
-
-/// Writes the implementation choice's optional fields (`chosen`,
-/// `reselect`) as `null` when absent: the status is a merge patch, which
-/// keeps the fields it does not name, so a choice of no implementation would
-/// otherwise keep the plugin chosen before (and the sticky rule would read it).
-fn absent_choice_fields_as_null(status: &mut Value) {
-    let Some(choice) = ImplementationLayout.implementation_choice() else {
-        return;
-    };
-    if let Some(recorded) = status.get_mut(&choice.status_field).and_then(Value::as_object_mut) {
-        for field in ["chosen", "reselect"] {
-            recorded.entry(field).or_insert(Value::Null);
-        }
-    }
 }
 
 /// Publishes an Event when the implementation chosen for `table` is a new
@@ -448,24 +415,6 @@ async fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_choice_of_no_implementation_removes_the_one_recorded() {
-        let mut status =
-            json!({"implementationChoice": {"kind": "k", "preferred": "a", "reason": "NoImplementationReady"}});
-        absent_choice_fields_as_null(&mut status);
-        assert_eq!(status["implementationChoice"]["chosen"], Value::Null);
-        assert!(
-            status["implementationChoice"].get("chosen").is_some(),
-            "written, as null"
-        );
-        let mut chosen = json!({"implementationChoice": {"chosen": "b"}, "phase": "Ready"});
-        absent_choice_fields_as_null(&mut chosen);
-        assert_eq!(chosen["implementationChoice"]["chosen"], "b");
-        let mut none = json!({"phase": "Ready"});
-        absent_choice_fields_as_null(&mut none);
-        assert_eq!(none, json!({"phase": "Ready"}));
-    }
 
     #[test]
     fn durations_read_as_written() {

@@ -570,7 +570,7 @@ class E2E:
                 status = self.table("users").get("status") or {}
                 choice = status.get("implementationChoice") or {}
                 message = status.get("message") or ""
-                done = status.get("phase") == "Failed" and f"{POSTGRES}, the implementation serving this table, is not available" in message
+                done = status.get("phase") == "Failed" and f"{POSTGRES}, the implementation serving this resource, is not available" in message
                 return done and choice.get("chosen") == POSTGRES, status
 
             wait(f"users: phase Failed, the message naming {POSTGRES} unavailable, the record of its choice kept", probe, timeout=60)
