@@ -98,24 +98,16 @@ struct Args {
     cleanup_deadline: Duration,
 }
 
-/// `30s`, `2m`, `1h`, or seconds.
+/// A duration flag: `30s`, `2m`, `1h30m` (jiff's friendly format), more than 0.
 fn duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((text, "s"), |at| text.split_at(at));
-    let number: u64 = number
+    // jiff's friendly format (k8s-openapi's time crate): 30s, 2m, 1h30m...
+    let parsed: k8s_openapi::jiff::SignedDuration = text
         .parse()
-        .map_err(|_| format!("{text:?} is not a duration (30s, 2m, 1h)"))?;
-    let seconds = match unit {
-        "s" => number,
-        "m" => number.saturating_mul(60),
-        "h" => number.saturating_mul(3600),
-        _ => return Err(format!("{text:?}: unknown unit {unit:?} (s, m or h)")),
-    };
-    if seconds == 0 {
-        return Err(format!("{text:?}: must be more than 0"));
+        .map_err(|e| format!("{text:?} is not a duration (30s, 2m, 1h): {e}"))?;
+    match Duration::try_from(parsed) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        _ => Err(format!("{text:?}: must be more than 0")),
     }
-    Ok(Duration::from_secs(seconds))
 }
 
 /// Why a reconcile failed (it is retried).
@@ -421,8 +413,8 @@ mod tests {
         assert_eq!(duration("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(duration("45"), Ok(Duration::from_secs(45)));
-        for bad in ["", "s", "0s", "3d", "-1s", "1.5m"] {
+        assert_eq!(duration("1m30s"), Ok(Duration::from_secs(90)));
+        for bad in ["", "s", "0s", "-1s", "soon"] {
             assert!(duration(bad).is_err(), "{bad:?} accepted");
         }
     }
