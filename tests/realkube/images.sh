@@ -135,10 +135,10 @@ fi
 # package's own; mariadb-entrypoint.sh makes it on first start and the database
 # and user of MARIADB_DATABASE/_USER/_PASSWORD, then runs mariadbd on 3306.
 mariadb_tar=$(rk_image_archive "$RK_MARIADB_IMAGE")
+started=$(date +%s)   # the root's debootstrap included, when it is not cached
 mariadb_root=$(root mariadb "ca-certificates,mariadb-server")
 mariadb_key="$(basename "$mariadb_root" .tar) $(sha256sum "$RK_DIR/mariadb-entrypoint.sh" | cut -c1-16)"
 if [ ! -s "$mariadb_tar" ] || [ "$(cat "$mariadb_tar.key" 2>/dev/null)" != "$mariadb_key" ]; then
-  started=$(date +%s)
   d="$work/mariadb"
   unpack "$mariadb_root" "$d"
   old_uid=$(awk -F: '$1 == "mysql" {print $3}' "$d/etc/passwd")
