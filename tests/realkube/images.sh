@@ -262,7 +262,7 @@ tree_key() {
 # The naming plugin (Go, upstream's cnpg-i module): a static binary built here,
 # on the runtime base above (the distroless stand-in; with RK_UPSTREAM_IMAGES=1
 # the real one).
-naming_dir=examples/database-table/plugins/naming-go
+naming_dir=examples/database-table/plugins/naming
 command -v go >/dev/null || rk_die "go is required to build the naming plugin ($naming_dir)"
 naming_key="$(tree_key "$naming_dir")-$(go env GOVERSION)-$(image_key gcr.io/distroless/cc-debian12:nonroot)"
 if [ "$(image_key "database-table-naming:$TAG")" != "$naming_key" ]; then

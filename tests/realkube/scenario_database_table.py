@@ -600,7 +600,7 @@ class Scenario(realkube.Scenario):
         try:
             import grpc
         except ImportError:
-            raise Failure("this check needs grpcio on this machine (pip install -r examples/database-table/plugins/naming/requirements.txt)") from None
+            raise Failure("this check needs grpcio on this machine (pip install -r examples/database-table/plugins/mariadb/requirements.txt)") from None
         operator_ca = self.secret_data(SYSTEM, "database-table-operator-ca")["ca.crt"]
         naming = self.secret_data(SYSTEM, "database-table-naming-registration-tls")
         pods = [p["metadata"]["name"] for p in self.live_pods(SYSTEM, OPERATOR_SELECTOR) if self.ready(p)]

@@ -11,8 +11,9 @@
 #       the server app-db is overridden to this PostgreSQL
 #       (--server-override app-db=127.0.0.1:PORT), its credentials in the
 #       Secret app-db-app as CloudNativePG writes them;
-#   naming.tables.example.cnpgi.io    a policy (Python on grpcio,
-#       plugins/naming/naming.py): refuses reserved words as names.
+#   naming.tables.example.cnpgi.io    a policy (Go, on upstream's cnpg-i and
+#       cnpg-i-machinery, plugins/naming, built here with go build): refuses
+#       reserved words as names.
 #
 # The seed's table prefers mariadb.tables.example.cnpgi.io, which is not
 # installed: the operator chooses the PostgreSQL implementation and says why.
@@ -67,11 +68,7 @@ if ! python3 -c 'import yaml' 2>/dev/null; then
     python3 -m pip install -q --disable-pip-version-check --user --break-system-packages -r "$root/tests/e2e/requirements.txt" ||
     die "cannot install PyYAML (tests/e2e/requirements.txt)"
 fi
-if ! python3 -c 'import grpc, grpc_tools' 2>/dev/null; then
-  python3 -m pip install -q --disable-pip-version-check -r "$here/../plugins/naming/requirements.txt" ||
-    python3 -m pip install -q --disable-pip-version-check --user --break-system-packages -r "$here/../plugins/naming/requirements.txt" ||
-    die "cannot install the Python plugin's requirements (examples/database-table/plugins/naming/requirements.txt)"
-fi
+command -v go >/dev/null 2>&1 || die "Go >= 1.25 is required: the naming plugin (plugins/naming) is built with go build"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-dbt-e2e.XXXXXX")"
 chmod 755 "$work"
@@ -106,6 +103,11 @@ fi
 target="${CARGO_TARGET_DIR:-$root/target}/debug"
 operator_bin="$target/database-table-operator"
 postgres_plugin_bin="$target/database-table-postgres"
+# The Go naming plugin, static, into the work directory.
+naming_plugin_bin="$work/naming"
+(cd "$here/../plugins/naming" && CGO_ENABLED=0 GOTOOLCHAIN=local GONOSUMDB=github.com/cloudnative-pg \
+  GOFLAGS="-mod=mod -buildvcs=false" go build -o "$naming_plugin_bin" .) ||
+  die "go build of examples/database-table/plugins/naming failed"
 for bin in "$operator_bin" "$postgres_plugin_bin"; do
   [ -x "$bin" ] || die "$bin is missing (cargo build -p cnpgi-example-database-table -p cnpgi-example-database-table-postgres)"
 done
@@ -211,7 +213,7 @@ start_postgres_plugin() {
   wait_for "$POSTGRES_PLUGIN listening" "$postgres_plugin_pid" 20 accepts_unix "$work/sockets/$POSTGRES_PLUGIN"
 }
 start_postgres_plugin
-cp_spawn naming-plugin "$work/logs/naming-plugin.log" python3 "$here/../plugins/naming/naming.py" --plugin-path "$work/sockets"
+cp_spawn naming-plugin "$work/logs/naming-plugin.log" "$naming_plugin_bin" plugin --plugin-path "$work/sockets" --log-format text
 wait_for "$NAMING_PLUGIN listening" "$CP_LAST_PID" 30 accepts_unix "$work/sockets/$NAMING_PLUGIN"
 cp_spawn operator "$work/logs/operator.log" env KUBECONFIG="$work/database-table-operator.kubeconfig" \
   "$operator_bin" --namespace database-table-system --plugin-dir "$work/sockets" \
@@ -235,7 +237,7 @@ pg_pid=""
 cp_stop
 check "everything stopped: no process started by this run is alive (.ci/leftovers.py)" \
   python3 "$root/.ci/leftovers.py" "$SUITE" $$ "$PPID"
-check "everything stopped: the Python plugin removed its socket" test ! -e "$work/sockets/$NAMING_PLUGIN"
+check "everything stopped: the Go plugin removed its socket" test ! -e "$work/sockets/$NAMING_PLUGIN"
 echo "   took $((SECONDS - t0)) s"
 finished=1
 checks_summary

@@ -1,4 +1,4 @@
-//! The Go naming plugin (`plugins/naming-go`, on upstream's cnpg-i and
+//! The Go naming plugin (`plugins/naming`, on upstream's cnpg-i and
 //! cnpg-i-machinery), built with `go build` and run as a process, reached
 //! the host's way: over mutual TLS through the project's client
 //! (`PluginClient`, probed by the host), and by registering itself with the
@@ -44,7 +44,7 @@ const NAMING: &str = "naming.tables.example.cnpgi.io";
 fn plugin_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
-        let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("plugins/naming-go");
+        let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("plugins/naming");
         let binary = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("naming-go/naming");
         let go = std::env::var_os("GO").unwrap_or_else(|| "go".into());
         // As the image builds it: static, no VCS stamp (the checkout may be a worktree).
