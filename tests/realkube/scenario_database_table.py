@@ -23,11 +23,11 @@ The nine named checks of the issue, each `ok <name>` or `FAIL <name>: <why>`,
 after the set-up steps (also named), and `N passed, M failed` at the end (exit
 1 on any failure). A failure names what was seen.
 
-Check 6 (the PostgreSQL plugin forgotten) runs before check 5 (the MariaDB
-plugin installed): once an implementation of the kind is ready, the host's
-choice rule moves a table whose chosen plugin is no longer routable to it
-(crates/host/src/choice.rs), so with MariaDB's plugin there the tables would
-not wait for PostgreSQL's to come back.
+Check 6 (the PostgreSQL plugin forgotten) runs after check 5 (the MariaDB
+plugin installed), as the issue orders them: with another implementation of
+the kind ready, the tables PostgreSQL's plugin served stay with it while it is
+away (the host's choice rule, crates/host/src/choice.rs: a resource does not
+move to another server by itself), and are Ready again when it is back.
 """
 
 import argparse
@@ -571,9 +571,8 @@ class Scenario(realkube.Scenario):
         wait_for("audit in app-db", lambda: self.pg_exists("audit"), timeout=30, interval=2)
 
     def postgres_forgotten(self):
-        # Run before the MariaDB plugin is installed: with it, the host's rule
-        # would move the tables to MariaDB (the chosen plugin no longer
-        # routable), and they would not wait for PostgreSQL to come back.
+        # The MariaDB plugin is installed and ready (check 5): the tables stay
+        # with PostgreSQL's plugin while it is away (no move by themselves).
         self.create_audit()
         self.kubectl("-n", SYSTEM, "scale", "deployment/database-table-postgres", "--replicas=0")
         gone_at = time.monotonic()
@@ -582,18 +581,28 @@ class Scenario(realkube.Scenario):
         def says_forgotten(status):
             if "forgotten" not in (status.get("message") or ""):
                 raise Failure(f"audit: {status.get('message')!r}")
+            choice = status.get("implementationChoice") or {}
+            if choice.get("chosen") != POSTGRES or "forgotten" not in (choice.get("unavailable") or ""):
+                raise Failure(f"audit's implementationChoice while its plugin is away: {choice}")
 
         # No poke: the operator must reconcile the tables of a forgotten plugin by itself.
         status = self.wait_phase("audit", phase="Failed", timeout=TTL + 60, also=says_forgotten)
         print(f"  (audit said so {time.monotonic() - gone_at:.0f} s after the Pods were gone: {status['message'][:200]})", flush=True)
-        users = self.wait_phase("users", phase="Failed", timeout=30)
+        users = self.wait_phase("users", phase="Failed", timeout=30, also=says_forgotten)
         print(f"  (users: {users.get('message', '')[:200]}; choice {users.get('implementationChoice')})", flush=True)
         before = len(self.registrations(POSTGRES))
         self.kubectl("-n", SYSTEM, "scale", "deployment/database-table-postgres", "--replicas=1")
         self.rollout(SYSTEM, "database-table-postgres", timeout=120)
         wait_for(f"{POSTGRES} registers again", lambda: len(self.registrations(POSTGRES)) > before, timeout=90, interval=2)
+
+        def on_postgres(status):
+            if (status.get("implementationChoice") or {}).get("chosen") != POSTGRES:
+                raise Failure(f"moved off PostgreSQL: {status.get('implementationChoice')}")
+
         for name in ("audit", "users"):
-            self.wait_phase(name, timeout=90)
+            self.wait_phase(name, timeout=90, also=on_postgres)
+        if not self.pg_exists("audit") or not self.pg_exists("users"):
+            raise Failure("audit or users is no longer in app-db")
 
     def rogue_refused(self):
         os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # the refused handshake is expected: no C-core error lines
@@ -739,12 +748,12 @@ class Scenario(realkube.Scenario):
             ),
             ("4. partitionBy and a new column applied (rows kept); a bad change refused with its field path, nothing changed", self.changes_applied),
             (
-                f"6. the PostgreSQL plugin kept down is forgotten after the TTL ({TTL} s), its tables say so; back, it registers again, they are Ready",
-                self.postgres_forgotten,
-            ),
-            (
                 "5. the MariaDB plugin installed registers; users stays on PostgreSQL; orders preferring MariaDB lands there with its engine (Aria)",
                 self.mariadb_arrives,
+            ),
+            (
+                f"6. the PostgreSQL plugin kept down is forgotten after the TTL ({TTL} s), its tables say so and stay on it; back, they are Ready",
+                self.postgres_forgotten,
             ),
             ("7. a rogue client certificate cannot register a plugin (an untrusted CA; another plugin's trusted certificate)", self.rogue_refused),
             ("8. a table with deletionPolicy Delete is dropped when deleted and its finalizer removed; one with Keep keeps its table", self.deletion),
