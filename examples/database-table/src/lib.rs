@@ -273,6 +273,10 @@ pub struct ImplementationChoiceStatus {
     /// The annotation `cnpgi.io/reselect-implementation` when the choice was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reselect: Option<String>,
+    /// Why the chosen plugin is not available now, when it is not (it stays
+    /// chosen: the table is served again when it is back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
 }
 
 /// A condition, as Kubernetes writes them.

@@ -322,3 +322,28 @@ fn the_shipped_crds_are_the_ones_the_types_make() {
         "manifests/crd.yaml is stale: run `database-table-operator --print-crd > examples/database-table/manifests/crd.yaml`"
     );
 }
+
+/// The API server prunes what a structural schema does not declare: every
+/// field the host writes into `status.implementationChoice` must be in the
+/// CRD, or the status silently loses it (as `unavailable` once was).
+#[test]
+fn the_crd_keeps_every_field_of_the_hosts_implementation_choice() {
+    let decision = cnpgi_host::choice::ImplementationDecision {
+        kind: "k".into(),
+        preferred: "a".into(),
+        chosen: Some("b".into()),
+        reason: cnpgi_host::choice::ChoiceReason::PreferredUnavailable,
+        message: "m".into(),
+        reselect: Some("1".into()),
+        unavailable: Some("gone".into()),
+    };
+    let written = serde_json::to_value(&decision).unwrap();
+    let schema = schema(&DatabaseTable::crd());
+    let declared = &schema["properties"]["status"]["properties"]["implementationChoice"]["properties"];
+    for field in written.as_object().unwrap().keys() {
+        assert!(
+            declared.get(field).is_some(),
+            "status.implementationChoice.{field} is written by the host and not in the CRD: {declared}"
+        );
+    }
+}
