@@ -17,7 +17,7 @@ use cnpgi_pluginhelper::{PluginArgs, cmd::main_command};
 /// The plugin's own flags, beside the SDK's.
 #[derive(Debug, Args)]
 struct Flags {
-    /// Server NAME is at HOST:PORT, not at its CloudNativePG Cluster's NAME-rw.<namespace>.svc:5432 (repeatable; the variable is comma-separated).
+    /// Server NAME is at HOST:PORT, not at its CloudNativePG Cluster's NAME-rw.NAMESPACE.svc:5432 (repeatable; the variable is comma-separated).
     #[arg(long = "server-override", env = "DBT_SERVER_OVERRIDES", value_name = "NAME=HOST:PORT",
           value_delimiter = ',', value_parser = server::parse_override)]
     server_overrides: Vec<(String, String, u16)>,
