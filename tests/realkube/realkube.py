@@ -7,8 +7,11 @@ failure). CHECKS=REGEX runs only the checks it names (the steps a failure of
 which stops the scenario still run). KUBECTL names the kubectl binary.
 """
 
+import contextlib
 import json
 import os
+import re
+import select
 import shlex
 import subprocess
 import sys
@@ -73,6 +76,28 @@ class Scenario:
         if proc.returncode != 0:
             raise Failure(f"`kubectl {' '.join(args)}` exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-800:]}")
         return proc.stdout
+
+    @contextlib.contextmanager
+    def port_forward(self, ns, target, port):
+        """`kubectl port-forward` to `target`'s port (`pod/NAME`, `svc/NAME`);
+        yields the local port."""
+        proc = subprocess.Popen(
+            [self.kubectl_bin, "--kubeconfig", self.kubeconfig, "-n", ns, "port-forward", target, f":{port}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            # kubectl prints the local port at once, or fails: 30 s at most.
+            ready, _, _ = select.select([proc.stdout], [], [], 30)
+            line = proc.stdout.readline() if ready else ""
+            m = re.search(r"127\.0\.0\.1:(\d+) ->", line)
+            if not m:
+                raise Failure(f"kubectl port-forward to {target}: {line.strip() or 'no local port within 30 s'}")
+            yield int(m.group(1))
+        finally:
+            proc.kill()
+            proc.wait()
 
     def node(self, *args, timeout=120):
         """Runs a command on the node (--node-exec: `docker exec <node>`);

@@ -32,12 +32,9 @@ move to another server by itself), and are Ready again when it is back.
 
 import argparse
 import base64
-import contextlib
 import json
 import os
 import re
-import select
-import subprocess
 import sys
 import tempfile
 import time
@@ -211,25 +208,6 @@ class Scenario(realkube.Scenario):
         if not report:
             raise Failure(f"{plural}/{name} has no report of {plugin}: status {json.dumps(status)[:400]}")
         return report
-
-    @contextlib.contextmanager
-    def port_forward(self, ns, target, port):
-        proc = subprocess.Popen(
-            [self.kubectl_bin, "--kubeconfig", self.kubeconfig, "-n", ns, "port-forward", target, f":{port}"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
-            ready, _, _ = select.select([proc.stdout], [], [], 30)
-            line = proc.stdout.readline() if ready else ""
-            m = re.search(r"127\.0\.0\.1:(\d+) ->", line)
-            if not m:
-                raise Failure(f"kubectl port-forward to {target}: {line.strip() or 'no local port within 30 s'}")
-            yield int(m.group(1))
-        finally:
-            proc.kill()
-            proc.wait()
 
     def secret_data(self, ns, name):
         return {k: base64.b64decode(v) for k, v in self.api.get(f"/api/v1/namespaces/{ns}/secrets/{name}")["data"].items()}

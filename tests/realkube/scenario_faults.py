@@ -40,11 +40,9 @@ on a real PostgreSQL in examples/wal-archive/tests/postgres.sh.
 
 import argparse
 import base64
-import contextlib
 import json
 import os
 import re
-import select
 import socket
 import ssl
 import subprocess
@@ -483,7 +481,7 @@ class Faults(wa.Scenario):
         """tls_handshake with the plugin Pod's gRPC port, through a `kubectl
         port-forward` of its own (kubectl ends a port-forward whose connection
         the Pod reset, as the plugin does when it refuses a certificate)."""
-        with self.port_forward(wa.CNPG_NS, pod, 9090) as port:
+        with self.port_forward(wa.CNPG_NS, f"pod/{pod}", 9090) as port:
             return tls_handshake(port, client_cert, client_key)
 
     def secret_pems(self, name):
@@ -497,27 +495,6 @@ class Faults(wa.Scenario):
         condition["lastTransitionTime"] = now
         self.kubectl("-n", ns, "patch", f"certificates.cert-manager.io/{certificate}", "--subresource=status", "--type=json",
                      "-p", json.dumps([{"op": "add", "path": "/status/conditions/-", "value": condition}]))  # fmt: skip
-
-    @contextlib.contextmanager
-    def port_forward(self, ns, pod, port):
-        """`kubectl port-forward` to the Pod's port; yields the local port."""
-        proc = subprocess.Popen(
-            [self.kubectl_bin, "--kubeconfig", self.kubeconfig, "-n", ns, "port-forward", f"pod/{pod}", f":{port}"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
-            # kubectl prints the local port at once, or fails: 30 s at most.
-            ready, _, _ = select.select([proc.stdout], [], [], 30)
-            line = proc.stdout.readline() if ready else ""
-            m = re.search(r"127\.0\.0\.1:(\d+) ->", line)
-            if not m:
-                raise Failure(f"kubectl port-forward to {pod}: {line.strip() or 'no local port within 30 s'}")
-            yield int(m.group(1))
-        finally:
-            proc.kill()
-            proc.wait()
 
     def wait_files(self, what, files, timeout=1200):
         if files:
