@@ -85,8 +85,16 @@ fn parameter_path(index: &str, name: &str, rest: &[String]) -> String {
     out
 }
 
-/// The components joined with `.`, numeric ones rendered as `[n]`.
-fn joined(components: &[String]) -> String {
+/// The components joined with `.`, numeric ones rendered as `[n]`: the
+/// field path of a resource that is not a Cluster (its layout's own
+/// convention, without `spec.plugins[]`).
+///
+/// ```
+/// use cnpgi_core::path::joined;
+///
+/// assert_eq!(joined(&["spec".into(), "columns".into(), "1".into(), "type".into()]), "spec.columns[1].type");
+/// ```
+pub fn joined(components: &[String]) -> String {
     let mut out = String::new();
     for (i, component) in components.iter().enumerate() {
         if is_index(component) {

@@ -516,18 +516,7 @@ pub fn field_path(components: &[String]) -> String {
     if components.is_empty() {
         return "spec".to_owned();
     }
-    let mut path = String::new();
-    for component in components {
-        if !component.is_empty() && component.bytes().all(|b| b.is_ascii_digit()) {
-            path.push_str(&format!("[{component}]"));
-        } else {
-            if !path.is_empty() {
-                path.push('.');
-            }
-            path.push_str(component);
-        }
-    }
-    path
+    cnpgi_core::path::joined(components)
 }
 
 /// The reference of `kind` among the references a plugin was sent with a

@@ -84,18 +84,7 @@ pub(super) async fn validation_verdict(c: &mut Checker) {
 
 /// `spec.plugins[0].parameters.labels` of `["spec", "plugins", "0", ...]`.
 fn field_path(components: &[String]) -> String {
-    let mut path = String::new();
-    for component in components {
-        if !component.is_empty() && component.bytes().all(|b| b.is_ascii_digit()) {
-            path.push_str(&format!("[{component}]"));
-        } else {
-            if !path.is_empty() {
-                path.push('.');
-            }
-            path.push_str(component);
-        }
-    }
-    path
+    cnpgi_core::path::joined(components)
 }
 
 /// The checks of the advertised Operator RPCs.
