@@ -22,7 +22,7 @@ use cnpgi_host::{
     discovery::registration::{PluginTlsFiles, Registration, RegistrationOptions},
     registry::LookupError,
 };
-use cnpgi_pluginhelper::testing::{ExtendedKeyUsagePurpose, TestCert, eventually};
+use cnpgi_pluginhelper::testing::{ExtendedKeyUsagePurpose, TestCa, eventually};
 use cnpgi_proto::registration::v1::{HeartbeatRequest, RegisterRequest, registration_client::RegistrationClient};
 use cnpgi_tls::{
     client::{TlsConnectorService, client_config, server_name},
@@ -33,44 +33,16 @@ use cnpgi_tls::{
 use serde_json::json;
 use tonic::transport::Endpoint;
 
-/// A CA and the leaves it signs, written as PEM files in a directory.
-struct Pki {
-    dir: tempfile::TempDir,
-    ca: TestCert,
-}
-
-impl Pki {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = TestCert::builder(&[]).ca().self_signed();
-        ca.write(dir.path(), "ca").unwrap();
-        Self { dir, ca }
-    }
-
-    fn ca(&self) -> PathBuf {
-        self.dir.path().join("ca.crt")
-    }
-
-    /// A leaf for `names` and `usage`: its certificate and key files.
-    fn leaf(&self, stem: &str, names: &[&str], usage: ExtendedKeyUsagePurpose) -> (PathBuf, PathBuf) {
-        TestCert::builder(names)
-            .usages(&[usage])
-            .signed_by(&self.ca)
-            .write(self.dir.path(), stem)
-            .unwrap()
-    }
-}
-
 /// The operator's side: its registration endpoint and the credentials it dials plugins with.
 struct Operator {
-    pki: Pki,
+    pki: TestCa,
     registration: (PathBuf, PathBuf),
     client: (PathBuf, PathBuf),
 }
 
 impl Operator {
     fn new() -> Self {
-        let pki = Pki::new();
+        let pki = TestCa::new();
         let registration = pki.leaf("registration", &["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
         let client = pki.leaf(
             "operator-client",
@@ -100,12 +72,12 @@ impl Operator {
             ServerTlsFiles {
                 cert: self.registration.0.clone(),
                 key: self.registration.1.clone(),
-                client_ca: Some(self.pki.ca()),
+                client_ca: Some(self.pki.ca_path()),
             },
             PluginTlsFiles {
                 client_cert: self.client.0.clone(),
                 client_key: self.client.1.clone(),
-                server_ca: self.pki.ca(),
+                server_ca: self.pki.ca_path(),
             },
         );
         options.ttl = ttl;
@@ -147,9 +119,9 @@ fn spawn_plugin(operator: &Operator, plugin_pki: &Path, registration: std::net::
         .env("SERVER_ADDRESS", "127.0.0.1:0")
         .env("SERVER_CERT", file("plugin-server.crt"))
         .env("SERVER_KEY", file("plugin-server.key"))
-        .env("CLIENT_CERT", operator.pki.ca())
+        .env("CLIENT_CERT", operator.pki.ca_path())
         .env("CNPGI_REGISTER_WITH", registration.to_string())
-        .env("CNPGI_REGISTRATION_CA", operator.pki.ca())
+        .env("CNPGI_REGISTRATION_CA", operator.pki.ca_path())
         .env("CNPGI_REGISTRATION_CERT", file("plugin-client.crt"))
         .env("CNPGI_REGISTRATION_KEY", file("plugin-client.key"))
         .stdout(Stdio::null())
@@ -178,7 +150,7 @@ async fn registered_plugins_are_routable_come_back_after_a_restart_and_are_forgo
         .leaf("plugin-client", &[HELLO], ExtendedKeyUsagePurpose::ClientAuth);
     let ttl = Duration::from_secs(3);
     let (host, address, first_run) = operator.host("127.0.0.1:0", ttl).await.unwrap();
-    let mut plugin = spawn_plugin(&operator, operator.pki.dir.path(), address);
+    let mut plugin = spawn_plugin(&operator, operator.pki.dir(), address);
 
     eventually(
         "the plugin registered and is routable",
@@ -237,7 +209,7 @@ async fn registration_client(
     let config = client_config(
         pem::read_certificates(cert, "cert").unwrap(),
         pem::read_private_key(key, "key").unwrap(),
-        PinnedServerVerifier::new(pem::read_certificates(&operator.pki.ca(), "ca").unwrap()).unwrap(),
+        PinnedServerVerifier::new(pem::read_certificates(&operator.pki.ca_path(), "ca").unwrap()).unwrap(),
     )
     .unwrap();
     let connector = TlsConnectorService::new(Arc::new(config), server_name("127.0.0.1").unwrap());
@@ -286,7 +258,7 @@ async fn certificates_for_another_plugin_or_from_an_untrusted_ca_are_refused() {
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
 
     // Naming the plugin, but from a CA the operator does not trust: no TLS session.
-    let stranger = Pki::new();
+    let stranger = TestCa::new();
     let untrusted = stranger.leaf("hello", &[HELLO], ExtendedKeyUsagePurpose::ClientAuth);
     let mut client = registration_client(&operator, address, &untrusted).await;
     let refused = client.register(register(HELLO)).await.unwrap_err();

@@ -85,6 +85,65 @@ impl TestCert {
     }
 }
 
+/// A CA and the leaves it signs, written as PEM files (`<stem>.crt`,
+/// `<stem>.key`) in a temporary directory removed on drop: for tests that
+/// hand certificate files to a process or a server.
+///
+/// ```
+/// use cnpgi_tls::testing::{ExtendedKeyUsagePurpose, TestCa};
+///
+/// let pki = TestCa::new();
+/// let (cert, key) = pki.leaf("server", &["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
+/// assert!(cert.exists() && key.exists() && pki.ca_path().exists());
+/// ```
+pub struct TestCa {
+    dir: tempfile::TempDir,
+    ca: TestCert,
+}
+
+impl TestCa {
+    /// A new CA, its certificate written as `ca.crt` (and `ca.key`).
+    ///
+    /// # Panics
+    ///
+    /// When the temporary directory cannot be made or written (a test setup error).
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory for test certificates");
+        let ca = TestCert::builder(&[]).ca().self_signed();
+        ca.write(dir.path(), "ca").expect("the test CA written");
+        Self { dir, ca }
+    }
+
+    /// The directory the files are in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The CA certificate's file.
+    pub fn ca_path(&self) -> PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
+    /// A leaf for `names` and `usage`, signed by the CA: its certificate and key files.
+    ///
+    /// # Panics
+    ///
+    /// When the files cannot be written (a test setup error).
+    pub fn leaf(&self, stem: &str, names: &[&str], usage: ExtendedKeyUsagePurpose) -> (PathBuf, PathBuf) {
+        TestCert::builder(names)
+            .usages(&[usage])
+            .signed_by(&self.ca)
+            .write(self.dir.path(), stem)
+            .expect("the test certificate written")
+    }
+}
+
+impl Default for TestCa {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl std::fmt::Debug for TestCert {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the key, even in a test's failure output.

@@ -32,7 +32,7 @@ use cnpgi_host::{
 };
 use cnpgi_pluginhelper::{
     proto::operator::v1::{OperatorValidateClusterChangeRequest, OperatorValidateClusterCreateRequest},
-    testing::{ChildGuard, ExtendedKeyUsagePurpose, TestCert, eventually},
+    testing::{ChildGuard, ExtendedKeyUsagePurpose, TestCa, eventually},
     tonic,
 };
 use serde_json::{Value, json};
@@ -75,33 +75,6 @@ fn plugin_binary() -> &'static Path {
     })
 }
 
-/// A CA, and the leaf certificates it signs, in a temporary directory.
-struct Pki {
-    dir: tempfile::TempDir,
-    ca: TestCert,
-}
-
-impl Pki {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = TestCert::builder(&[]).ca().self_signed();
-        ca.write(dir.path(), "ca").unwrap();
-        Self { dir, ca }
-    }
-
-    fn ca_path(&self) -> PathBuf {
-        self.dir.path().join("ca.crt")
-    }
-
-    fn leaf(&self, stem: &str, names: &[&str], usage: ExtendedKeyUsagePurpose) -> (PathBuf, PathBuf) {
-        TestCert::builder(names)
-            .usages(&[usage])
-            .signed_by(&self.ca)
-            .write(self.dir.path(), stem)
-            .unwrap()
-    }
-}
-
 /// A free TCP port on 127.0.0.1: machinery's server does not say which port
 /// it picked for `:0`, and registering needs the address.
 fn free_port() -> u16 {
@@ -111,13 +84,13 @@ fn free_port() -> u16 {
 /// The plugin serving mutual TLS on 127.0.0.1:`port` with the server
 /// certificate of `pki`, trusting clients of its CA; `env` adds settings
 /// (registration); its log goes to `<stem>.log` in the PKI's directory.
-fn spawn_plugin(pki: &Pki, stem: &str, port: u16, env: &[(&str, PathBuf)]) -> (ChildGuard, PathBuf) {
+fn spawn_plugin(pki: &TestCa, stem: &str, port: u16, env: &[(&str, PathBuf)]) -> (ChildGuard, PathBuf) {
     let (server_crt, server_key) = pki.leaf(
         &format!("{stem}-server"),
         &["127.0.0.1"],
         ExtendedKeyUsagePurpose::ServerAuth,
     );
-    let log = pki.dir.path().join(format!("{stem}.log"));
+    let log = pki.dir().join(format!("{stem}.log"));
     let mut command = Command::new(plugin_binary());
     command
         .args(["plugin", "--log-format", "text"])
@@ -223,7 +196,7 @@ async fn check_the_policy(plugin: &Routable) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_go_plugin_serves_mutual_tls_and_refuses_reserved_words_at_their_field_paths() {
-    let pki = Pki::new();
+    let pki = TestCa::new();
     let operator = pki.leaf(
         "operator",
         &["database-table-operator"],
@@ -296,7 +269,7 @@ async fn the_go_plugin_serves_mutual_tls_and_refuses_reserved_words_at_their_fie
     assert_eq!(mutate.code(), tonic::Code::Unimplemented, "{mutate:?}");
 
     // Mutual TLS: a client certificate of another CA is not served.
-    let strangers = Pki::new();
+    let strangers = TestCa::new();
     let stranger = strangers.leaf(
         "stranger",
         &["database-table-operator"],
@@ -321,7 +294,7 @@ async fn the_go_plugin_serves_mutual_tls_and_refuses_reserved_words_at_their_fie
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_go_plugin_registers_itself_is_routed_to_and_a_certificate_naming_another_plugin_is_refused() {
-    let pki = Pki::new();
+    let pki = TestCa::new();
     let ca = pki.ca_path();
     let (endpoint_crt, endpoint_key) = pki.leaf("registration", &["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
     let (operator_crt, operator_key) = pki.leaf(

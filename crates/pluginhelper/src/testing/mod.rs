@@ -40,7 +40,7 @@ use cnpgi_proto::{
     operator_lifecycle::v1::operator_lifecycle_client::OperatorLifecycleClient,
 };
 /// The project's one maker of test certificates (any names, usages, validity, a CA).
-pub use cnpgi_tls::testing::{ExtendedKeyUsagePurpose, TestCert, TestCertBuilder};
+pub use cnpgi_tls::testing::{ExtendedKeyUsagePurpose, TestCa, TestCert, TestCertBuilder};
 use cnpgi_tls::{
     client::{TlsConnectorService, client_config, server_name},
     pem,
