@@ -455,25 +455,32 @@ async fn a_plugin_registered_a_moment_after_the_call_is_found_not_refused() {
 /// A valid `labels` parameter of hello-world.
 const VALID_LABELS: &str = r#"{"a": "b"}"#;
 
-/// The admission review of creating a Table that enables hello-world with
-/// `labels`, posted to `path`.
-fn review(path: &str, labels: &str) -> http::Request<axum::body::Body> {
-    let review = json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "1",
-            "kind": {"group": "example.com", "version": "v1", "kind": "Table"},
-            "resource": {"group": "example.com", "version": "v1", "resource": "tables"},
-            "operation": "CREATE",
-            "userInfo": {},
-            "object": serde_json::to_value(table(json!({"labels": labels}))).unwrap(),
-        }
+/// An `AdmissionReview` of `operation` on a Table (`old` for an update),
+/// posted to `path`.
+fn admission_review(path: &str, operation: &str, object: Value, old: Option<Value>) -> http::Request<axum::body::Body> {
+    let mut request = json!({
+        "uid": "1",
+        "kind": {"group": "example.com", "version": "v1", "kind": "Table"},
+        "resource": {"group": "example.com", "version": "v1", "resource": "tables"},
+        "operation": operation,
+        "userInfo": {},
+        "object": object,
     });
+    if let Some(old) = old {
+        request["oldObject"] = old;
+    }
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
     http::Request::post(path)
         .header("content-type", "application/json")
         .body(axum::body::Body::from(serde_json::to_vec(&review).unwrap()))
         .unwrap()
+}
+
+/// The admission review of creating a Table that enables hello-world with
+/// `labels`, posted to `path`.
+fn review(path: &str, labels: &str) -> http::Request<axum::body::Body> {
+    let object = serde_json::to_value(table(json!({"labels": labels}))).unwrap();
+    admission_review(path, "CREATE", object, None)
 }
 
 /// The admission review of updating a Table being deleted (its finalizer
@@ -483,23 +490,7 @@ fn deleting_review(path: &str, labels: &str) -> http::Request<axum::body::Body> 
     object["metadata"]["deletionTimestamp"] = json!("2026-11-26T10:00:00Z");
     let mut old = object.clone();
     old["metadata"]["finalizers"] = json!(["cnpgi.io/plugins"]);
-    let review = json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "2",
-            "kind": {"group": "example.com", "version": "v1", "kind": "Table"},
-            "resource": {"group": "example.com", "version": "v1", "resource": "tables"},
-            "operation": "UPDATE",
-            "userInfo": {},
-            "object": object,
-            "oldObject": old,
-        }
-    });
-    http::Request::post(path)
-        .header("content-type", "application/json")
-        .body(axum::body::Body::from(serde_json::to_vec(&review).unwrap()))
-        .unwrap()
+    admission_review(path, "UPDATE", object, Some(old))
 }
 
 /// A host that knows hello-world's address in `dir` (a Service, here a
