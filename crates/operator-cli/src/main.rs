@@ -68,7 +68,10 @@ enum Command {
     ///
     /// Calls WAL.Archive on every plugin the Cluster enables that has a socket
     /// and advertises TYPE_ARCHIVE_WAL, in name order; the first error fails.
-    /// Exit 0 only when archived.
+    /// Exit 0 only when archived. With --max-parallel N, the next ready
+    /// segments are archived at the same time, and PostgreSQL's requests for
+    /// them answered from a spool of markers (each written only once every
+    /// plugin has the segment, and used only while the file is unchanged).
     /// Example: archive_command = 'cnpgi-operator wal-archive %p', with
     /// CNPGI_CLUSTER and CNPGI_PLUGIN_DIR in PostgreSQL's environment.
     WalArchive(Box<instance::wal::ArchiveArgs>),

@@ -172,6 +172,146 @@ fn wal_archive_then_restore_round_trip() {
     assert!(!setup.path("pgdata/pg_wal/RECOVERYHISTORY").exists());
 }
 
+/// `count` segments in `pg_wal`, each with its `.ready` file, the n-th
+/// filled with n; their names.
+fn ready_segments(setup: &Setup, count: u8) -> Vec<String> {
+    (1..=count)
+        .map(|n| {
+            let name = format!("0000000100000000000000{n:02X}");
+            std::fs::write(setup.path("pgdata/pg_wal").join(&name), segment(n)).unwrap();
+            std::fs::create_dir_all(setup.path("pgdata/pg_wal/archive_status")).unwrap();
+            std::fs::write(
+                setup.path("pgdata/pg_wal/archive_status").join(format!("{name}.ready")),
+                "",
+            )
+            .unwrap();
+            name
+        })
+        .collect()
+}
+
+/// The files in `dir`, sorted (none when it does not exist).
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| entries.map(|e| e.unwrap().file_name().into_string().unwrap()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// PostgreSQL's bookkeeping once `archive_command` succeeded for `name`.
+fn mark_done(setup: &Setup, name: &str) {
+    let status = setup.path("pgdata/pg_wal/archive_status");
+    std::fs::rename(
+        status.join(format!("{name}.ready")),
+        status.join(format!("{name}.done")),
+    )
+    .unwrap();
+}
+
+#[test]
+fn wal_archive_archives_ahead_and_answers_from_its_spool() {
+    let mut setup = Setup::new();
+    let names = ready_segments(&setup, 5);
+    let spool = setup.path("cnpgi-wal-spool/pgdata");
+    // The store already has another segment 4: archiving it ahead fails.
+    std::fs::write(setup.path("archive").join(&names[3]), segment(99)).unwrap();
+
+    let first = setup.run(&["wal-archive", "--max-parallel", "4", &format!("pg_wal/{}", names[0])]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    for (n, name) in names.iter().enumerate().take(3) {
+        assert_eq!(
+            std::fs::read(setup.path("archive").join(name)).unwrap(),
+            segment(n as u8 + 1),
+            "{name}"
+        );
+    }
+    assert!(!setup.path("archive").join(&names[4]).exists(), "at most 4 at once");
+    assert_eq!(
+        listing(&spool),
+        names[1..3],
+        "markers only for what the plugin confirmed"
+    );
+    let (code, line) = failed(&first);
+    assert_eq!(code, 0);
+    assert!(
+        line.starts_with(&format!(
+            "wal-archive pg_wal/{}: {} not archived ahead: plugin {PLUGIN}: WAL/Archive failed: AlreadyExists:",
+            names[0], names[3]
+        )),
+        "{line}"
+    );
+    mark_done(&setup, &names[0]);
+
+    // PostgreSQL asks for segment 2: answered from its marker, even with the
+    // plugin down, and the marker is used up.
+    setup.plugin = None;
+    let second = setup.run(&["wal-archive", "--max-parallel", "4", &format!("pg_wal/{}", names[1])]);
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert!(stderr(&second).is_empty(), "{}", stderr(&second));
+    assert_eq!(listing(&spool), names[2..3]);
+    mark_done(&setup, &names[1]);
+
+    // Segment 3 changed in pg_wal since it was archived: its marker vouches
+    // for other bytes, so it is dropped and the plugin asked, which refuses.
+    setup.start_plugin();
+    std::fs::write(setup.path("pgdata/pg_wal").join(&names[2]), segment(33)).unwrap();
+    let third = setup.run(&["wal-archive", "--max-parallel", "1", &format!("pg_wal/{}", names[2])]);
+    assert_eq!(third.status.code(), Some(1), "{}", stderr(&third));
+    let text = stderr(&third);
+    assert!(
+        text.contains("dropped: the file changed since it was archived"),
+        "{text}"
+    );
+    assert!(text.contains("AlreadyExists"), "{text}");
+    assert_eq!(
+        std::fs::read(setup.path("archive").join(&names[2])).unwrap(),
+        segment(3)
+    );
+    assert!(listing(&spool).is_empty());
+}
+
+#[test]
+fn a_crash_while_archiving_ahead_leaves_no_marker_and_loses_nothing() {
+    let setup = Setup::new();
+    let names = ready_segments(&setup, 3);
+    let spool = setup.path("cnpgi-wal-spool/pgdata");
+    let slow = setup.write_cluster("slow.yaml", "      archiveDelaySeconds: \"2\"\n");
+    let mut archiver = Command::new(BIN)
+        .args(["wal-archive", "--max-parallel", "3", &format!("pg_wal/{}", names[0])])
+        .current_dir(setup.path("pgdata"))
+        .env("CNPGI_CLUSTER", &slow)
+        .env("CNPGI_PLUGIN_DIR", setup.sockets())
+        .env_remove("PGDATA")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed while the plugin holds all three, before it answers.
+    std::thread::sleep(Duration::from_millis(700));
+    archiver.kill().unwrap();
+    archiver.wait().unwrap();
+    assert!(
+        listing(&spool).is_empty(),
+        "no marker before the plugin answered: {:?}",
+        listing(&spool)
+    );
+
+    // PostgreSQL asks for each again: archived (again, the same bytes), then
+    // answered from the markers; the store ends with every segment as it is.
+    for name in &names {
+        let output = setup.run(&["wal-archive", "--max-parallel", "3", &format!("pg_wal/{name}")]);
+        assert!(output.status.success(), "{name}: {}", stderr(&output));
+        mark_done(&setup, name);
+    }
+    for (n, name) in names.iter().enumerate() {
+        assert_eq!(
+            std::fs::read(setup.path("archive").join(name)).unwrap(),
+            segment(n as u8 + 1)
+        );
+    }
+    assert!(listing(&spool).is_empty(), "{:?}", listing(&spool));
+}
+
 #[test]
 fn wal_archive_refuses_to_report_what_nobody_archived() {
     let mut setup = Setup::new();

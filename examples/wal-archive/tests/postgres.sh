@@ -2,7 +2,8 @@
 # The PostgreSQL scenario of the wal-archive plugin, against a real
 # PostgreSQL (Debian's packages; initdb/pg_ctl from `pg_config --bindir`):
 #
-#   1. archive: initdb, archive_mode=on with the plugin as archive_command,
+#   1. archive: initdb, archive_mode=on with the plugin as archive_command
+#      (one segment at a time; the S3 run 4 at once, --max-parallel 4),
 #      rows, a backup through the plugin, more rows, a noted time, more rows,
 #      WAL switches: every archived segment is in the store, identical to
 #      pg_wal's, and pg_stat_archiver counts no failure;
@@ -252,7 +253,11 @@ print(d.get(camel, d.get(snake, "")))' "$1" "$2"
 }
 
 # =====================================================================================================
-echo "== 1. archive ($mode store)"
+# The S3 run archives 4 segments at once (wal-archive --max-parallel), the
+# local one one at a time, as PostgreSQL alone does.
+max_parallel=1
+[ "$mode" = s3 ] && max_parallel=4
+echo "== 1. archive ($mode store, $max_parallel segment(s) at a time)"
 port1="$(free_port)"
 cluster1="$work/cluster-pg1.json"
 cluster_json "$cluster1" pg1 "$(params pg1 "$port1")" "" '{"currentPrimary": "pg1-1", "targetPrimary": "pg1-1"}'
@@ -263,7 +268,7 @@ run "$pgbin/initdb" -D "$work/pg1" -U postgres --auth=trust >"$work/initdb.log" 
 cat >>"$work/pg1/postgresql.conf" <<EOF
 wal_level = replica
 archive_mode = on
-archive_command = '$instance_cli wal-archive --cluster $cluster1 --plugin-dir $sockets1 %p'
+archive_command = '$instance_cli wal-archive --cluster $cluster1 --plugin-dir $sockets1 --max-parallel $max_parallel %p'
 max_wal_size = 256MB
 EOF
 start_pg "$work/pg1" "$port1"
@@ -340,6 +345,12 @@ every_done_segment_is_stored() {
 }
 check "every segment pg_wal marks archived is in the store, byte for byte" \
   every_done_segment_is_stored "$work/pg1" "$cluster1" "$sockets1"
+if [ "$max_parallel" -gt 1 ]; then
+  # spool_markers: the markers of segments archived ahead and not yet asked for.
+  spool_markers() { find "$work/cnpgi-wal-spool/pg1" -maxdepth 1 -type f 2>/dev/null | wc -l; }
+  check "archived $max_parallel at a time: every marker of a segment archived ahead was used ($(spool_markers) left)" \
+    test "$(spool_markers)" = 0
+fi
 check "the timeline's segments and the backup's .backup history file are archived" \
   grep -q '\.backup$' <<<"$(store_names pg1)"
 

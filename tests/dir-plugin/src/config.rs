@@ -15,6 +15,7 @@ pub(crate) struct Config {
     pub(crate) archive: Option<PathBuf>,
     pub(crate) pgdata: Option<PathBuf>,
     pub(crate) enrich: Vec<(String, String)>,
+    pub(crate) archive_delay: Duration,
     pub(crate) backup_delay: Duration,
     pub(crate) restore_delay: Duration,
     pub(crate) restore_command: String,
@@ -58,6 +59,7 @@ impl Config {
                 .map(Duration::from_secs)
                 .map_err(|_| Status::invalid_argument(format!("{parameter} must be a number of seconds"))),
         };
+        let archive_delay = delay("archiveDelaySeconds")?;
         let backup_delay = delay("backupDelaySeconds")?;
         let restore_delay = delay("restoreDelaySeconds")?;
         Ok(Self {
@@ -67,6 +69,7 @@ impl Config {
                 .map(PathBuf::from)
                 .or_else(|| std::env::var_os("PGDATA").map(PathBuf::from)),
             enrich,
+            archive_delay,
             backup_delay,
             restore_delay,
             // What plugins written for CloudNativePG's Pods answer

@@ -50,6 +50,9 @@ pub(crate) async fn archive(call: WalArchiveCall<()>) -> Result<(), Status> {
         )));
     }
     let contents = std::fs::read(source).map_err(|e| io_error("read", source, &e))?;
+    // A slow store: the file read, not yet stored (a client killed now has
+    // no answer, and the store may still get the file).
+    tokio::time::sleep(config.archive_delay).await;
     let archive = config.archive()?;
     if call.check_empty_wal_archive == Some(true) {
         // As CloudNativePG's plugins: a new instance must not archive

@@ -15,6 +15,8 @@
 //! * `pgdata`: PGDATA, for backups and restores (default: `$PGDATA`);
 //! * `enrich`: `name=value[,name=value...]` added by `EnrichConfiguration`
 //!   (absent: no change);
+//! * `archiveDelaySeconds`: how long an archive waits between reading the
+//!   file and storing it (a slow store);
 //! * `backupDelaySeconds`: how long a backup waits before it starts;
 //! * `restoreCommand`: the `restore_command` of the restore configuration
 //!   (default `cnpgi-operator wal-restore %f %p`);

@@ -12,6 +12,9 @@
 //!
 //! * [`wal`]: `WAL.Archive` on every archiving plugin, `WAL.Restore` from the
 //!   first that has the file;
+//! * [`archive_ahead`]: the segments PostgreSQL will ask for next archived
+//!   beside the one it asks for, and its later requests answered from a
+//!   spool;
 //! * [`backup`]: `Backup.Backup`, `RestoreJobHooks.Restore` and the recovery
 //!   configuration CloudNativePG writes after it;
 //! * [`commands`]: CloudNativePG's instance-manager commands in a plugin's
@@ -19,6 +22,7 @@
 //! * [`metrics`]: `Metrics.Define` and `Collect`, checked as CloudNativePG
 //!   checks them, in the Prometheus text format.
 
+pub mod archive_ahead;
 pub mod backup;
 pub mod commands;
 pub mod metrics;

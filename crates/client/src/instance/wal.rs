@@ -32,7 +32,7 @@ use cnpgi_core::{
 use cnpgi_proto::wal::v1::{WalArchiveRequest, WalRestoreRequest, wal_restore_request::Mode};
 use serde_json::Value;
 
-use super::{InstanceError, InstanceOptions, backup::CHECK_EMPTY_WAL_ARCHIVE_FILE, connect, list};
+use super::{InstanceError, InstanceOptions, InstancePlugin, backup::CHECK_EMPTY_WAL_ARCHIVE_FILE, connect, list};
 use crate::probe::ProbeError;
 
 /// CloudNativePG's `shouldCheckEmptyWalArchive`: whether an archive must
@@ -99,45 +99,81 @@ pub async fn archive_wal(
     options: &InstanceOptions,
 ) -> Result<Vec<String>, InstanceError> {
     check_wal_file(cluster, source_file)?;
-    let enabled: Vec<String> = enabled_plugins(cluster).into_iter().map(|p| p.name).collect();
-    let (plugins, missing) = connect(enabled.iter().map(String::as_str), &[ServiceType::WalService], options).await?;
-    if let Some(archiver) = wal_archiver(cluster)
-        && missing.iter().any(|name| name == archiver)
-    {
-        return Err(InstanceError::Unavailable {
-            plugin: archiver.to_owned(),
-            socket: options.socket_dir.join(archiver),
-        });
+    Archivers::connect(cluster, options)
+        .await?
+        .archive(source_file, check_empty_wal_archive)
+        .await
+}
+
+/// The plugins that archive a Cluster's WAL, connected and probed once for
+/// any number of files (see [`crate::instance::archive_ahead`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Archivers {
+    /// The plugins advertising `TYPE_ARCHIVE_WAL`, in name order.
+    plugins: Vec<InstancePlugin>,
+    /// The Cluster as the requests carry it.
+    definition: Vec<u8>,
+}
+
+impl Archivers {
+    /// Connects to the enabled plugins with a socket. The `isWALArchiver`
+    /// plugin must have one, and at least one plugin must archive WAL.
+    pub(crate) async fn connect(cluster: &Value, options: &InstanceOptions) -> Result<Self, InstanceError> {
+        let enabled: Vec<String> = enabled_plugins(cluster).into_iter().map(|p| p.name).collect();
+        let (plugins, missing) =
+            connect(enabled.iter().map(String::as_str), &[ServiceType::WalService], options).await?;
+        if let Some(archiver) = wal_archiver(cluster)
+            && missing.iter().any(|name| name == archiver)
+        {
+            return Err(InstanceError::Unavailable {
+                plugin: archiver.to_owned(),
+                socket: options.socket_dir.join(archiver),
+            });
+        }
+        let connected: Vec<String> = plugins.iter().map(|p| p.name.clone()).collect();
+        let plugins: Vec<InstancePlugin> = plugins
+            .into_iter()
+            .filter(|p| p.info.has_service(ServiceType::WalService) && p.info.wal_rpcs.contains(&WalRpc::ArchiveWal))
+            .collect();
+        if plugins.is_empty() {
+            return Err(InstanceError::NoPlugin(format!(
+                "no plugin archives WAL: enabled {}; with a socket in {}: {}; none advertises TYPE_ARCHIVE_WAL",
+                list(&enabled),
+                options.socket_dir.display(),
+                list(&connected),
+            )));
+        }
+        Ok(Self {
+            plugins,
+            definition: serde_json::to_vec(cluster)?,
+        })
     }
-    let definition = serde_json::to_vec(cluster)?;
-    let mut archived = Vec::new();
-    for plugin in plugins
-        .iter()
-        .filter(|p| p.info.has_service(ServiceType::WalService) && p.info.wal_rpcs.contains(&WalRpc::ArchiveWal))
-    {
-        let request = WalArchiveRequest {
-            cluster_definition: definition.clone(),
-            source_file_name: source_file.to_string_lossy().into_owned(),
-            parameters: Default::default(),
-            check_empty_wal_archive: Some(check_empty_wal_archive),
-        };
-        plugin
-            .client
-            .wal()
-            .archive(plugin.client.request(request))
-            .await
-            .map_err(|s| InstanceError::call(&plugin.name, service::wal::ARCHIVE.method, &s))?;
-        archived.push(plugin.name.clone());
+
+    /// `WAL.Archive` of `source_file` on every archiving plugin, in name
+    /// order; the first refusal fails. Returns the plugins that archived it.
+    pub(crate) async fn archive(
+        &self,
+        source_file: &Path,
+        check_empty_wal_archive: bool,
+    ) -> Result<Vec<String>, InstanceError> {
+        let mut archived = Vec::with_capacity(self.plugins.len());
+        for plugin in &self.plugins {
+            let request = WalArchiveRequest {
+                cluster_definition: self.definition.clone(),
+                source_file_name: source_file.to_string_lossy().into_owned(),
+                parameters: Default::default(),
+                check_empty_wal_archive: Some(check_empty_wal_archive),
+            };
+            plugin
+                .client
+                .wal()
+                .archive(plugin.client.request(request))
+                .await
+                .map_err(|s| InstanceError::call(&plugin.name, service::wal::ARCHIVE.method, &s))?;
+            archived.push(plugin.name.clone());
+        }
+        Ok(archived)
     }
-    if archived.is_empty() {
-        return Err(InstanceError::NoPlugin(format!(
-            "no plugin archives WAL: enabled {}; with a socket in {}: {}; none advertises TYPE_ARCHIVE_WAL",
-            list(&enabled),
-            options.socket_dir.display(),
-            list(&plugins.iter().map(|p| p.name.clone()).collect::<Vec<_>>()),
-        )));
-    }
-    Ok(archived)
 }
 
 /// One plugin's refusal to restore a file.

@@ -23,8 +23,9 @@ use std::{
 
 use clap::Args;
 use cnpgi_client::instance::{
+    archive_ahead::{ArchiveAhead, archive_wal_ahead},
     backup::CHECK_EMPTY_WAL_ARCHIVE_FILE,
-    wal::{RestoreWalError, archive_wal, restore_wal, should_check_empty_wal_archive},
+    wal::{RestoreWalError, restore_wal, should_check_empty_wal_archive},
 };
 use cnpgi_proto::wal::v1::wal_restore_request::Mode;
 
@@ -57,6 +58,25 @@ pub(crate) struct ArchiveArgs {
     #[arg(long, value_name = "DIR")]
     pub(crate) pgdata: Option<PathBuf>,
 
+    /// How many WAL segments one request archives at once: the one
+    /// PostgreSQL asks for and the next ready ones (`pg_wal/archive_status`),
+    /// whose own requests are then answered from the spool (1: one at a
+    /// time, as PostgreSQL alone does).
+    #[arg(
+        long,
+        env = "CNPGI_WAL_MAX_PARALLEL",
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u16).range(1..=256)
+    )]
+    pub(crate) max_parallel: u16,
+
+    /// Where the markers of segments archived ahead are kept (default:
+    /// `cnpgi-wal-spool/<PGDATA's name>` beside PGDATA: on its volume, out
+    /// of its base backups).
+    #[arg(long, env = "CNPGI_WAL_SPOOL_DIR", value_name = "DIR")]
+    pub(crate) spool_dir: Option<PathBuf>,
+
     /// The WAL file, as PostgreSQL's `%p` (relative to the working
     /// directory, which is PGDATA when PostgreSQL runs the command).
     #[arg(value_name = "PATH")]
@@ -69,6 +89,14 @@ fn pgdata(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
         Some(dir) => absolute(dir),
         None => Ok(std::env::current_dir()?),
     }
+}
+
+/// `cnpgi-wal-spool/<PGDATA's name>` beside PGDATA: on its volume, out of
+/// its base backups, and apart from another PGDATA's in the same directory
+/// (Debian's `15/main` and `15/other`).
+fn default_spool_dir(pgdata: &Path) -> PathBuf {
+    let name = pgdata.file_name().unwrap_or_else(|| "pgdata".as_ref());
+    pgdata.parent().unwrap_or(pgdata).join("cnpgi-wal-spool").join(name)
 }
 
 /// Exit 0 once every archiving plugin has the file; 1 when one refused it,
@@ -91,14 +119,26 @@ pub(crate) async fn archive(args: ArchiveArgs) -> ExitCode {
         }
     };
     let check_empty = should_check_empty_wal_archive(&cluster, &pgdata);
-    match archive_wal(
+    let ahead = ArchiveAhead {
+        max_parallel: usize::from(args.max_parallel),
+        spool_dir: match &args.spool_dir {
+            Some(dir) => absolute(dir).unwrap_or_else(|_| dir.clone()),
+            None => default_spool_dir(&pgdata),
+        },
+    };
+    let report = archive_wal_ahead(
         &cluster,
         &path,
         check_empty,
+        &ahead,
         &args.instance.options(deadline(args.timeout)),
     )
-    .await
-    {
+    .await;
+    for warning in &report.warnings {
+        args.instance
+            .report(Severity::Warning, &format!("wal-archive {shown}: {warning}"));
+    }
+    match report.outcome {
         Ok(_) => {
             // As CloudNativePG's instance manager once archiving works (the
             // annotation aside): the archive is now this instance's own.
@@ -313,6 +353,15 @@ fn retry_pause(attempt: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_spool_is_beside_pgdata_and_named_after_it() {
+        assert_eq!(
+            default_spool_dir(Path::new("/var/lib/postgresql/15/main")),
+            Path::new("/var/lib/postgresql/15/cnpgi-wal-spool/main")
+        );
+        assert_eq!(default_spool_dir(Path::new("/")), Path::new("/cnpgi-wal-spool/pgdata"));
+    }
 
     #[test]
     fn retries_back_off_to_30_seconds() {
