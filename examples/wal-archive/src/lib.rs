@@ -198,11 +198,11 @@ async fn archive_wal_file(state: &State, call: &WalArchiveCall<()>) -> Result<Ar
     let must_be_empty = call
         .check_empty_wal_archive
         .unwrap_or_else(|| marker.is_some() && !ClusterView::new(&call.cluster).skips_empty_archive_check());
-    let content = wal::read_wal_file(source, &call.file).await?;
+    let encoded = wal::encode_wal_file(source, &call.file, config.compression_level).await?;
     if must_be_empty {
-        wal::refuse_foreign_archive(&store, &call.file, &content).await?;
+        wal::refuse_foreign_archive(&store, &call.file, &encoded.sha256).await?;
     }
-    let decision = wal::store_wal(&store, &call.file, content, config.compression_level).await?;
+    let decision = wal::store_wal(&store, &call.file, encoded).await?;
     if let Some(marker) = marker {
         wal::remove_marker(&marker);
     }

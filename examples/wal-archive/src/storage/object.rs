@@ -137,6 +137,104 @@ pub(crate) fn encode_with_header(header: &Header, content: &[u8], level: i32) ->
     Ok(out)
 }
 
+/// A file encoded by [`encode_file`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    /// SHA-256 of the file, lowercase hexadecimal.
+    pub sha256: String,
+    /// The stored object.
+    pub object: Vec<u8>,
+}
+
+/// Why [`encode_file`] could not encode a file.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeFileError {
+    /// The file cannot be read, or changed size while it was.
+    #[error("{0}")]
+    Read(#[source] std::io::Error),
+    /// The file is larger than [`MAX_CONTENT`].
+    #[error("larger than 1 GiB ({0} bytes)")]
+    TooLarge(u64),
+    /// Compression failed.
+    #[error(transparent)]
+    Object(#[from] ObjectError),
+}
+
+/// The size of the reads of [`encode_file`].
+const CHUNK: usize = 256 * 1024;
+
+/// [`encode`] of the file at `path`, read in chunks of 256 KiB that are
+/// hashed and compressed as they come: it holds the object (compressed)
+/// and zstd's context, not the file. Several segments archived at once
+/// then cost a few MiB each, not twice their size.
+///
+/// The header goes first in the object but its SHA-256 is known last: it is
+/// written with a placeholder of the same length (64 hexadecimal digits),
+/// then overwritten in place.
+///
+/// # Errors
+///
+/// [`EncodeFileError`].
+pub fn encode_file(path: &std::path::Path, name: &str, level: i32) -> Result<Encoded, EncodeFileError> {
+    use std::io::{Read as _, Write as _};
+    let mut file = std::fs::File::open(path).map_err(EncodeFileError::Read)?;
+    let size = file.metadata().map_err(EncodeFileError::Read)?.len();
+    if size > MAX_CONTENT {
+        return Err(EncodeFileError::TooLarge(size));
+    }
+    let mut header = Header {
+        format: FORMAT.to_owned(),
+        name: name.to_owned(),
+        size,
+        sha256: "0".repeat(64),
+    };
+    let header_json =
+        |header: &Header| serde_json::to_vec(header).map_err(|e| ObjectError::Compress(std::io::Error::other(e)));
+    let placeholder = header_json(&header)?;
+    let mut out = Vec::with_capacity(8 + placeholder.len() + CHUNK);
+    out.extend_from_slice(&SKIPPABLE_MAGIC.to_le_bytes());
+    out.extend_from_slice(&(placeholder.len() as u32).to_le_bytes());
+    out.extend_from_slice(&placeholder);
+    let compress = ObjectError::Compress;
+    let mut encoder = zstd::stream::write::Encoder::new(out, level).map_err(compress)?;
+    encoder.include_checksum(true).map_err(compress)?;
+    encoder.set_pledged_src_size(Some(size)).map_err(compress)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; CHUNK];
+    let mut read = 0u64;
+    loop {
+        let n = match file.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(EncodeFileError::Read(e)),
+        };
+        read += n as u64;
+        if read > size {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+        encoder.write_all(&buffer[..n]).map_err(compress)?;
+    }
+    if read != size {
+        // zstd refuses a frame shorter or longer than pledged anyway; say why.
+        return Err(EncodeFileError::Read(std::io::Error::other(format!(
+            "the file changed size while it was read ({size} bytes, then {read})"
+        ))));
+    }
+    let mut object = encoder.finish().map_err(compress)?;
+    header.sha256 = hex(&hasher.finalize());
+    let real = header_json(&header)?;
+    if real.len() != placeholder.len() {
+        return Err(ObjectError::Compress(std::io::Error::other("the header changed length")).into());
+    }
+    object[8..8 + real.len()].copy_from_slice(&real);
+    Ok(Encoded {
+        sha256: header.sha256,
+        object,
+    })
+}
+
 /// Reads the header of a stored object, and the offset where the compressed
 /// data starts.
 ///
@@ -211,6 +309,30 @@ mod tests {
     use super::*;
 
     const NAME: &str = "000000010000000000000003";
+
+    #[test]
+    fn a_file_encoded_in_chunks_decodes_to_itself_with_its_checksum() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(NAME);
+        // Several chunks, the last one partial; compressible and not.
+        let mut content: Vec<u8> = (0..(3 * CHUNK + 1000)).map(|i| (i % 251) as u8).collect();
+        content.extend((0..70_000u32).flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()));
+        std::fs::write(&path, &content).unwrap();
+        let encoded = encode_file(&path, NAME, 3).unwrap();
+        assert_eq!(encoded.sha256, sha256_hex(&content));
+        let (header, decoded) = decode(&encoded.object, NAME).unwrap();
+        assert_eq!(decoded, content);
+        assert_eq!(
+            (header.size, header.sha256.as_str()),
+            (content.len() as u64, encoded.sha256.as_str())
+        );
+        // The same bytes as the whole-file encoder: one format.
+        assert_eq!(header, self::header(&encode(NAME, &content, 3).unwrap()).unwrap().0);
+        assert!(matches!(
+            encode_file(&dir.path().join("missing"), NAME, 3),
+            Err(EncodeFileError::Read(_))
+        ));
+    }
 
     #[test]
     fn round_trip_and_plain_zstd_compatibility() {

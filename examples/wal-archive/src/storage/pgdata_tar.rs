@@ -54,6 +54,9 @@ pub(crate) type DataTar = tar::Builder<Sink>;
 /// above it only pass its text on.
 pub(crate) type UploadFailure = Arc<Mutex<Option<StoreError>>>;
 
+/// The size of a backup's upload parts (S3's smallest).
+const UPLOAD_PART: usize = 5 * 1024 * 1024;
+
 /// The stream into `key` of `store`, at zstd `level`; a failure of the
 /// store is kept in `failure`. Blocking: call it on a blocking thread.
 pub(crate) fn open(
@@ -62,8 +65,12 @@ pub(crate) fn open(
     level: i32,
     failure: &UploadFailure,
 ) -> io::Result<DataTar> {
+    // object_store's defaults (10 MiB parts, 8 in flight) would let a backup
+    // hold 80 MiB in a sidecar; 5 MiB (S3's smallest part) and 2 in flight
+    // keep it near 15 MiB and the upload still overlaps the compression.
+    let writer = BufWriter::with_capacity(store.object_store(), key.clone(), UPLOAD_PART).with_max_concurrency(2);
     let upload = Upload {
-        inner: SyncIoBridge::new(BufWriter::new(store.object_store(), key.clone())),
+        inner: SyncIoBridge::new(writer),
         store: store.clone(),
         key,
         failure: failure.clone(),

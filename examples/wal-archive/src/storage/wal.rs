@@ -26,6 +26,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use bytes::Bytes;
 use cnpgi_pluginhelper::lowlevel::{ArchiveDecision, WalFileKind, WalFileName, decide_archive};
@@ -160,42 +161,60 @@ pub fn remove_marker(marker: &Path) {
     }
 }
 
-/// The content of the WAL file `name` at `source` (at most
-/// [`object::MAX_CONTENT`]).
+/// How many WAL files are encoded at once: as many as the process may use
+/// cores (cgroup quotas included). Compressing is CPU work: more at once
+/// only adds a zstd context and an object each to the memory, while the
+/// uploads, which wait on the network, still overlap without bound.
+static ENCODING: LazyLock<tokio::sync::Semaphore> = LazyLock::new(|| {
+    tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get))
+});
+
+/// The WAL file `name` at `source` encoded as its object, read in chunks
+/// ([`object::encode_file`], off the runtime's threads, at most
+/// [`ENCODING`] at once) at zstd `level`.
 ///
 /// # Errors
 ///
-/// [`WalStoreError::ReadSource`], [`WalStoreError::TooLarge`].
-pub async fn read_wal_file(source: &Path, name: &WalFileName) -> Result<Vec<u8>, WalStoreError> {
-    let content = tokio::fs::read(source)
+/// [`WalStoreError::ReadSource`], [`WalStoreError::TooLarge`],
+/// [`WalStoreError::Encode`].
+pub async fn encode_wal_file(source: &Path, name: &WalFileName, level: i32) -> Result<object::Encoded, WalStoreError> {
+    let (path, owned_name) = (source.to_owned(), name.to_string());
+    // The semaphore is never closed: a permit always comes.
+    let _permit = ENCODING.acquire().await.ok();
+    tokio::task::spawn_blocking(move || object::encode_file(&path, &owned_name, level))
         .await
-        .map_err(|error| WalStoreError::ReadSource {
-            path: source.to_owned(),
-            source: error,
-        })?;
-    if content.len() as u64 > object::MAX_CONTENT {
-        return Err(WalStoreError::TooLarge {
-            name: name.to_string(),
-            path: source.to_owned(),
-            size: content.len() as u64,
-        });
-    }
-    Ok(content)
+        .map_err(WalStoreError::Worker)?
+        .map_err(|error| match error {
+            object::EncodeFileError::Read(source_error) => WalStoreError::ReadSource {
+                path: source.to_owned(),
+                source: source_error,
+            },
+            object::EncodeFileError::TooLarge(size) => WalStoreError::TooLarge {
+                name: name.to_string(),
+                path: source.to_owned(),
+                size,
+            },
+            object::EncodeFileError::Object(source_error) => WalStoreError::Encode {
+                name: name.to_string(),
+                source: source_error,
+            },
+        })
 }
 
 /// Refuses to archive into a folder another cluster already uses: the
-/// archive must be empty, or hold exactly this file with this content (this
-/// instance's own earlier success, the marker having outlived it).
+/// archive must be empty, or hold exactly this file with this content, its
+/// SHA-256 (this instance's own earlier success, the marker having outlived
+/// it).
 ///
 /// # Errors
 ///
 /// [`WalStoreError::NotEmpty`], or the store's.
-pub async fn refuse_foreign_archive(store: &Store, name: &WalFileName, content: &[u8]) -> Result<(), WalStoreError> {
+pub async fn refuse_foreign_archive(store: &Store, name: &WalFileName, sha256: &str) -> Result<(), WalStoreError> {
     if store.is_empty().await? {
         return Ok(());
     }
     let same = match store.get(&store.wal_key(name)).await? {
-        Some(stored) => object::header(&stored).is_ok_and(|(h, _)| h.sha256 == object::sha256_hex(content)),
+        Some(stored) => object::header(&stored).is_ok_and(|(h, _)| h.sha256 == sha256),
         None => false,
     };
     if same {
@@ -303,41 +322,24 @@ async fn archived_sha256(
     Ok(header.sha256)
 }
 
-/// Archives `content` as `name` unless the same content is there: the
-/// decision of [`decide_archive`] on SHA-256s.
+/// Archives `encoded` ([`encode_wal_file`]) as `name` unless the same
+/// content is there: the decision of [`decide_archive`] on SHA-256s.
 ///
 /// # Errors
 ///
 /// [`WalStoreError::Conflict`] for other content under that name,
 /// [`WalStoreError::Damaged`] for a damaged copy of the same content,
-/// [`WalStoreError::Raced`], [`WalStoreError::Encode`], the store's.
+/// [`WalStoreError::Raced`], the store's.
 pub async fn store_wal(
     store: &Store,
     name: &WalFileName,
-    content: Vec<u8>,
-    level: i32,
+    encoded: object::Encoded,
 ) -> Result<ArchiveDecision, WalStoreError> {
     let key = store.wal_key(name);
     // Archiving creates a local store's directory (a restore never does).
     store.prepare_write().await?;
-    let owned_name = name.to_string();
-    let (sha256, encoded) = tokio::task::spawn_blocking(move || {
-        let sha256 = object::sha256_hex(&content);
-        let header = object::Header {
-            format: object::FORMAT.to_owned(),
-            name: owned_name,
-            size: content.len() as u64,
-            sha256: sha256.clone(),
-        };
-        object::encode_with_header(&header, &content, level).map(|encoded| (sha256, encoded))
-    })
-    .await
-    .map_err(WalStoreError::Worker)?
-    .map_err(|source| WalStoreError::Encode {
-        name: name.to_string(),
-        source,
-    })?;
-    let encoded = Bytes::from(encoded);
+    let object::Encoded { sha256, object } = encoded;
+    let encoded = Bytes::from(object);
 
     // Twice at most: a writer that created the key between our look and our
     // write makes the conditional put report it, and we compare again.
