@@ -171,7 +171,7 @@ static ENCODING: LazyLock<tokio::sync::Semaphore> = LazyLock::new(|| {
 
 /// The WAL file `name` at `source` encoded as its object, read in chunks
 /// ([`object::encode_file`], off the runtime's threads, at most
-/// [`ENCODING`] at once) at zstd `level`.
+/// one per core at once) at zstd `level`.
 ///
 /// # Errors
 ///
@@ -341,28 +341,24 @@ pub async fn store_wal(
     let object::Encoded { sha256, object } = encoded;
     let encoded = Bytes::from(object);
 
-    // Twice at most: a writer that created the key between our look and our
-    // write makes the conditional put report it, and we compare again.
+    // The conditional put first: a new segment, the usual case, costs one
+    // round trip; only a name that exists is read back and compared. Twice
+    // at most: the object may go between the put and the read (retention),
+    // and we put again.
     for _ in 0..2 {
-        let existing = match store.get(&key).await? {
-            Some(stored) => Some(archived_sha256(store, name, &key, stored, &sha256).await?),
-            None => None,
-        };
-        // The only refusal of PostgreSQL's rule is other content.
-        let decision =
-            decide_archive(name, existing.as_deref(), sha256.as_str()).map_err(|_| WalStoreError::Conflict {
-                name: name.to_string(),
-                key: store.show(&key),
-                store: store.description().to_owned(),
-            })?;
-        match decision {
-            ArchiveDecision::AlreadyArchived => return Ok(ArchiveDecision::AlreadyArchived),
-            ArchiveDecision::Store => {
-                if store.put_new(&key, encoded.clone()).await? == PutOutcome::Created {
-                    return Ok(ArchiveDecision::Store);
-                }
-            }
+        if store.put_new(&key, encoded.clone()).await? == PutOutcome::Created {
+            return Ok(ArchiveDecision::Store);
         }
+        let Some(stored) = store.get(&key).await? else {
+            continue;
+        };
+        let existing = archived_sha256(store, name, &key, stored, &sha256).await?;
+        // The only refusal of PostgreSQL's rule is other content.
+        return decide_archive(name, Some(existing.as_str()), sha256.as_str()).map_err(|_| WalStoreError::Conflict {
+            name: name.to_string(),
+            key: store.show(&key),
+            store: store.description().to_owned(),
+        });
     }
     Err(WalStoreError::Raced {
         name: name.to_string(),
