@@ -69,6 +69,8 @@ fi
 
 work="$(mktemp -d /tmp/wal-sustained.XXXXXX)"
 chmod 755 "$work"
+# PostgreSQL's tools run as its user, who may not enter the caller's directory.
+cd "$work"
 pids=()
 pgdata=""
 cleanup() {
