@@ -27,6 +27,8 @@ done
 
 work="$(mktemp -d /tmp/wal-archive-bench.XXXXXX)"
 chmod 755 "$work"
+# PostgreSQL's tools run as its user, who may not enter the caller's directory.
+cd "$work"
 pids=()
 pgdata="$work/pg"
 cleanup() {
