@@ -25,38 +25,12 @@ for tool in "$release/cnpgi-wal-archive" "$release/cnpgi-operator" "$pgbin/pgben
   [ -x "$tool" ] || { echo "bench.sh: $tool is missing" >&2; exit 1; }
 done
 
-work="$(mktemp -d /tmp/wal-archive-bench.XXXXXX)"
-chmod 755 "$work"
-# PostgreSQL's tools run as its user, who may not enter the caller's directory.
-cd "$work"
-pids=()
+# shellcheck source=common.sh
+source "$here/common.sh"
+bench_workdir wal-archive-bench
 pgdata="$work/pg"
-cleanup() {
-  local code=$? pid
-  if [ -f "$pgdata/postmaster.pid" ]; then
-    "${as_user[@]}" "$pgbin/pg_ctl" -D "$pgdata" stop -m immediate -w >/dev/null 2>&1 || true
-  fi
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-  exit "$code"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-as_user=()
-if [ "$(id -u)" = 0 ]; then
-  user=cnpgi-wal
-  id "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
-  chown "$user:" "$work"
-  as_user=(setpriv "--reuid=$(id -u "$user")" "--regid=$(id -g "$user")" --init-groups --)
-fi
 install -m 755 "$release/cnpgi-wal-archive" "$release/cnpgi-operator" "$work/"
 cli="$work/cnpgi-operator"
-u() { "${as_user[@]}" env HOME="$work" AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test "$@"; }
-mkd() { mkdir -p "$@"; chown --reference="$work" "$@"; }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-now() { date +%s.%N; }
 # rate COUNT BYTES SECONDS: "N/s | MiB/s"
 rate() { python3 -c "import sys; n, b, s = map(float, sys.argv[1:]); print(f'{n / s:.1f} | {b / s / 1048576:.0f}')" "$@"; }
 
@@ -84,32 +58,34 @@ bytes="$(du -sb "$work/input" | cut -f1)"
 [ "$count" = "$segments" ] || { echo "bench.sh: pgbench made only $count segments" >&2; exit 1; }
 
 # --- the plugin and the stores -------------------------------------------------------------------------
-s3_port="$(free_port)"
-python3 -m moto.server -H 127.0.0.1 -p "$s3_port" >"$work/moto.log" 2>&1 &
-pids+=($!)
-for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$s3_port/" >/dev/null 2>&1 && break; sleep 0.1; done
-AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test python3 -c "import boto3; boto3.client('s3', endpoint_url='http://127.0.0.1:$s3_port', region_name='us-east-1').create_bucket(Bucket='bench')"
+start_moto bench
 mkd "$work/sockets" "$work/store"
 # Not through u(): a function in the background is a subshell, whose PID is
 # not the plugin's.
-"${as_user[@]}" env HOME="$work" AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test PGDATA="$work/restored" \
+"${as_user[@]}" env HOME="$work" PGDATA="$work/restored" \
   "$work/cnpgi-wal-archive" plugin --plugin-path="$work/sockets" --log-level=warn >"$work/plugin.log" 2>&1 &
 pids+=($!)
 for ((i = 0; i < 100; i++)); do [ -S "$work/sockets/$PLUGIN_NAME" ] && break; sleep 0.05; done
 
-cluster() { # FILE PARAMETERS
+cluster() { # FILE PARAMETERS [ORIGIN-PARAMETERS]: its own archive, and the one it recovers from
   cat >"$1" <<JSON
-{"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster", "metadata": {"name": "bench", "namespace": "default"},
+{"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster", "metadata": {"name": "bench", "namespace": "default", "uid": "$(python3 -c 'import uuid; print(uuid.uuid4())')"},
  "spec": {"plugins": [{"name": "$PLUGIN_NAME", "isWALArchiver": true, "parameters": $2}],
           "bootstrap": {"recovery": {"source": "origin"}},
-          "externalClusters": [{"name": "origin", "plugin": {"name": "$PLUGIN_NAME", "parameters": $2}}]},
+          "externalClusters": [{"name": "origin", "plugin": {"name": "$PLUGIN_NAME", "parameters": ${3:-$2}}}]},
  "status": {"currentPrimary": "bench-1"}}
 JSON
   chown --reference="$work" "$1"
 }
 pg="\"pgHost\": \"$work/run\", \"pgPort\": \"$port\", \"serverName\": \"origin\""
-cluster "$work/local.json" "{\"destinationPath\": \"$work/store\", $pg}"
-cluster "$work/s3.json" "{\"destinationPath\": \"s3://bench/b\", \"endpointURL\": \"http://127.0.0.1:$s3_port\", $pg}"
+local_store="\"destinationPath\": \"$work/store\""
+s3_store="\"destinationPath\": \"s3://bench/b\", \"endpointURL\": \"http://127.0.0.1:$s3_port\""
+cluster "$work/local.json" "{$local_store, $pg}"
+cluster "$work/s3.json" "{$s3_store, $pg}"
+# A restore must start a new archive (the restore job refuses a non-empty one):
+# the restored cluster archives as "restored", recovering from "origin".
+cluster "$work/local-restore.json" "{$local_store, \"serverName\": \"restored\"}" "{$local_store, $pg}"
+cluster "$work/s3-restore.json" "{$s3_store, \"serverName\": \"restored\"}" "{$s3_store, $pg}"
 
 echo "| operation ($count segments of 16 MiB, $((bytes / 1048576)) MiB) | segments/s | MiB/s |"
 echo "|---|---|---|"
@@ -144,8 +120,11 @@ for store in local s3; do
 done
 # Incompressible segments (random bytes): zstd's worst case.
 mkd "$work/random/pg_wal" "$work/out-random"
+# A real segment's long page header (40 bytes: wal-archive refuses a file
+# named like a segment without one), then random bytes.
+first_segment="$(find "$work/input" -mindepth 1 -maxdepth 1 | sort | head -n 1)"
 for ((i = 0; i < count / 2; i++)); do
-  head -c 16777216 /dev/urandom >"$work/random/pg_wal/$(printf '00000009000000000000%04X' "$i")"
+  { head -c 40 "$first_segment"; head -c $((16777216 - 40)) /dev/urandom; } >"$work/random/pg_wal/$(printf '00000009000000000000%04X' "$i")"
 done
 chown -R --reference="$work" "$work/random"
 random_count=$((count / 2))
@@ -186,7 +165,7 @@ for store in local s3; do
   echo "| backup through the plugin, $store store (checkpoint, stream, WAL archived) | $(printf '%.2f' "$s") | $(python3 -c "print(f'{$data_bytes / $s / 1048576:.0f}')") |"
   rm -rf "$work/restored"
   t0="$(now)"
-  u "$cli" restore --cluster "$work/$store.json" --plugin-dir "$work/sockets" --plugin "$PLUGIN_NAME" --pgdata "$work/restored" 2>/dev/null
+  u "$cli" restore --cluster "$work/$store-restore.json" --plugin-dir "$work/sockets" --plugin "$PLUGIN_NAME" --pgdata "$work/restored" 2>/dev/null
   t1="$(now)"
   s="$(python3 -c "print($t1 - $t0)")"
   echo "| restore through RestoreJobHooks, $store store | $(printf '%.2f' "$s") | $(python3 -c "print(f'{$data_bytes / $s / 1048576:.0f}')") |"

@@ -67,46 +67,14 @@ if [ "$barman" != 0 ] && [ ! -x "$barman_venv/bin/barman-cloud-wal-archive" ]; t
 fi
 [ "$barman" = auto ] && barman=1
 
-work="$(mktemp -d /tmp/wal-sustained.XXXXXX)"
-chmod 755 "$work"
-# PostgreSQL's tools run as its user, who may not enter the caller's directory.
-cd "$work"
-pids=()
-pgdata=""
-cleanup() {
-  local code=$? pid
-  if [ -n "$pgdata" ] && [ -f "$pgdata/postmaster.pid" ]; then
-    "${as_user[@]}" "$pgbin/pg_ctl" -D "$pgdata" stop -m immediate -w >/dev/null 2>&1 || true
-  fi
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-  exit "$code"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-as_user=()
-if [ "$(id -u)" = 0 ]; then
-  user=cnpgi-wal
-  id "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
-  chown "$user:" "$work"
-  as_user=(setpriv "--reuid=$(id -u "$user")" "--regid=$(id -g "$user")" --init-groups --)
-fi
+# shellcheck source=common.sh
+source "$here/common.sh"
+bench_workdir wal-sustained
 install -m 755 "$bin/cnpgi-wal-archive" "$bin/cnpgi-operator" "$work/"
-export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1
-u() { "${as_user[@]}" env HOME="$work" "$@"; }
-mkd() { mkdir -p "$@"; chown --reference="$work" "$@"; }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-now() { date +%s.%N; }
 sql() { u "$pgbin/psql" -X -q -A -t -h "$work/run" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 -c "$1"; }
 mkd "$work/run"
 
-s3_port="$(free_port)"
-python3 -m moto.server -H 127.0.0.1 -p "$s3_port" >"$work/moto.log" 2>&1 &
-pids+=($!)
-for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$s3_port/" >/dev/null 2>&1 && break; sleep 0.1; done
-python3 -c "import boto3; boto3.client('s3', endpoint_url='http://127.0.0.1:$s3_port').create_bucket(Bucket='bench')"
+start_moto bench
 # s3-far: the same moto behind a proxy adding half of S3_RTT_MS each way.
 far_port="$(free_port)"
 python3 "$here/delay_proxy.py" "$far_port" "$s3_port" "$((rtt_ms / 2))" >"$work/proxy.log" 2>&1 &
