@@ -123,17 +123,24 @@ pub fn encode(name: &str, content: &[u8], level: i32) -> Result<Vec<u8>, ObjectE
 
 /// [`encode`] with a header computed by the caller.
 pub(crate) fn encode_with_header(header: &Header, content: &[u8], level: i32) -> Result<Vec<u8>, ObjectError> {
-    let header_json = serde_json::to_vec(header).map_err(|e| ObjectError::Compress(std::io::Error::other(e)))?;
     let mut encoder = zstd::bulk::Compressor::new(level).map_err(ObjectError::Compress)?;
     encoder
         .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
         .map_err(ObjectError::Compress)?;
     let compressed = encoder.compress(content).map_err(ObjectError::Compress)?;
-    let mut out = Vec::with_capacity(8 + header_json.len() + compressed.len());
-    out.extend_from_slice(&SKIPPABLE_MAGIC.to_le_bytes());
-    out.extend_from_slice(&(header_json.len() as u32).to_le_bytes());
-    out.extend_from_slice(&header_json);
+    let mut out = header_frame(header, compressed.len())?;
     out.extend_from_slice(&compressed);
+    Ok(out)
+}
+
+/// An object's first frame: the skippable frame's magic, its length and
+/// `header` as JSON, with room for `more` bytes after it.
+fn header_frame(header: &Header, more: usize) -> Result<Vec<u8>, ObjectError> {
+    let json = serde_json::to_vec(header).map_err(|e| ObjectError::Compress(std::io::Error::other(e)))?;
+    let mut out = Vec::with_capacity(8 + json.len() + more);
+    out.extend_from_slice(&SKIPPABLE_MAGIC.to_le_bytes());
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
     Ok(out)
 }
 
@@ -188,13 +195,8 @@ pub fn encode_file(path: &std::path::Path, name: &str, level: i32) -> Result<Enc
         size,
         sha256: "0".repeat(64),
     };
-    let header_json =
-        |header: &Header| serde_json::to_vec(header).map_err(|e| ObjectError::Compress(std::io::Error::other(e)));
-    let placeholder = header_json(&header)?;
-    let mut out = Vec::with_capacity(8 + placeholder.len() + CHUNK);
-    out.extend_from_slice(&SKIPPABLE_MAGIC.to_le_bytes());
-    out.extend_from_slice(&(placeholder.len() as u32).to_le_bytes());
-    out.extend_from_slice(&placeholder);
+    let out = header_frame(&header, CHUNK)?;
+    let frame_len = out.len();
     let compress = ObjectError::Compress;
     let mut encoder = zstd::stream::write::Encoder::new(out, level).map_err(compress)?;
     encoder.include_checksum(true).map_err(compress)?;
@@ -224,11 +226,11 @@ pub fn encode_file(path: &std::path::Path, name: &str, level: i32) -> Result<Enc
     }
     let mut object = encoder.finish().map_err(compress)?;
     header.sha256 = hex(&hasher.finalize());
-    let real = header_json(&header)?;
-    if real.len() != placeholder.len() {
+    let frame = header_frame(&header, 0)?;
+    if frame.len() != frame_len {
         return Err(ObjectError::Compress(std::io::Error::other("the header changed length")).into());
     }
-    object[8..8 + real.len()].copy_from_slice(&real);
+    object[..frame_len].copy_from_slice(&frame);
     Ok(Encoded {
         sha256: header.sha256,
         object,
