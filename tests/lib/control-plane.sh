@@ -14,6 +14,9 @@
 # command substitution. If E2E_KUBECONFIG is set, no control plane is started:
 # KUBECONFIG is that file (for kind on GitHub runners), and CP_EXTERNAL=1.
 #
+# CP_CONTROLLERS: kube-controller-manager's --controllers (default
+# garbagecollector,namespace,serviceaccount; the scale benchmark adds job).
+#
 # After cp_start: KUBECONFIG (admin, CN=admin O=system:masters), CP_SERVER
 # (https://127.0.0.1:PORT), CP_CA (the cluster CA, which also signed the
 # serving certificate), CP_ADMIN_CERT, CP_ADMIN_KEY, CP_DIR.
@@ -201,7 +204,7 @@ cp_start() {
   cp_spawn kube-controller-manager "$CP_DIR/kube-controller-manager.log" "$kcm" \
     --kubeconfig="$CP_DIR/kcm.kubeconfig" \
     --authentication-kubeconfig="$CP_DIR/kcm.kubeconfig" --authorization-kubeconfig="$CP_DIR/kcm.kubeconfig" \
-    --controllers=garbagecollector,namespace,serviceaccount \
+    --controllers="${CP_CONTROLLERS:-garbagecollector,namespace,serviceaccount}" \
     --bind-address=127.0.0.1 --secure-port="$kcm_port" \
     --cert-dir="$CP_DIR/kcm-certs" \
     --leader-elect=false --use-service-account-credentials=false --profiling=false

@@ -50,6 +50,7 @@ RESOURCES = {
         "validatingwebhookconfigurations",
         False,
     ),
+    ("v1", "Node"): ("/api/v1", "nodes", False),
     ("cnpgi.io/v1", "Cluster"): ("/apis/cnpgi.io/v1", "clusters", True),
     ("postgresql.cnpg.io/v1", "Cluster"): ("/apis/postgresql.cnpg.io/v1", "clusters", True),
     ("postgresql.cnpg.io/v1", "Backup"): ("/apis/postgresql.cnpg.io/v1", "backups", True),
