@@ -27,11 +27,15 @@
 #          [--operators "cnpgi-operator cloudnative-pg"] [--concurrency 16]
 #          [--rest-seconds 300] [--release] [--out FILE.jsonl]
 #   --smoke     5 Clusters, 3 s of rest (CI: proves the harness runs; numbers meaningless)
+#   --build-only  build (or find cached) kwok and CloudNativePG, then exit (CI's background job)
 #   --release   measure target/release binaries (built here with
 #               CARGO_PROFILE_RELEASE_LTO=false); default target/debug
 #   --bin-dir D measure the binaries in D instead (nothing built), e.g. a copy
 #               of an earlier commit's, for a before/after table
 #   --label L   name the cnpgi-operator rows "cnpgi-operator (L)"
+#   --webhooks-only  cnpgi-operator with --disable-controller: the creates'
+#               latency through its webhooks alone, without the CPU its
+#               reconciles take beside them (no Pods; rows "(webhooks only)")
 # Prints the table; the raw results (one JSON object per operator and N) go to
 # FILE.jsonl (default: the work directory, kept). Needs root? No. Needs Go >=
 # 1.25, cargo, python3 with PyYAML, openssl, curl.
@@ -48,9 +52,12 @@ out=""
 bin_dir=""
 label=""
 smoke=0
+build_only=0
+webhooks_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1 clusters=5 rest=3 ;;
+    --build-only) build_only=1 ;;
     --clusters) clusters=$2; shift ;;
     --operators) operators=$2; shift ;;
     --concurrency) concurrency=$2; shift ;;
@@ -59,6 +66,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift ;;
     --bin-dir) bin_dir=$2; shift ;;
     --label) label=$2; shift ;;
+    --webhooks-only) webhooks_only=1 ;;
     *) echo "scale: unknown argument $1 (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
   shift
@@ -107,6 +115,20 @@ for f in node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml pod/g
   echo "---"
 done >"$stages"
 
+case " $operators " in
+  *" cloudnative-pg "*)
+    CNPG_VERSION="${CNPG_VERSION:-v1.30.0}"
+    export CNPG_VERSION
+    cnpg_cache="$(bash "$root/tests/e2e/cnpg/build.sh")" || die "cannot build CloudNativePG (tests/e2e/cnpg/build.sh)"
+    cnpg_src="$(go mod download -json "github.com/cloudnative-pg/cloudnative-pg@$CNPG_VERSION" |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')" || die "cannot find CloudNativePG's module source"
+    ;;
+esac
+if [ "$build_only" = 1 ]; then
+  rm -rf "$work"
+  exit 0
+fi
+
 if [ -z "${CNPGI_SKIP_CARGO_BUILD:-}" ] && [ -z "$bin_dir" ]; then
   flags=(--quiet -p cnpgi-operator-cli -p cnpg-i-hello-world -p cnpgi-bench)
   if [ "$profile" = release ]; then
@@ -119,16 +141,6 @@ bin="${bin_dir:-$root/target/$profile}"
 for b in cnpgi-operator cnpg-i-hello-world cnpgi-scale-load; do
   [ -x "$bin/$b" ] || die "$bin/$b is missing: cargo build -p cnpgi-operator-cli -p cnpg-i-hello-world -p cnpgi-bench${profile/debug/}"
 done
-case " $operators " in
-  *" cloudnative-pg "*)
-    CNPG_VERSION="${CNPG_VERSION:-v1.30.0}"
-    export CNPG_VERSION
-    cnpg_cache="$(bash "$root/tests/e2e/cnpg/build.sh")" || die "cannot build CloudNativePG (tests/e2e/cnpg/build.sh)"
-    cnpg_src="$(go mod download -json "github.com/cloudnative-pg/cloudnative-pg@$CNPG_VERSION" |
-      python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')" || die "cannot find CloudNativePG's module source"
-    ;;
-esac
-
 scale() { python3 "$here/scale.py" "$@"; }
 HELLO=cnpg-i-hello-world.cloudnative-pg.io
 PARAMETERS='{"labels": "{\"first-label\": \"first-label-value\"}", "annotations": "{\"first-annotation\": \"first-annotation-value\"}"}'
@@ -195,7 +207,10 @@ warm_up() {
   sleep 1
 }
 
-operator_pid="" plugin_pid=""
+operator_pid="" plugin_pid="" operator_flags=()
+if [ "$webhooks_only" = 1 ]; then
+  operator_flags=(--disable-controller)
+fi
 # start_operator OPERATOR DIR: the plugin on a socket, then the operator hosting it.
 start_operator() {
   local operator=$1 dir=$2 webhook metrics health kubeconfig
@@ -213,7 +228,7 @@ start_operator() {
       cp_spawn cnpgi-operator "$dir/operator.log" env KUBECONFIG="$kubeconfig" RUST_LOG=info \
         "$bin/cnpgi-operator" run --namespace=cnpgi-system --plugin-dir="$dir/sockets" \
         --webhook-address="127.0.0.1:$webhook" --webhook-cert-dir="$dir/webhook" \
-        --metrics-bind-address="127.0.0.1:$metrics" --health-probe-bind-address="127.0.0.1:$health"
+        --metrics-bind-address="127.0.0.1:$metrics" --health-probe-bind-address="127.0.0.1:$health" "${operator_flags[@]}"
       operator_pid=$CP_LAST_PID
       wait_until "cnpgi-operator ready with the plugin (cnpgi_plugin_ready 1)" 60 "$operator_pid" \
         sh -c "curl -sf --max-time 1 http://127.0.0.1:$metrics/metrics | grep -q '^cnpgi_plugin_ready{.*} 1'"
@@ -275,11 +290,14 @@ PY
   start_operator "$operator" "$dir"
   warm_up
 
-  local t0 t1 t2 start during after api0 api1 api2 rc=0
+  local t0 t1 t2 start during after api0 api1 api2 ended rc=0 wait_pods=()
+  if [ "$webhooks_only" = 0 ] || [ "$operator" != cnpgi-operator ]; then
+    wait_pods=(--node "$NODE" --patched-label "$PATCHED")
+  fi
   start="$(scale proc "$operator_pid" "$plugin_pid")"
   api0="$(scale apiserver-requests)"
   t0="$(now)"
-  load --group "$group" --namespace scale --clusters "$n" --spec "$spec" --node "$NODE" --patched-label "$PATCHED" \
+  load --group "$group" --namespace scale --clusters "$n" --spec "$spec" "${wait_pods[@]}" \
     --timeout-seconds "$((smoke ? 120 : 900))" >"$dir/driver.json" || rc=$?
   t1="$(now)"
   during="$(scale proc "$operator_pid" "$plugin_pid")"
@@ -289,15 +307,18 @@ PY
   t2="$(now)"
   after="$(scale proc "$operator_pid" "$plugin_pid")"
   api2="$(scale apiserver-requests)"
+  ended="$(scale summary scale "$group")"
   local subject=$operator
-  if [ -n "$label" ] && [ "$operator" = cnpgi-operator ]; then
+  if [ "$webhooks_only" = 1 ] && [ "$operator" = cnpgi-operator ]; then
+    subject="$operator (webhooks only${label:+, $label})"
+  elif [ -n "$label" ] && [ "$operator" = cnpgi-operator ]; then
     subject="$operator ($label)"
   fi
   python3 - "$subject" "$n" "$operator_pid" "$plugin_pid" "$dir/floor.json" "$dir/driver.json" "$start" "$during" "$after" \
-    "$api0" "$api1" "$api2" "$(scale plugin-calls "$dir/hello-world.log" "$t0" "$t1")" \
+    "$api0" "$api1" "$api2" "$ended" "$(scale plugin-calls "$dir/hello-world.log" "$t0" "$t1")" \
     "$(scale plugin-calls "$dir/hello-world.log" "$t1" "$t2")" "$rest" >>"$out" <<'PY'
 import json, sys
-(subject, n, op, pl, floor, driver, start, during, after, api0, api1, api2, load_calls, rest_calls, rest) = sys.argv[1:]
+(subject, n, op, pl, floor, driver, start, during, after, api0, api1, api2, ended, load_calls, rest_calls, rest) = sys.argv[1:]
 start, during, after = json.loads(start), json.loads(during), json.loads(after)
 api0, api1, api2 = json.loads(api0), json.loads(api1), json.loads(api2)
 def delta(a, b):
@@ -308,7 +329,7 @@ print(json.dumps({
     "operator": {"start": start[op], "during": during[op], "rest": after[op]},
     "plugin": {"start": start[pl], "during": during[pl], "rest": after[pl]},
     "api_requests": delta(api0, api1), "api_requests_rest": delta(api1, api2),
-    "load_calls": json.loads(load_calls), "rest_calls": json.loads(rest_calls),
+    "ended": json.loads(ended), "load_calls": json.loads(load_calls), "rest_calls": json.loads(rest_calls),
 }))
 PY
   cp_stop

@@ -13,6 +13,8 @@ Subcommands (the API server from E2E_SERVER, E2E_CA, E2E_CERT, E2E_KEY):
                                        serving certificate in WORK/webhook; prints its kubeconfig
   proc PID...                          {pid: {cpu_s, rss_mib, hwm_mib}} from /proc
   apiserver-requests                   {"VERB resource[/sub]": count} from the API server's /metrics
+  summary NAMESPACE GROUP              where the Clusters and their Pods ended: counts of
+                                       status.phase, and of the Pods' phase and readiness
   plugin-calls LOG FROM TO             the plugin's answered calls between two Unix times: count per
                                        method, calls/s, p50/p99 of the handler time (its log's elapsed_ms)
   table RESULTS.jsonl                  the BENCHMARKS.md tables
@@ -151,6 +153,7 @@ def proc(pids):
 
 
 REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
+WEBHOOK_DURATION = re.compile(r"^apiserver_admission_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\} ([0-9.e+-]+)$")
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
@@ -168,7 +171,29 @@ def apiserver_requests(kube):
             resource += "/" + labels["subresource"]
         key = f"{labels.get('verb', '?')} {resource}"
         counts[key] = counts.get(key, 0) + float(m.group(2))
+    # The time the API server spent in each admission webhook (sum and count
+    # of its histogram), as "webhook NAME seconds" and "webhook NAME calls".
+    for line in text.splitlines():
+        m = WEBHOOK_DURATION.match(line)
+        if m:
+            labels = dict(LABEL.findall(m.group(2)))
+            what = "seconds" if m.group(1) == "sum" else "calls"
+            key = f"webhook {labels.get('name', '?')} {what}"
+            counts[key] = counts.get(key, 0) + float(m.group(3))
     print(json.dumps(counts, sort_keys=True))
+
+
+def summary(kube, namespace, group):
+    phases, pods = {}, {}
+    for c in kube.get(f"/apis/{group}/v1/namespaces/{namespace}/clusters").get("items", []):
+        phase = (c.get("status") or {}).get("phase") or "(none)"
+        phases[phase] = phases.get(phase, 0) + 1
+    for p in kube.get(f"/api/v1/namespaces/{namespace}/pods").get("items", []):
+        status = p.get("status") or {}
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
+        state = f"{status.get('phase', '?')}{', Ready' if ready else ''}"
+        pods[state] = pods.get(state, 0) + 1
+    print(json.dumps({"cluster_phases": phases, "pods": pods}, sort_keys=True))
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -231,6 +256,8 @@ COLUMNS = [
 
 def patched_cell(r):
     patched = r["driver"]["patched"]
+    if not patched:
+        return "(not asked)"
     if patched.get("outcome") == "all":
         return fmt(patched.get("last_s"), 1, " s")
     return f"{patched.get('count', 0)} of {r['clusters']} ({patched.get('outcome')})"
@@ -280,6 +307,8 @@ def main():
         return cnpgi_operator(kube, args[0], args[1])
     if command == "cloudnative-pg":
         return cloudnative_pg(kube, *args)
+    if command == "summary":
+        return summary(kube, args[0], args[1])
     if command == "apiserver-requests":
         return apiserver_requests(kube)
     sys.exit(f"scale: unknown subcommand {command}\n{__doc__}")

@@ -159,7 +159,10 @@ async fn run(args: Args) -> anyhow::Result<serde_json::Value> {
     let clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), &args.namespace, &resource);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &args.namespace);
 
-    let binder = args.node.clone().map(|node| tokio::spawn(bind_pods(pods.clone(), node)));
+    let binder = args
+        .node
+        .clone()
+        .map(|node| tokio::spawn(bind_pods(pods.clone(), node)));
     let start = Instant::now();
     let seen = Arc::new(Mutex::new(HashMap::new()));
     let watch = args.patched_label.clone().map(|label| {
@@ -182,7 +185,10 @@ async fn run(args: Args) -> anyhow::Result<serde_json::Value> {
                 let sent = Instant::now();
                 match clusters.create(&PostParams::default(), &object).await {
                     Ok(_) => Ok(sent.elapsed().as_secs_f64() * 1000.0),
-                    Err(e) => Err(format!("create Cluster {}: {e}", object.metadata.name.unwrap_or_default())),
+                    Err(e) => Err(format!(
+                        "create Cluster {}: {e}",
+                        object.metadata.name.unwrap_or_default()
+                    )),
                 }
             }
         })

@@ -119,6 +119,15 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "CNPGI_DISABLE_CONTROLLER")]
     pub(crate) disable_controller: bool,
 
+    /// Clusters reconciled at once (0: no limit). Each reconcile may call
+    /// every plugin of its Cluster, so this also bounds the calls in flight.
+    #[arg(
+        long,
+        env = "CNPGI_MAX_CONCURRENT_RECONCILES",
+        default_value_t = controller::DEFAULT_MAX_CONCURRENT_RECONCILES
+    )]
+    pub(crate) max_concurrent_reconciles: u16,
+
     /// Address of the plain HTTP server for /metrics: HOST:PORT, :PORT
     /// (every interface) or 0 (not served). Loopback by default: the
     /// metrics are served without authentication, so exposing them beyond
@@ -642,7 +651,9 @@ fn start_reconciler(
             let _ = stop.wait_for(|stop| *stop).await;
         }
     };
-    let ctx = Arc::new(Context::new(client.clone(), host.clone(), "cnpgi-operator"));
+    let mut ctx = Context::new(client.clone(), host.clone(), "cnpgi-operator");
+    ctx.max_concurrent_reconciles = args.max_concurrent_reconciles;
+    let ctx = Arc::new(ctx);
     let metrics = host.metrics().clone();
     let lease = args.leader_election_id.clone();
     let namespace = args.watch_namespace.clone();

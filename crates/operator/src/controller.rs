@@ -24,6 +24,17 @@
 //! doubling up to 5 min, reset by a successful reconcile). Every write uses
 //! the field manager [`FIELD_MANAGER`].
 //!
+//! At scale (issue 35), a reconcile costs what it changes: the instance Pods
+//! come from the watch that triggers reconciles (a cache, not a `LIST` per
+//! reconcile), the status is written only when it differs from the
+//! Cluster's, `SetStatusInCluster` is asked only by a reconcile that changed
+//! something (Pods, phase, conditions, plugins, a new generation) or when
+//! the last round is older than [`PLUGIN_STATUS_REFRESH`], and at most
+//! [`DEFAULT_MAX_CONCURRENT_RECONCILES`] Clusters reconcile at once
+//! ([`Context::max_concurrent_reconciles`]). The cache may be a moment
+//! behind: a create of a Pod it has not seen yet finds the Cluster's own Pod
+//! and goes on, a delete of a Pod already gone is done.
+//!
 //! Plugins advertising `ReconcilerHooks` on Clusters are called as
 //! CloudNativePG calls them: `Pre` before anything else (a `REQUEUE` answer
 //! defers the reconcile by its delay, `TERMINATE` ends it until the Cluster
@@ -34,11 +45,11 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    sync::{Arc, Mutex},
-    time::Duration,
+    sync::{Arc, Mutex, RwLock},
+    time::{Duration, Instant},
 };
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use k8s_openapi::{
     api::core::v1::Pod,
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
@@ -48,8 +59,10 @@ use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     runtime::{
-        controller::{Action, Controller, Error as ControllerError},
+        WatchStreamExt,
+        controller::{Action, Config as ControllerConfig, Controller, Error as ControllerError},
         events::{Event, EventType, Recorder, Reporter},
+        reflector::{self, Store},
         watcher,
     },
 };
@@ -81,6 +94,11 @@ pub const PLUGIN_ERROR_RETRY: Duration = Duration::from_secs(10);
 /// Delay before retrying a Cluster whose `ReconcilerHooks` call failed, as
 /// CloudNativePG requeues after an error from a plugin's hooks.
 pub const HOOK_ERROR_RETRY: Duration = Duration::from_secs(15);
+/// Longest a Cluster's `status.pluginStatus` goes without a
+/// `SetStatusInCluster` round while nothing changes.
+pub const PLUGIN_STATUS_REFRESH: Duration = Duration::from_secs(60);
+/// Reconciles running at once, by default (CloudNativePG's default too).
+pub const DEFAULT_MAX_CONCURRENT_RECONCILES: u16 = 10;
 
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
@@ -154,6 +172,16 @@ pub struct Context {
     pub recorder: Recorder,
     /// Delay before re-checking a healthy Cluster.
     pub resync: Duration,
+    /// Longest a Cluster goes without a `SetStatusInCluster` round while
+    /// nothing changes ([`PLUGIN_STATUS_REFRESH`]).
+    pub plugin_status_refresh: Duration,
+    /// Reconciles running at once, across Clusters (0: no limit).
+    pub max_concurrent_reconciles: u16,
+    /// The instance Pods as [`run`]'s watch has them; until it runs (a
+    /// reconcile called on its own, as in tests), Pods are listed.
+    pods: RwLock<Option<Store<Pod>>>,
+    /// By Cluster `namespace/name`, the last `SetStatusInCluster` round.
+    status_rounds: Mutex<HashMap<String, StatusRound>>,
     /// Consecutive API-error reconciles, by `namespace/name`.
     failures: Mutex<HashMap<String, u32>>,
     /// By Cluster `namespace/name`, the inputs fingerprint under which each
@@ -173,9 +201,47 @@ impl Context {
             client,
             host,
             resync: Duration::from_secs(300),
+            plugin_status_refresh: PLUGIN_STATUS_REFRESH,
+            max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
+            pods: RwLock::new(None),
+            status_rounds: Mutex::new(HashMap::new()),
             failures: Mutex::new(HashMap::new()),
             evaluated: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn pod_cache(&self) -> Option<Store<Pod>> {
+        self.pods
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether this reconcile must ask the plugins for their status: it
+    /// changed something (`changed`), the Cluster's generation moved, or
+    /// the last round is older than [`Context::plugin_status_refresh`].
+    fn status_round_due(&self, key: &str, generation: Option<i64>, changed: bool) -> bool {
+        let rounds = self
+            .status_rounds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        changed
+            || rounds
+                .get(key)
+                .is_none_or(|last| last.generation != generation || last.at.elapsed() >= self.plugin_status_refresh)
+    }
+
+    fn status_round_done(&self, key: &str, generation: Option<i64>) {
+        self.status_rounds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                key.to_owned(),
+                StatusRound {
+                    generation,
+                    at: Instant::now(),
+                },
+            );
     }
 
     /// The delay before retrying `key` after one more API error: 1 s,
@@ -212,11 +278,21 @@ impl Context {
     /// the memory kept follows the live Clusters.
     fn forget(&self, key: &str) {
         self.reset_backoff(key);
+        self.status_rounds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
         self.evaluated
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(key);
     }
+}
+
+/// When plugins were last asked for a Cluster's status, and at which generation.
+struct StatusRound {
+    generation: Option<i64>,
+    at: Instant,
 }
 
 fn cluster_key(cluster: &Cluster) -> String {
@@ -265,6 +341,17 @@ async fn patch_status(api: &Api<Cluster>, name: &str, status: &ClusterStatus) ->
         format!("update the status of Cluster {name}"),
     ))?;
     Ok(())
+}
+
+/// Writes `status` unless the Cluster already has it: a reconcile that
+/// changes nothing writes nothing (and so triggers no watch event). The
+/// Cluster may be a little behind the API server; a write skipped on a
+/// stale copy is made by the reconcile its own update triggers.
+async fn write_status(cluster: &Cluster, api: &Api<Cluster>, status: &ClusterStatus) -> Result<(), ReconcileError> {
+    if cluster.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    patch_status(api, &cluster.name_any(), status).await
 }
 
 /// Records a Warning Event on the Cluster (failures to record are logged).
@@ -345,7 +432,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<N
                 generation,
             );
             set_condition(&mut status, ok);
-            if let Err(error) = patch_status(&clusters, &name, &status).await {
+            if let Err(error) = write_status(&cluster, &clusters, &status).await {
                 // The status cannot say it: an Event can.
                 warn(&ctx, &cluster, error.reason(), &error.to_string()).await;
                 return Err(error);
@@ -365,7 +452,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<N
                 &mut status,
                 condition("Ready", false, "PluginFailed", &message, generation),
             );
-            if let Err(status_error) = patch_status(&clusters, &name, &status).await {
+            if let Err(status_error) = write_status(&cluster, &clusters, &status).await {
                 tracing::warn!(cluster = %name, error = %status_error, "cannot report the failure in the Cluster status");
             }
             warn(&ctx, &cluster, "PluginFailed", &message).await;
@@ -379,7 +466,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<N
             status.phase = Some("Reconcile error".into());
             status.phase_reason = Some(message.clone());
             set_condition(&mut status, condition("Ready", false, reason, &message, generation));
-            if let Err(status_error) = patch_status(&clusters, &name, &status).await {
+            if let Err(status_error) = write_status(&cluster, &clusters, &status).await {
                 tracing::warn!(cluster = %name, error = %status_error, "cannot report the failure in the Cluster status");
             }
             warn(&ctx, &cluster, reason, &message).await;
@@ -414,8 +501,8 @@ async fn reconcile_pods(
         return Ok(action);
     }
     deregister_removed(ctx, &name, &routed, status).await;
-    let by_number = list_instances(pods, &name).await?;
-    scale_down(pods, &name, &by_number, wanted).await?;
+    let by_number = instances(ctx, pods, cluster).await?;
+    let scaled_down = scale_down(pods, &name, &by_number, wanted).await?;
     // The enriched PostgreSQL configuration, asked only when a Pod is built
     // or evaluated, once.
     let configuration = Configuration::default();
@@ -437,10 +524,20 @@ async fn reconcile_pods(
             wanted,
         )
         .await?;
+    let created = !to_create.is_empty();
     create_pods(pods, &name, to_create).await?;
     let post = ctx.host.reconciler_hooks(HookPhase::Post, &routed).await?;
-    update_plugin_status(ctx, &routed, status).await?;
     let healthy = set_phase(cluster, status, &by_number, wanted, rolled);
+    // One SetStatusInCluster round per reconcile that changes something
+    // (Pods, the phase or conditions, the plugins, the spec), and at least
+    // every `plugin_status_refresh`: not on every watch event.
+    let changed =
+        created || scaled_down || rolled || cluster.status.as_ref() != Some(&*status) || !same_plugins(&routed, status);
+    let key = cluster_key(cluster);
+    if ctx.status_round_due(&key, cluster.metadata.generation, changed) {
+        update_plugin_status(ctx, &routed, status).await?;
+        ctx.status_round_done(&key, cluster.metadata.generation);
+    }
     Ok(match post {
         HookOutcome::Requeue { plugin, after } => {
             tracing::info!(cluster = %name, %plugin, ?after, "a ReconcilerHooks Post hook asked for a requeue");
@@ -485,8 +582,29 @@ async fn deregister_removed(ctx: &Context, name: &str, routed: &RoutedResource, 
     }
 }
 
-/// The Cluster's instance Pods, by instance number.
-async fn list_instances(pods: &Api<Pod>, name: &str) -> Result<BTreeMap<i32, Pod>, ReconcileError> {
+/// Whether `status.pluginStatus` has an entry for exactly the enabled plugins.
+fn same_plugins(routed: &RoutedResource, status: &ClusterStatus) -> bool {
+    let enabled: BTreeSet<&str> = routed.enabled().iter().map(|p| p.name.as_str()).collect();
+    let reported: BTreeSet<&str> = status.plugin_status.iter().map(|s| s.name.as_str()).collect();
+    enabled == reported
+}
+
+/// The Cluster's instance Pods, by instance number: from the watch cache
+/// [`run`] keeps (no API call) once it has its first full list, else listed.
+async fn instances(ctx: &Context, pods: &Api<Pod>, cluster: &Cluster) -> Result<BTreeMap<i32, Pod>, ReconcileError> {
+    let name = cluster.name_any();
+    // Never wait for the cache: it fills as the controller takes in Pod
+    // events, which it does not while every reconcile slot waits.
+    if let Some(cache) = ctx.pod_cache()
+        && matches!(cache.wait_until_ready().now_or_never(), Some(Ok(())))
+    {
+        let namespace = cluster.namespace();
+        return Ok(cache
+            .state_filter(|pod| pod.metadata.namespace == namespace && pod.labels().get(CLUSTER_LABEL) == Some(&name))
+            .into_iter()
+            .filter_map(|pod| Some((instance_number(&name, &pod)?, Pod::clone(&pod))))
+            .collect());
+    }
     let existing = pods
         .list(&ListParams::default().labels(&format!("{CLUSTER_LABEL}={name}")))
         .await
@@ -496,27 +614,36 @@ async fn list_instances(pods: &Api<Pod>, name: &str) -> Result<BTreeMap<i32, Pod
         ))?;
     Ok(existing
         .into_iter()
-        .filter_map(|pod| Some((instance_number(name, &pod)?, pod)))
+        .filter_map(|pod| Some((instance_number(&name, &pod)?, pod)))
         .collect())
 }
 
-/// Deletes the instances above `wanted`, the highest first.
+/// Deletes the instances above `wanted`, the highest first; `true` when
+/// there were any.
 async fn scale_down(
     pods: &Api<Pod>,
     name: &str,
     by_number: &BTreeMap<i32, Pod>,
     wanted: i32,
-) -> Result<(), ReconcileError> {
+) -> Result<bool, ReconcileError> {
+    let mut deleted = false;
     for (n, pod) in by_number.iter().rev().filter(|(n, _)| **n > wanted) {
         tracing::info!(cluster = %name, instance = n, "scaling down");
-        pods.delete(&pod.name_any(), &DeleteParams::default())
-            .await
-            .map_err(ReconcileError::kube(
-                "DeletePodFailed",
-                format!("delete Pod {}", pod.name_any()),
-            ))?;
+        delete_pod(pods, &pod.name_any()).await?;
+        deleted = true;
     }
-    Ok(())
+    Ok(deleted)
+}
+
+/// Deletes a Pod; one already gone (the watch cache was behind) is fine.
+async fn delete_pod(pods: &Api<Pod>, pod: &str) -> Result<(), ReconcileError> {
+    match pods.delete(pod, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(ReconcileError::kube("DeletePodFailed", format!("delete Pod {pod}"))(
+            error,
+        )),
+    }
 }
 
 /// Creates the Pods built by the plugins, as [`FIELD_MANAGER`].
@@ -528,12 +655,33 @@ async fn create_pods(pods: &Api<Pod>, name: &str, to_create: Vec<serde_json::Val
     for pod in to_create {
         let pod: Pod = serde_json::from_value(pod)?;
         tracing::info!(cluster = %name, pod = %pod.name_any(), "creating instance Pod");
-        pods.create(&create, &pod).await.map_err(ReconcileError::kube(
-            "CreatePodFailed",
-            format!("create Pod {}", pod.name_any()),
-        ))?;
+        match pods.create(&create, &pod).await {
+            Ok(_) => {}
+            // The watch cache had not seen this Cluster's own Pod yet: it is
+            // there. Any other Pod of that name is a clash, reported.
+            Err(kube::Error::Api(status))
+                if status.code == 409 && is_instance_of(pods, &pod.name_any(), name).await =>
+            {
+                tracing::debug!(cluster = %name, pod = %pod.name_any(), "instance Pod already created");
+            }
+            Err(error) => {
+                return Err(ReconcileError::kube(
+                    "CreatePodFailed",
+                    format!("create Pod {}", pod.name_any()),
+                )(error));
+            }
+        }
     }
     Ok(())
+}
+
+/// Whether the Pod `pod` exists and is labelled an instance of Cluster `cluster`.
+async fn is_instance_of(pods: &Api<Pod>, pod: &str, cluster: &str) -> bool {
+    pods.get_opt(pod)
+        .await
+        .ok()
+        .flatten()
+        .is_some_and(|existing| existing.labels().get(CLUSTER_LABEL).map(String::as_str) == Some(cluster))
 }
 
 /// `status.pluginStatus` from `SetStatusInCluster`, keeping the previous
@@ -611,12 +759,7 @@ async fn roll_first_drifted(
             let configuration = configuration.get(ctx, cluster).await?;
             if live != wanted_hash(&ctx.host, cluster, configuration, *n).await? {
                 tracing::info!(cluster = %key, pod = %pod.name_any(), "plugins want a different Pod; rolling it");
-                pods.delete(&pod.name_any(), &DeleteParams::default())
-                    .await
-                    .map_err(ReconcileError::kube(
-                        "DeletePodFailed",
-                        format!("delete Pod {}", pod.name_any()),
-                    ))?;
+                delete_pod(pods, &pod.name_any()).await?;
                 rolled = true;
                 break;
             }
@@ -692,8 +835,22 @@ pub async fn run(
             Api::<Pod>::all(ctx.client.clone()),
         ),
     };
+    // One watch of the instance Pods both triggers reconciles and feeds the
+    // cache reconciles read them from, instead of a list per reconcile. The
+    // cache keeps what reconciles read (metadata and status), not specs.
+    let (cache, writer) = reflector::store();
+    let pod_events = watcher(pods, watcher::Config::default().labels(CLUSTER_LABEL))
+        .default_backoff()
+        .modify(|pod| {
+            pod.spec = None;
+            pod.metadata.managed_fields = None;
+        })
+        .reflect(writer)
+        .touched_objects();
+    *ctx.pods.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(cache);
     Controller::new(clusters, watcher::Config::default())
-        .owns(pods, watcher::Config::default().labels(CLUSTER_LABEL))
+        .owns_stream(pod_events)
+        .with_config(ControllerConfig::default().concurrency(ctx.max_concurrent_reconciles))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {

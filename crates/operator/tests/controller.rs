@@ -539,3 +539,87 @@ async fn reconciles_are_measured_with_controller_runtime_names() {
     let started = value("process_start_time_seconds");
     assert!(started <= now + 1.0 && started > now - 3600.0, "{started} vs {now}");
 }
+
+/// Issue 35: a reconcile that changes nothing writes nothing and asks the
+/// plugins for no status; a new generation of the Cluster does both again.
+#[tokio::test]
+async fn a_reconcile_that_changes_nothing_writes_no_status_and_asks_no_plugin_status() {
+    const STATUS: &str = "Operator/SetStatusInCluster";
+    let calls = Arc::new(Calls::default());
+    let plugins = plugins_observed(ClientOptions {
+        observer: calls.clone(),
+        ..ClientOptions::default()
+    })
+    .await;
+    let api = FakeApiServer::new();
+    let one = cluster_json(1, json!([{"name": HELLO}]));
+    let ctx = context(&plugins, &api, &one).await;
+    let status_path = format!("{CLUSTERS}/cluster-example/status");
+    // The Cluster as the API server has it now, status included.
+    let stored = || -> Arc<Cluster> { Arc::new(serde_json::from_value(api.stored(CLUSTERS)[0].clone()).unwrap()) };
+
+    controller::reconcile(stored(), ctx.clone()).await.unwrap();
+    assert_eq!(pod_names(&api), ["cluster-example-1"]);
+    assert_eq!(api.recorded("PATCH", &status_path).len(), 1);
+    assert_eq!(
+        calls.take(STATUS),
+        1,
+        "the first reconcile asks for the plugins' status"
+    );
+
+    for _ in 0..3 {
+        controller::reconcile(stored(), ctx.clone()).await.unwrap();
+    }
+    assert_eq!(
+        api.recorded("PATCH", &status_path).len(),
+        1,
+        "an unchanged status is not written again"
+    );
+    assert_eq!(calls.take(STATUS), 0, "nothing changed: no SetStatusInCluster");
+    assert_eq!(pod_names(&api), ["cluster-example-1"]);
+
+    // A stale copy (the status not yet seen) is written, as a change.
+    controller::reconcile(Arc::new(serde_json::from_value(one.clone()).unwrap()), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(api.recorded("PATCH", &status_path).len(), 2);
+    assert_eq!(calls.take(STATUS), 1);
+
+    // A new generation: the plugins are asked again.
+    let mut next = api.stored(CLUSTERS)[0].clone();
+    next["metadata"]["generation"] = json!(2);
+    controller::reconcile(Arc::new(serde_json::from_value(next).unwrap()), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(calls.take(STATUS), 1, "a new generation asks for the status again");
+}
+
+/// Issue 35: with no round within `plugin_status_refresh`, an unchanged
+/// Cluster's plugins are asked again, so `pluginStatus` never goes stale.
+#[tokio::test]
+async fn plugin_status_is_refreshed_when_the_last_round_is_old() {
+    const STATUS: &str = "Operator/SetStatusInCluster";
+    let calls = Arc::new(Calls::default());
+    let plugins = plugins_observed(ClientOptions {
+        observer: calls.clone(),
+        ..ClientOptions::default()
+    })
+    .await;
+    let api = FakeApiServer::new();
+    let one = cluster_json(1, json!([{"name": HELLO}]));
+    api.collection(PODS);
+    api.seed(CLUSTERS, one);
+    let url = api.clone().start().await;
+    let mut ctx = Context::new(
+        FakeApiServer::client(&url, "default"),
+        plugins.host.clone(),
+        "cnpgi-operator",
+    );
+    ctx.plugin_status_refresh = Duration::ZERO;
+    let ctx = Arc::new(ctx);
+    let stored = || -> Arc<Cluster> { Arc::new(serde_json::from_value(api.stored(CLUSTERS)[0].clone()).unwrap()) };
+
+    controller::reconcile(stored(), ctx.clone()).await.unwrap();
+    controller::reconcile(stored(), ctx.clone()).await.unwrap();
+    assert_eq!(calls.take(STATUS), 2, "every round is due with a zero refresh");
+}
