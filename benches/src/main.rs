@@ -55,6 +55,16 @@ struct Args {
     /// Only the webhook table (section 3).
     #[arg(long)]
     webhook_only: bool,
+    /// Offered `SetStatusInCluster` calls per second (section 7):
+    /// CloudNativePG's steady traffic at 5,000 Clusters.
+    #[arg(long, default_value_t = 1000.0)]
+    status_rate: f64,
+    /// Distinct Clusters the status calls cycle through (section 7).
+    #[arg(long, default_value_t = 5000)]
+    status_clusters: usize,
+    /// Only the status traffic table (section 7).
+    #[arg(long)]
+    status_only: bool,
 }
 
 fn machine() -> String {
@@ -118,6 +128,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if args.webhook_only {
         return tables::webhook(effort, args.rate).await;
     }
+    if args.status_only {
+        return tables::status_traffic(&binary, effort, args.status_rate, args.status_clusters).await;
+    }
     tables::floor(effort).await?;
     tables::routing(effort, args.go_plugin.as_deref()).await?;
     if args.routing_only {
@@ -126,7 +139,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tables::webhook(effort, args.rate).await?;
     tables::plugin_cost(&binary, effort).await?;
     tables::connections(effort).await?;
-    tables::scale(effort).await
+    tables::scale(effort).await?;
+    tables::status_traffic(&binary, effort, args.status_rate, args.status_clusters).await
 }
 
 fn main() -> ExitCode {

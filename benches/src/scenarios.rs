@@ -814,3 +814,119 @@ pub(crate) async fn go_plugin_chain(
     )
     .await
 }
+
+/// What CloudNativePG's steady status traffic costs the hello-world process.
+pub(crate) struct StatusTraffic {
+    pub(crate) samples: Samples,
+    pub(crate) rate: f64,
+    pub(crate) clusters: usize,
+    /// The plugin process's CPU seconds (user + system) over the load.
+    pub(crate) cpu_seconds: f64,
+    pub(crate) peak_rss_kib: u64,
+}
+
+/// A process's CPU seconds so far, from `/proc/<pid>/stat` (utime + stime,
+/// in clock ticks: USER_HZ, 100 on Linux whatever the kernel's own HZ).
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command (field 2) may hold spaces; fields after its `)` are plain.
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat: no command field"))?;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| -> anyhow::Result<f64> {
+        Ok(fields
+            .get(i)
+            .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat: field {} missing", i + 3))?
+            .parse::<f64>()?)
+    };
+    // utime and stime are fields 14 and 15: 11 and 12 after the command.
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
+}
+
+/// 7. CloudNativePG's steady status traffic (issue 35): it asks each plugin
+/// of each Cluster for its status on every reconcile. `SetStatusInCluster`
+/// at `rate` calls a second, paced (open loop: a late answer does not slow
+/// the offered load), over `clusters` distinct Clusters, into the
+/// hello-world process on its Unix socket, one shared channel as
+/// CloudNativePG keeps. A call's latency counts from its scheduled start.
+pub(crate) async fn status_traffic(
+    binary: &Path,
+    effort: Effort,
+    rate: f64,
+    clusters: usize,
+) -> anyhow::Result<StatusTraffic> {
+    use cnpgi_pluginhelper::proto::operator::v1::SetStatusInClusterRequest;
+
+    let dir = tempfile::tempdir()?;
+    let child = ChildGuard::spawn(
+        Command::new(binary)
+            .args(["plugin", &format!("--plugin-path={}", dir.path().display())])
+            .env("LOG_LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )?;
+    let client = PluginClient::new(
+        HELLO,
+        Transport::Unix {
+            path: dir.path().join(HELLO),
+        },
+        &ClientOptions::default(),
+    )?;
+    let started = Instant::now();
+    while !matches!(probe::is_ready(&client).await, Ok(true)) {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(20),
+            "hello-world did not become ready"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let template = fixtures::cluster(&names(1));
+    let bodies: Vec<Arc<Vec<u8>>> = (0..clusters.max(1))
+        .map(|i| {
+            let mut cluster = template.clone();
+            cluster["metadata"]["name"] = json!(format!("cluster-{i}"));
+            cluster["metadata"]["uid"] = json!(format!("00000000-0000-4000-8000-{i:012}"));
+            // As CloudNativePG sends it: the plugin's entry is in the status.
+            cluster["status"] = json!({"pluginStatus": [{"name": HELLO, "version": "0.1.0", "status": "{\"enabled\":true}"}]});
+            serde_json::to_vec(&cluster).map(Arc::new)
+        })
+        .collect::<Result<_, _>>()?;
+    let call = |client: PluginClient, body: Arc<Vec<u8>>| async move {
+        let request = client.request(SetStatusInClusterRequest {
+            cluster: body.as_ref().clone(),
+        });
+        client.operator().set_status_in_cluster(request).await
+    };
+    for i in 0..effort.warmup {
+        call(client.clone(), bodies[i % bodies.len()].clone()).await?;
+    }
+
+    let total = ((rate * effort.load_seconds).ceil() as usize).max(1);
+    let cpu_before = cpu_seconds(child.id())?;
+    let started = Instant::now();
+    let mut calls = Vec::with_capacity(total);
+    for i in 0..total {
+        let scheduled = started + Duration::from_secs_f64(i as f64 / rate);
+        tokio::time::sleep_until(scheduled.into()).await;
+        let call = call(client.clone(), bodies[i % bodies.len()].clone());
+        calls.push(tokio::spawn(async move { call.await.map(|_| scheduled.elapsed()) }));
+    }
+    let mut samples = Samples::with_capacity(total);
+    for call in calls {
+        match call.await? {
+            Ok(latency) => samples.push(latency),
+            Err(_) => samples.errors += 1,
+        }
+    }
+    samples.elapsed = started.elapsed();
+    let cpu_seconds = cpu_seconds(child.id())? - cpu_before;
+    Ok(StatusTraffic {
+        samples,
+        rate,
+        clusters: bodies.len(),
+        cpu_seconds,
+        peak_rss_kib: status_kib(child.id(), "VmHWM:")?,
+    })
+}

@@ -1,7 +1,7 @@
 //! The results: one function per section of BENCHMARKS.md, each measuring
 //! through [`scenarios`] and printing its table beside baselines and targets.
 
-use std::path::Path;
+use std::{path::Path, time::Duration};
 
 use crate::{
     scenarios::{self, Effort},
@@ -205,6 +205,41 @@ pub(crate) async fn scale(effort: Effort) -> anyhow::Result<()> {
         scale.lookup_small_ns,
         scale.lookup_large_ns,
         scale.lookup_large_ns / scale.lookup_small_ns
+    );
+    Ok(())
+}
+
+/// 7. CloudNativePG's steady status traffic into one plugin process.
+pub(crate) async fn status_traffic(binary: &Path, effort: Effort, rate: f64, clusters: usize) -> anyhow::Result<()> {
+    let traffic = scenarios::status_traffic(binary, effort, rate, clusters).await?;
+    let core = traffic.cpu_seconds / traffic.samples.elapsed.as_secs_f64() * 100.0;
+    println!("\n### 7. Steady status traffic: SetStatusInCluster into the hello-world process\n");
+    println!(
+        "{} calls/s offered over {} Clusters for {:.0} s, one channel on the plugin's Unix socket\n",
+        traffic.rate,
+        traffic.clusters,
+        traffic.samples.elapsed.as_secs_f64()
+    );
+    println!("| measurement | value | target | met |\n|---|---|---|---|");
+    println!(
+        "| answered / errors | {} / {} | 0 errors | {} |",
+        traffic.samples.count(),
+        traffic.samples.errors,
+        verdict(traffic.samples.errors == 0)
+    );
+    println!("| p50 | {} | | |", fmt(traffic.samples.p50()));
+    println!(
+        "| p99 | {} | < 5 ms | {} |",
+        fmt(traffic.samples.p99()),
+        verdict(traffic.samples.p99() < Duration::from_millis(5))
+    );
+    println!(
+        "| plugin CPU | {core:.1}% of a core | < 10% | {} |",
+        verdict(core < 10.0)
+    );
+    println!(
+        "| plugin peak RSS | {:.1} MiB | | |",
+        traffic.peak_rss_kib as f64 / 1024.0
     );
     Ok(())
 }

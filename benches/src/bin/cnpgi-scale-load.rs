@@ -22,7 +22,7 @@
 #![forbid(unsafe_code)]
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -86,8 +86,14 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Binds every unscheduled Pod of the namespace to `node`, as a scheduler
-/// would (there is none: kwok fakes only the node's kubelet).
-async fn bind_pods(pods: Api<Pod>, node: String) -> anyhow::Result<()> {
+/// would (there is none: kwok fakes only the node's kubelet), and counts in
+/// `bound` the instance Pods (`is_instance`) it bound.
+async fn bind_pods(
+    pods: Api<Pod>,
+    node: String,
+    is_instance: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    bound: Arc<Mutex<HashSet<String>>>,
+) -> anyhow::Result<()> {
     let unscheduled = watcher::Config::default().fields("spec.nodeName=");
     watcher(pods.clone(), unscheduled)
         .default_backoff()
@@ -96,6 +102,8 @@ async fn bind_pods(pods: Api<Pod>, node: String) -> anyhow::Result<()> {
         .try_for_each_concurrent(8, |pod| {
             let pods = pods.clone();
             let node = node.clone();
+            let is_instance = is_instance.clone();
+            let bound = bound.clone();
             async move {
                 let name = pod.metadata.name.unwrap_or_default();
                 let binding = json!({
@@ -103,18 +111,32 @@ async fn bind_pods(pods: Api<Pod>, node: String) -> anyhow::Result<()> {
                     "metadata": {"name": name},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": node},
                 });
-                let bound = pods
+                let outcome = pods
                     .create_subresource::<_, serde_json::Value>("binding", &name, &PostParams::default(), &binding)
                     .await;
-                match bound {
-                    Ok(_) => Ok(()),
-                    // Already bound (a repeated watch event), or gone.
-                    Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(()),
-                    Err(e) => Err(anyhow::Error::from(e).context(format!("bind Pod {name} to node {node}"))),
+                match outcome {
+                    // Bound, or already bound (a repeated watch event).
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    // Gone.
+                    Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+                    Err(e) => return Err(anyhow::Error::from(e).context(format!("bind Pod {name} to node {node}"))),
                 }
+                if is_instance(&name) {
+                    bound.lock().unwrap_or_else(|e| e.into_inner()).insert(name);
+                }
+                Ok(())
             }
         })
         .await
+}
+
+/// Whether `name` is an instance Pod `<prefix>-<i>-1`.
+fn is_instance_pod(prefix: &str, name: &str) -> bool {
+    name.strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .and_then(|rest| rest.strip_suffix("-1"))
+        .is_some_and(|i| i.parse::<usize>().is_ok())
 }
 
 /// Records when each instance Pod `<prefix>-<i>-1` is first seen with
@@ -133,11 +155,7 @@ async fn watch_patched(
         .boxed();
     while let Some(pod) = events.try_next().await? {
         let name = pod.metadata.name.unwrap_or_default();
-        let instance = name
-            .strip_prefix(&format!("{prefix}-"))
-            .and_then(|rest| rest.strip_suffix("-1"))
-            .is_some_and(|i| i.parse::<usize>().is_ok());
-        if !instance {
+        if !is_instance_pod(&prefix, &name) {
             continue;
         }
         let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
@@ -159,10 +177,12 @@ async fn run(args: Args) -> anyhow::Result<serde_json::Value> {
     let clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), &args.namespace, &resource);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &args.namespace);
 
-    let binder = args
-        .node
-        .clone()
-        .map(|node| tokio::spawn(bind_pods(pods.clone(), node)));
+    let bound = Arc::new(Mutex::new(HashSet::new()));
+    let binder = args.node.clone().map(|node| {
+        let prefix = args.prefix.clone();
+        let is_instance: Arc<dyn Fn(&str) -> bool + Send + Sync> = Arc::new(move |name| is_instance_pod(&prefix, name));
+        tokio::spawn(bind_pods(pods.clone(), node, is_instance, bound.clone()))
+    });
     let start = Instant::now();
     let seen = Arc::new(Mutex::new(HashMap::new()));
     let watch = args.patched_label.clone().map(|label| {
@@ -200,9 +220,10 @@ async fn run(args: Args) -> anyhow::Result<serde_json::Value> {
     latencies.sort_by(f64::total_cmp);
     let errors: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
 
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout_seconds);
     let mut patched = serde_json::Value::Null;
     if let Some(watch) = watch {
-        let finished = tokio::time::timeout(Duration::from_secs(args.timeout_seconds), watch).await;
+        let finished = tokio::time::timeout_at(deadline, watch).await;
         let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
         let mut times: Vec<f64> = seen.values().map(Duration::as_secs_f64).collect();
         times.sort_by(f64::total_cmp);
@@ -220,6 +241,12 @@ async fn run(args: Args) -> anyhow::Result<serde_json::Value> {
         });
     }
     if let Some(binder) = binder {
+        // Every instance Pod bound before leaving (a Pod patched at its
+        // create may not be yet): else it would stay Pending.
+        let all_bound = || bound.lock().unwrap_or_else(|e| e.into_inner()).len() >= args.clusters;
+        while !all_bound() && !binder.is_finished() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         // The binder runs until stopped; if it stopped on its own, it failed.
         if binder.is_finished() {
             binder.await.context("the Pod binder panicked")??;
@@ -240,6 +267,7 @@ async fn run(args: Args) -> anyhow::Result<serde_json::Value> {
             "max": latencies.last().copied(),
         },
         "patched": patched,
+        "instance_pods_bound": bound.lock().unwrap_or_else(|e| e.into_inner()).len(),
     }))
 }
 
@@ -260,7 +288,16 @@ async fn main() -> std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::percentile;
+    use super::{is_instance_pod, percentile};
+
+    #[test]
+    fn instance_pods_are_the_first_of_each_cluster() {
+        assert!(is_instance_pod("c", "c-12-1"));
+        assert!(!is_instance_pod("c", "c-12-2"));
+        assert!(!is_instance_pod("c", "c-12-1-initdb-x7k2q"));
+        assert!(!is_instance_pod("c", "warm-up-1-1"));
+        assert!(!is_instance_pod("c", "cx-1-1"));
+    }
 
     #[test]
     fn nearest_rank_percentiles() {
