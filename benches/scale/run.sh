@@ -207,7 +207,7 @@ warm_up() {
   sleep 1
 }
 
-operator_pid="" plugin_pid="" operator_flags=()
+operator_pid="" plugin_pid="" operator_flags=() metrics_url=""
 if [ "$webhooks_only" = 1 ]; then
   operator_flags=(--disable-controller)
 fi
@@ -221,6 +221,7 @@ start_operator() {
   wait_until "the hello-world plugin's socket" 20 "$plugin_pid" test -S "$dir/sockets/$HELLO"
   webhook="$(cp_free_port)"
   metrics="$(cp_free_port)"
+  metrics_url="http://127.0.0.1:$metrics/metrics"
   case "$operator" in
     cnpgi-operator)
       kubeconfig="$(scale cnpgi-operator "$dir" "$webhook")" || die "cannot set up cnpgi-operator's RBAC and webhooks"
@@ -290,18 +291,20 @@ PY
   start_operator "$operator" "$dir"
   warm_up
 
-  local t0 t1 t2 start during after api0 api1 api2 ended rc=0 wait_pods=()
+  local t0 t1 t2 start during after api0 api1 api2 handlers0 handlers1 ended rc=0 wait_pods=()
   if [ "$webhooks_only" = 0 ] || [ "$operator" != cnpgi-operator ]; then
     wait_pods=(--node "$NODE" --patched-label "$PATCHED")
   fi
   start="$(scale proc "$operator_pid" "$plugin_pid")"
   api0="$(scale apiserver-requests)"
+  handlers0="$(scale webhook-handlers "$metrics_url")"
   t0="$(now)"
   load --group "$group" --namespace scale --clusters "$n" --spec "$spec" "${wait_pods[@]}" \
     --timeout-seconds "$((smoke ? 120 : 900))" >"$dir/driver.json" || rc=$?
   t1="$(now)"
   during="$(scale proc "$operator_pid" "$plugin_pid")"
   api1="$(scale apiserver-requests)"
+  handlers1="$(scale webhook-handlers "$metrics_url")"
   [ "$rc" = 0 ] || die "the load driver failed ($rc); see $dir"
   sleep "$rest"
   t2="$(now)"
@@ -315,10 +318,10 @@ PY
     subject="$operator ($label)"
   fi
   python3 - "$subject" "$n" "$operator_pid" "$plugin_pid" "$dir/floor.json" "$dir/driver.json" "$start" "$during" "$after" \
-    "$api0" "$api1" "$api2" "$ended" "$(scale plugin-calls "$dir/hello-world.log" "$t0" "$t1")" \
+    "$api0" "$api1" "$api2" "$handlers0" "$handlers1" "$ended" "$(scale plugin-calls "$dir/hello-world.log" "$t0" "$t1")" \
     "$(scale plugin-calls "$dir/hello-world.log" "$t1" "$t2")" "$rest" >>"$out" <<'PY'
 import json, sys
-(subject, n, op, pl, floor, driver, start, during, after, api0, api1, api2, ended, load_calls, rest_calls, rest) = sys.argv[1:]
+(subject, n, op, pl, floor, driver, start, during, after, api0, api1, api2, handlers0, handlers1, ended, load_calls, rest_calls, rest) = sys.argv[1:]
 start, during, after = json.loads(start), json.loads(during), json.loads(after)
 api0, api1, api2 = json.loads(api0), json.loads(api1), json.loads(api2)
 def delta(a, b):
@@ -329,6 +332,7 @@ print(json.dumps({
     "operator": {"start": start[op], "during": during[op], "rest": after[op]},
     "plugin": {"start": start[pl], "during": during[pl], "rest": after[pl]},
     "api_requests": delta(api0, api1), "api_requests_rest": delta(api1, api2),
+    "webhook_handlers": delta(json.loads(handlers0), json.loads(handlers1)),
     "ended": json.loads(ended), "load_calls": json.loads(load_calls), "rest_calls": json.loads(rest_calls),
 }))
 PY

@@ -15,6 +15,9 @@ Subcommands (the API server from E2E_SERVER, E2E_CA, E2E_CERT, E2E_KEY):
   apiserver-requests                   {"VERB resource[/sub]": count} from the API server's /metrics
   summary NAMESPACE GROUP              where the Clusters and their Pods ended: counts of
                                        status.phase, and of the Pods' phase and readiness
+  webhook-handlers URL                 {"seconds", "requests"}: the operator's own time in its webhook
+                                       handlers so far (controller-runtime's
+                                       controller_runtime_webhook_latency_seconds, at its /metrics URL)
   plugin-calls LOG FROM TO             the plugin's answered calls between two Unix times: count per
                                        method, calls/s, p50/p99 of the handler time (its log's elapsed_ms)
   table RESULTS.jsonl                  the BENCHMARKS.md tables
@@ -196,6 +199,22 @@ def summary(kube, namespace, group):
     print(json.dumps({"cluster_phases": phases, "pods": pods}, sort_keys=True))
 
 
+HANDLER = re.compile(r"^controller_runtime_webhook_latency_seconds_(sum|count)(\{[^}]*\})? ([0-9.e+-]+)$")
+
+
+def webhook_handlers(url):
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    total = {"seconds": 0.0, "requests": 0.0}
+    for line in text.splitlines():
+        m = HANDLER.match(line)
+        if m:
+            total["seconds" if m.group(1) == "sum" else "requests"] += float(m.group(3))
+    print(json.dumps(total))
+
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 METHOD = re.compile(r"method=/[\w.]+/(\w+)\}")
 ELAPSED = re.compile(r"elapsed_ms=([0-9.]+)")
@@ -244,14 +263,33 @@ def fmt(value, digits=0, unit=""):
 COLUMNS = [
     "N",
     "operator",
-    "create p50 / p99 (floor)",
+    "create p50 / p99",
+    "floor p50 / p99",
+    "in webhooks per create (handlers)",
     "last Pod patched",
     "operator RSS peak / after rest",
     "operator CPU during / rest",
     "plugin RSS peak",
     "plugin calls/s at rest (p99)",
-    "API requests: list pods / status writes / all",
+    "API requests during: LIST pods / status writes / all",
+    "API requests/s at rest",
 ]
+
+
+def webhook_ms_per_create(r):
+    """The API server's time in admission webhooks, per create (mean, ms)."""
+    api = r["api_requests"]
+    seconds = sum(v for k, v in api.items() if k.startswith("webhook ") and k.endswith(" seconds"))
+    creates = r["driver"]["created"] or 1
+    return seconds * 1000 / creates if seconds else None
+
+
+def handler_ms_per_create(r):
+    """The operator's own time in its webhook handlers, per create (mean, ms)."""
+    handlers = r.get("webhook_handlers")
+    if not handlers:
+        return None
+    return handlers["seconds"] * 1000 / (r["driver"]["created"] or 1)
 
 
 def patched_cell(r):
@@ -272,16 +310,21 @@ def table(path):
         d, f, op, pl, api, calls = r["driver"], r["floor"], r["operator"], r["plugin"], r["api_requests"], r["rest_calls"]
         lists = api.get("LIST pods", 0)
         status = sum(v for k, v in api.items() if k.split()[0] in ("PATCH", "PUT", "APPLY") and k.endswith("clusters/status"))
+        rest_api = r.get("api_requests_rest", {})
+        rest_rate = sum(v for k, v in rest_api.items() if not k.startswith("webhook ")) / r["rest_seconds"]
         cells = [
             str(r["clusters"]),
             r["subject"],
-            f"{fmt(d['create_ms']['p50'])} / {fmt(d['create_ms']['p99'])} ms ({fmt(f['create_ms']['p50'])} / {fmt(f['create_ms']['p99'])})",
+            f"{fmt(d['create_ms']['p50'])} / {fmt(d['create_ms']['p99'])} ms",
+            f"{fmt(f['create_ms']['p50'])} / {fmt(f['create_ms']['p99'])} ms",
+            f"{fmt(webhook_ms_per_create(r), 1)} ms ({fmt(handler_ms_per_create(r), 1)} ms)",
             patched_cell(r),
             f"{fmt(op['during']['hwm_mib'])} / {fmt(op['rest']['rss_mib'])} MiB",
             f"{fmt(op['during']['cpu_s'] - op['start']['cpu_s'], 1)} / {fmt(op['rest']['cpu_s'] - op['during']['cpu_s'], 1)} s",
             f"{fmt(pl['rest']['hwm_mib'])} MiB",
             f"{fmt(calls['per_second'], 1)} ({fmt(calls['p99_ms'], 2)} ms)",
-            f"{lists:.0f} / {status:.0f} / {sum(api.values()):.0f}",
+            f"{lists:.0f} / {status:.0f} / {sum(v for k, v in api.items() if not k.startswith('webhook ')):.0f}",
+            f"{rest_rate:.1f}",
         ]
         print("| " + " | ".join(cells) + " |")
 
@@ -296,6 +339,8 @@ def main():
         return plugin_calls(args[0], float(args[1]), float(args[2]))
     if command == "table":
         return table(args[0])
+    if command == "webhook-handlers":
+        return webhook_handlers(args[0])
     kube = Kube.from_env()
     if command == "namespace":
         return namespace(kube, args[0])
