@@ -139,8 +139,13 @@ def proc(pids):
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for pid in pids:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            # It exited (an operator that lost its Lease stops): say so.
+            out[pid] = {"exited": True}
+            continue
         status = {}
         with open(f"/proc/{pid}/status", encoding="utf-8") as f:
             for line in f:
@@ -307,6 +312,9 @@ def table(path):
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
     for r in rows:
+        if any(r[who][when].get("exited") for who in ("operator", "plugin") for when in ("during", "rest")):
+            print(f"| {r['clusters']} | {r['subject']} | exited during the run: see its log |" + " |" * (len(COLUMNS) - 3))
+            continue
         d, f, op, pl, api, calls = r["driver"], r["floor"], r["operator"], r["plugin"], r["api_requests"], r["rest_calls"]
         lists = api.get("LIST pods", 0)
         status = sum(v for k, v in api.items() if k.split()[0] in ("PATCH", "PUT", "APPLY") and k.endswith("clusters/status"))
