@@ -889,7 +889,8 @@ pub(crate) async fn status_traffic(
             cluster["metadata"]["name"] = json!(format!("cluster-{i}"));
             cluster["metadata"]["uid"] = json!(format!("00000000-0000-4000-8000-{i:012}"));
             // As CloudNativePG sends it: the plugin's entry is in the status.
-            cluster["status"] = json!({"pluginStatus": [{"name": HELLO, "version": "0.1.0", "status": "{\"enabled\":true}"}]});
+            cluster["status"] =
+                json!({"pluginStatus": [{"name": HELLO, "version": "0.1.0", "status": "{\"enabled\":true}"}]});
             serde_json::to_vec(&cluster).map(Arc::new)
         })
         .collect::<Result<_, _>>()?;
