@@ -845,7 +845,7 @@ fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     Ok((ticks(11)? + ticks(12)?) / 100.0)
 }
 
-/// 7. CloudNativePG's steady status traffic (issue 35): it asks each plugin
+/// Section 7, CloudNativePG's steady status traffic (issue 35): it asks each plugin
 /// of each Cluster for its status on every reconcile. `SetStatusInCluster`
 /// at `rate` calls a second, paced (open loop: a late answer does not slow
 /// the offered load), over `clusters` distinct Clusters, into the
