@@ -84,13 +84,19 @@ def crd(kube, files):
             wait_for(f"the CRD {obj['metadata']['name']} is Established", established, 60)
 
 
-def serving_certificate(directory):
-    """A CA and a serving leaf for 127.0.0.1; returns (crt, key, CA bundle)."""
+def serving_certificate(work, crt_name, key_name):
+    """A CA and a serving leaf for 127.0.0.1, the leaf put in WORK/webhook
+    under the names the operator reads; returns the CA bundle."""
+    directory = os.path.join(work, "webhook-pki")
     os.makedirs(directory, exist_ok=True)
     ca_crt, _ = pki.ca(directory, "ca", "/CN=scale-webhook-ca")
     crt, key = pki.leaf(directory, "tls", "/CN=scale-webhook", "IP:127.0.0.1", "serverAuth", ca="ca")
+    certs = os.path.join(work, "webhook")
+    os.makedirs(certs, exist_ok=True)
+    os.replace(crt, os.path.join(certs, crt_name))
+    os.replace(key, os.path.join(certs, key_name))
     with open(ca_crt, "rb") as f:
-        return crt, key, base64.b64encode(f.read()).decode()
+        return base64.b64encode(f.read()).decode()
 
 
 def point_webhooks(obj, port, ca_bundle):
@@ -106,11 +112,7 @@ def cnpgi_operator(kube, work, port):
     for file in ["namespace.yaml", "rbac.yaml"]:
         for obj in load_yaml_documents(os.path.join(ROOT, "manifests", "operator", file)):
             kube.apply(obj)
-    crt, key, ca_bundle = serving_certificate(os.path.join(work, "webhook-pki"))
-    certs = os.path.join(work, "webhook")
-    os.makedirs(certs, exist_ok=True)
-    os.replace(crt, os.path.join(certs, "tls.crt"))
-    os.replace(key, os.path.join(certs, "tls.key"))
+    ca_bundle = serving_certificate(work, "tls.crt", "tls.key")
     for obj in load_yaml_documents(os.path.join(ROOT, "manifests", "operator", "webhooks.yaml")):
         kube.apply(point_webhooks(obj, port, ca_bundle))
     print(kube.token_kubeconfig("cnpgi-system", "cnpgi-operator", os.path.join(work, "operator.kubeconfig")))
@@ -122,12 +124,8 @@ def cloudnative_pg(kube, work, port, cache, module):
     for file in ["role.json", "role_binding.json"]:
         for obj in load(os.path.join(cache, "rbac", file)):
             kube.apply(obj)
-    crt, key, ca_bundle = serving_certificate(os.path.join(work, "webhook-pki"))
-    certs = os.path.join(work, "webhook")
-    os.makedirs(certs, exist_ok=True)
     # The names CloudNativePG reads when WEBHOOK_CERT_DIR is set.
-    os.replace(crt, os.path.join(certs, "apiserver.crt"))
-    os.replace(key, os.path.join(certs, "apiserver.key"))
+    ca_bundle = serving_certificate(work, "apiserver.crt", "apiserver.key")
     for obj in load_yaml_documents(os.path.join(module, "config", "webhook", "manifests.yaml")):
         # Only the Cluster webhooks: the benchmark creates nothing else.
         obj["webhooks"] = [h for h in obj["webhooks"] if "clusters" in h["rules"][0]["resources"]]

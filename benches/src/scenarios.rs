@@ -410,32 +410,38 @@ fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
         .ok_or_else(|| anyhow::anyhow!("{field} not in /proc/{pid}/status"))
 }
 
+/// Starts the hello-world process at `binary` on a Unix socket in a
+/// directory of its own and waits (up to 20 s) until its Probe answers ready.
+/// The directory must outlive the process.
+async fn start_hello(binary: &Path) -> anyhow::Result<(tempfile::TempDir, ChildGuard, PluginClient)> {
+    let dir = tempfile::tempdir()?;
+    let started = Instant::now();
+    let child = ChildGuard::spawn(
+        Command::new(binary)
+            .args(["plugin", &format!("--plugin-path={}", dir.path().display())])
+            .env("LOG_LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )?;
+    let socket = dir.path().join(HELLO);
+    let client = PluginClient::new(HELLO, Transport::Unix { path: socket }, &ClientOptions::default())?;
+    while !matches!(probe::is_ready(&client).await, Ok(true)) {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(20),
+            "hello-world did not become ready"
+        );
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    }
+    Ok((dir, child, client))
+}
+
 /// 4. Start-up to first successful Probe, RSS idle and under load, binary size.
 pub(crate) async fn plugin_cost(binary: &Path, effort: Effort) -> anyhow::Result<PluginCost> {
     let mut startups = Vec::new();
     let mut result = None;
     for round in 0..5 {
-        let dir = tempfile::tempdir()?;
-        let socket = dir.path().join(HELLO);
         let started = Instant::now();
-        let child = ChildGuard::spawn(
-            Command::new(binary)
-                .args(["plugin", &format!("--plugin-path={}", dir.path().display())])
-                .env("LOG_LEVEL", "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null()),
-        )?;
-        let client = PluginClient::new(HELLO, Transport::Unix { path: socket }, &ClientOptions::default())?;
-        loop {
-            if matches!(probe::is_ready(&client).await, Ok(true)) {
-                break;
-            }
-            anyhow::ensure!(
-                started.elapsed() < Duration::from_secs(20),
-                "hello-world did not become ready"
-            );
-            tokio::time::sleep(Duration::from_micros(500)).await;
-        }
+        let (_dir, child, client) = start_hello(binary).await?;
         startups.push(started.elapsed());
         if round == 4 {
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -859,29 +865,7 @@ pub(crate) async fn status_traffic(
 ) -> anyhow::Result<StatusTraffic> {
     use cnpgi_pluginhelper::proto::operator::v1::SetStatusInClusterRequest;
 
-    let dir = tempfile::tempdir()?;
-    let child = ChildGuard::spawn(
-        Command::new(binary)
-            .args(["plugin", &format!("--plugin-path={}", dir.path().display())])
-            .env("LOG_LEVEL", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    )?;
-    let client = PluginClient::new(
-        HELLO,
-        Transport::Unix {
-            path: dir.path().join(HELLO),
-        },
-        &ClientOptions::default(),
-    )?;
-    let started = Instant::now();
-    while !matches!(probe::is_ready(&client).await, Ok(true)) {
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(20),
-            "hello-world did not become ready"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let (_dir, child, client) = start_hello(binary).await?;
     let template = fixtures::cluster(&names(1));
     let bodies: Vec<Arc<Vec<u8>>> = (0..clusters.max(1))
         .map(|i| {

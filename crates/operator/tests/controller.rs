@@ -116,6 +116,16 @@ async fn pods_are_built_through_the_lifecycle_chain() {
 }
 
 async fn context(plugins: &Plugins, api: &FakeApiServer, cluster: &Value) -> Arc<Context> {
+    context_with(plugins, api, cluster, |_| {}).await
+}
+
+/// As [`context`], with `configure` applied to the context first.
+async fn context_with(
+    plugins: &Plugins,
+    api: &FakeApiServer,
+    cluster: &Value,
+    configure: impl FnOnce(&mut Context),
+) -> Arc<Context> {
     api.collection(PODS);
     api.seed(CLUSTERS, cluster.clone());
     let url = api.clone().start().await;
@@ -125,8 +135,16 @@ async fn context(plugins: &Plugins, api: &FakeApiServer, cluster: &Value) -> Arc
         "cnpgi-operator",
     );
     ctx.resync = Duration::from_secs(60);
+    configure(&mut ctx);
     Arc::new(ctx)
 }
+
+/// The (only) Cluster as the fake API server has it now, status included.
+fn stored_cluster(api: &FakeApiServer) -> Arc<Cluster> {
+    Arc::new(serde_json::from_value(api.stored(CLUSTERS)[0].clone()).unwrap())
+}
+
+const SET_STATUS: &str = "Operator/SetStatusInCluster";
 
 fn pod_names(api: &FakeApiServer) -> Vec<String> {
     let mut names: Vec<String> = api
@@ -544,7 +562,6 @@ async fn reconciles_are_measured_with_controller_runtime_names() {
 /// plugins for no status; a new generation of the Cluster does both again.
 #[tokio::test]
 async fn a_reconcile_that_changes_nothing_writes_no_status_and_asks_no_plugin_status() {
-    const STATUS: &str = "Operator/SetStatusInCluster";
     let calls = Arc::new(Calls::default());
     let plugins = plugins_observed(ClientOptions {
         observer: calls.clone(),
@@ -555,14 +572,13 @@ async fn a_reconcile_that_changes_nothing_writes_no_status_and_asks_no_plugin_st
     let one = cluster_json(1, json!([{"name": HELLO}]));
     let ctx = context(&plugins, &api, &one).await;
     let status_path = format!("{CLUSTERS}/cluster-example/status");
-    // The Cluster as the API server has it now, status included.
-    let stored = || -> Arc<Cluster> { Arc::new(serde_json::from_value(api.stored(CLUSTERS)[0].clone()).unwrap()) };
+    let stored = || stored_cluster(&api);
 
     controller::reconcile(stored(), ctx.clone()).await.unwrap();
     assert_eq!(pod_names(&api), ["cluster-example-1"]);
     assert_eq!(api.recorded("PATCH", &status_path).len(), 1);
     assert_eq!(
-        calls.take(STATUS),
+        calls.take(SET_STATUS),
         1,
         "the first reconcile asks for the plugins' status"
     );
@@ -575,7 +591,7 @@ async fn a_reconcile_that_changes_nothing_writes_no_status_and_asks_no_plugin_st
         1,
         "an unchanged status is not written again"
     );
-    assert_eq!(calls.take(STATUS), 0, "nothing changed: no SetStatusInCluster");
+    assert_eq!(calls.take(SET_STATUS), 0, "nothing changed: no SetStatusInCluster");
     assert_eq!(pod_names(&api), ["cluster-example-1"]);
 
     // A stale copy (the status not yet seen) is written, as a change.
@@ -583,7 +599,7 @@ async fn a_reconcile_that_changes_nothing_writes_no_status_and_asks_no_plugin_st
         .await
         .unwrap();
     assert_eq!(api.recorded("PATCH", &status_path).len(), 2);
-    assert_eq!(calls.take(STATUS), 1);
+    assert_eq!(calls.take(SET_STATUS), 1);
 
     // A new generation: the plugins are asked again.
     let mut next = api.stored(CLUSTERS)[0].clone();
@@ -591,14 +607,13 @@ async fn a_reconcile_that_changes_nothing_writes_no_status_and_asks_no_plugin_st
     controller::reconcile(Arc::new(serde_json::from_value(next).unwrap()), ctx.clone())
         .await
         .unwrap();
-    assert_eq!(calls.take(STATUS), 1, "a new generation asks for the status again");
+    assert_eq!(calls.take(SET_STATUS), 1, "a new generation asks for the status again");
 }
 
 /// Issue 35: with no round within `plugin_status_refresh`, an unchanged
 /// Cluster's plugins are asked again, so `pluginStatus` never goes stale.
 #[tokio::test]
 async fn plugin_status_is_refreshed_when_the_last_round_is_old() {
-    const STATUS: &str = "Operator/SetStatusInCluster";
     let calls = Arc::new(Calls::default());
     let plugins = plugins_observed(ClientOptions {
         observer: calls.clone(),
@@ -607,19 +622,10 @@ async fn plugin_status_is_refreshed_when_the_last_round_is_old() {
     .await;
     let api = FakeApiServer::new();
     let one = cluster_json(1, json!([{"name": HELLO}]));
-    api.collection(PODS);
-    api.seed(CLUSTERS, one);
-    let url = api.clone().start().await;
-    let mut ctx = Context::new(
-        FakeApiServer::client(&url, "default"),
-        plugins.host.clone(),
-        "cnpgi-operator",
-    );
-    ctx.plugin_status_refresh = Duration::ZERO;
-    let ctx = Arc::new(ctx);
-    let stored = || -> Arc<Cluster> { Arc::new(serde_json::from_value(api.stored(CLUSTERS)[0].clone()).unwrap()) };
+    let ctx = context_with(&plugins, &api, &one, |ctx| ctx.plugin_status_refresh = Duration::ZERO).await;
+    let stored = || stored_cluster(&api);
 
     controller::reconcile(stored(), ctx.clone()).await.unwrap();
     controller::reconcile(stored(), ctx.clone()).await.unwrap();
-    assert_eq!(calls.take(STATUS), 2, "every round is due with a zero refresh");
+    assert_eq!(calls.take(SET_STATUS), 2, "every round is due with a zero refresh");
 }
