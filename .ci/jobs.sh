@@ -45,7 +45,11 @@ ci_cpu() {
 # at a step's boundary).
 ci_step_cpu() {
   ci_cpu "$1"
-  cat "$1" "$CI_STATE"/*.jobcpu 2>/dev/null | awk 'NR == 1 { t = $1; next } { t -= $1 } END { print t }' >"$1.net"
+  # No job may have ended yet (a new machine's first steps): no *.jobcpu, and
+  # the unmatched pattern must not reach cat (pipefail would end the run).
+  local ended=("$CI_STATE"/*.jobcpu)
+  [ -e "${ended[0]}" ] || ended=()
+  cat "$1" "${ended[@]}" | awk 'NR == 1 { t = $1; next } { t -= $1 } END { print t }' >"$1.net"
   mv "$1.net" "$1"
 }
 
