@@ -171,4 +171,10 @@ ci_report() {
   if [ -n "${CNPGI_CI_TIMINGS:-}" ]; then
     cp "$CI_TIMINGS" "$CNPGI_CI_TIMINGS"
   fi
+  # The background jobs' whole logs, kept (they go with $CI_STATE otherwise):
+  # where a cold run's time went, for whoever shortens it.
+  if [ -n "${CNPGI_CI_JOB_LOGS:-}" ]; then
+    mkdir -p "$CNPGI_CI_JOB_LOGS"
+    cp "$CI_STATE"/*.log "$CNPGI_CI_JOB_LOGS"/ 2>/dev/null || true
+  fi
 }

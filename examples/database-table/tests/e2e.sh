@@ -49,6 +49,8 @@ source "$root/tests/lib/control-plane.sh"
 SUITE="DatabaseTable e2e"
 # shellcheck source=../../../tests/lib/checks.sh
 source "$root/tests/lib/checks.sh"
+# shellcheck source=../../../tests/lib/system-user.sh
+source "$root/tests/lib/system-user.sh"
 
 # Every process started here carries CNPGI_CI_RUN (.ci/run's, or one of its
 # own when run alone): .ci/leftovers.py finds any still alive at the end.
@@ -136,7 +138,7 @@ echo "== PostgreSQL"
 as_user=()
 if [ "$(id -u)" = 0 ]; then
   user=cnpgi-dbt
-  id "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
+  ensure_system_user "$user"
   as_user=(setpriv "--reuid=$(id -u "$user")" "--regid=$(id -g "$user")" --init-groups --)
 fi
 mkdir -p "$work/pgdata" "$work/run"

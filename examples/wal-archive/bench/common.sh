@@ -13,6 +13,8 @@
 #
 # moto takes any credentials: the test ones are exported for every process.
 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1
+# shellcheck source=../../../tests/lib/system-user.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../../tests/lib/system-user.sh"
 
 bench_workdir() {
   work="$(mktemp -d "/tmp/$1.XXXXXX")"
@@ -27,7 +29,7 @@ bench_workdir() {
   as_user=()
   if [ "$(id -u)" = 0 ]; then
     local user=cnpgi-wal
-    id "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
+    ensure_system_user "$user"
     chown "$user:" "$work"
     as_user=(setpriv "--reuid=$(id -u "$user")" "--regid=$(id -g "$user")" --init-groups --)
   fi

@@ -53,6 +53,8 @@ command -v psql >/dev/null || { echo "postgres.sh: psql is missing" >&2; exit 1;
 SUITE="postgres.sh ($mode)"
 # shellcheck source=../../../tests/lib/checks.sh
 source "$(dirname "$0")/../../../tests/lib/checks.sh"
+# shellcheck source=../../../tests/lib/system-user.sh
+source "$(dirname "$0")/../../../tests/lib/system-user.sh"
 
 work="$(mktemp -d /tmp/wal-archive-pg.XXXXXX)"
 chmod 755 "$work"
@@ -65,9 +67,8 @@ finished=0
 as_user=()
 if [ "$(id -u)" = 0 ]; then
   user=cnpgi-wal
-  # (the local and s3 runs may start side by side: one of them creates it)
-  id "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user" ||
-    id "$user" >/dev/null
+  # (the local and s3 runs may start side by side: ensure_system_user locks)
+  ensure_system_user "$user"
   chown "$user:" "$work"
   # setpriv execs (no intermediate process), so a recorded PID is the program's.
   as_user=(setpriv "--reuid=$(id -u "$user")" "--regid=$(id -g "$user")" --init-groups --)
