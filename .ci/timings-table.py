@@ -30,7 +30,8 @@ def load(path):
         m = ROW.match(line)
         if m and m.group(1) != "wait":
             cpu = int(m.group(3)) if m.group(3) else None
-            rows[(m.group(1), m.group(4).removesuffix(" (background)"))] = (int(m.group(2)), cpu)
+            name = re.sub(r" \(background(, from \d+ s)?\)$", "", m.group(4))
+            rows[(m.group(1), name)] = (int(m.group(2)), cpu)
     total = re.search(r"total (.*)", lines[1])
     return lines[0].lstrip("# "), total.group(1) if total else "?", rows
 
