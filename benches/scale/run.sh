@@ -25,7 +25,7 @@
 #
 # Usage: benches/scale/run.sh [--smoke] [--clusters "100 1000 5000"]
 #          [--operators "cnpgi-operator cloudnative-pg"] [--concurrency 16]
-#          [--rest-seconds 300] [--release] [--out FILE.jsonl]
+#          [--rest-seconds 300] [--timeout-seconds 900] [--release] [--out FILE.jsonl]
 #   --smoke     5 Clusters, 3 s of rest (CI: proves the harness runs; numbers meaningless)
 #   --build-only  build (or find cached) kwok and CloudNativePG, then exit (CI's background job)
 #   --release   measure target/release binaries (built here with
@@ -36,6 +36,12 @@
 #   --webhooks-only  cnpgi-operator with --disable-controller: the creates'
 #               latency through its webhooks alone, without the CPU its
 #               reconciles take beside them (no Pods; rows "(webhooks only)")
+#   --reconciler-only  cnpgi-operator with --disable-webhooks and no webhook
+#               registered: the creates' latency with its reconciles running
+#               beside them but no admission (rows "(reconciler only)"), the
+#               floor under the same load
+#   --timeout-seconds S  how long the driver waits for every instance Pod to
+#               be patched (default 900); past it, the row says how many were
 # Prints the table; the raw results (one JSON object per operator and N) go to
 # FILE.jsonl (default: the work directory, kept). Needs root? No. Needs Go >=
 # 1.25, cargo, python3 with PyYAML, openssl, curl.
@@ -54,9 +60,11 @@ label=""
 smoke=0
 build_only=0
 webhooks_only=0
+reconciler_only=0
+timeout=900
 while [ $# -gt 0 ]; do
   case "$1" in
-    --smoke) smoke=1 clusters=5 rest=3 ;;
+    --smoke) smoke=1 clusters=5 rest=3 timeout=120 ;;
     --build-only) build_only=1 ;;
     --clusters) clusters=$2; shift ;;
     --operators) operators=$2; shift ;;
@@ -67,10 +75,13 @@ while [ $# -gt 0 ]; do
     --bin-dir) bin_dir=$2; shift ;;
     --label) label=$2; shift ;;
     --webhooks-only) webhooks_only=1 ;;
+    --reconciler-only) reconciler_only=1 ;;
+    --timeout-seconds) timeout=$2; shift ;;
     *) echo "scale: unknown argument $1 (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
   shift
 done
+[ "$webhooks_only$reconciler_only" != 11 ] || { echo "scale: --webhooks-only and --reconciler-only exclude each other" >&2; exit 2; }
 
 # Its own control planes, never a cluster named by E2E_KUBECONFIG.
 unset E2E_KUBECONFIG
@@ -208,8 +219,12 @@ warm_up() {
 }
 
 operator_pid="" plugin_pid="" operator_flags=() metrics_url=""
+webhooks=webhooks
 if [ "$webhooks_only" = 1 ]; then
   operator_flags=(--disable-controller)
+elif [ "$reconciler_only" = 1 ]; then
+  operator_flags=(--disable-webhooks)
+  webhooks=no-webhooks
 fi
 # start_operator OPERATOR DIR: the plugin on a socket, then the operator hosting it.
 start_operator() {
@@ -224,7 +239,7 @@ start_operator() {
   metrics_url="http://127.0.0.1:$metrics/metrics"
   case "$operator" in
     cnpgi-operator)
-      kubeconfig="$(scale cnpgi-operator "$dir" "$webhook")" || die "cannot set up cnpgi-operator's RBAC and webhooks"
+      kubeconfig="$(scale cnpgi-operator "$dir" "$webhook" "$webhooks")" || die "cannot set up cnpgi-operator's RBAC and webhooks"
       health="$(cp_free_port)"
       cp_spawn cnpgi-operator "$dir/operator.log" env KUBECONFIG="$kubeconfig" RUST_LOG=info \
         "$bin/cnpgi-operator" run --namespace=cnpgi-system --plugin-dir="$dir/sockets" \
@@ -300,7 +315,7 @@ PY
   handlers0="$(scale webhook-handlers "$metrics_url")"
   t0="$(now)"
   load --group "$group" --namespace scale --clusters "$n" --spec "$spec" "${wait_pods[@]}" \
-    --timeout-seconds "$((smoke ? 120 : 900))" >"$dir/driver.json" || rc=$?
+    --timeout-seconds "$timeout" >"$dir/driver.json" || rc=$?
   t1="$(now)"
   during="$(scale proc "$operator_pid" "$plugin_pid")"
   api1="$(scale apiserver-requests)"
@@ -314,6 +329,8 @@ PY
   local subject=$operator
   if [ "$webhooks_only" = 1 ] && [ "$operator" = cnpgi-operator ]; then
     subject="$operator (webhooks only${label:+, $label})"
+  elif [ "$reconciler_only" = 1 ] && [ "$operator" = cnpgi-operator ]; then
+    subject="$operator (reconciler only${label:+, $label})"
   elif [ -n "$label" ] && [ "$operator" = cnpgi-operator ]; then
     subject="$operator ($label)"
   fi

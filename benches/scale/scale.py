@@ -5,8 +5,10 @@ Subcommands (the API server from E2E_SERVER, E2E_CA, E2E_CERT, E2E_KEY):
   namespace NAME                       creates a namespace, waits for its default ServiceAccount
   node NAME                            a Node that kwok manages (annotation kwok.x-k8s.io/node=fake)
   crd FILE...                          applies CRDs (JSON or YAML) and waits until Established
-  cnpgi-operator WORK PORT             RBAC and webhooks of manifests/operator (webhooks at
-                                       https://127.0.0.1:PORT); prints the operator's kubeconfig
+  cnpgi-operator WORK PORT [no-webhooks]
+                                       RBAC and webhooks of manifests/operator (webhooks at
+                                       https://127.0.0.1:PORT; none registered with no-webhooks);
+                                       prints the operator's kubeconfig
   cloudnative-pg WORK PORT CNPG_CACHE MODULE_DIR
                                        CloudNativePG's RBAC, its Cluster webhooks (from the
                                        release's config/webhook) at https://127.0.0.1:PORT, the
@@ -108,13 +110,14 @@ def point_webhooks(obj, port, ca_bundle):
     return obj
 
 
-def cnpgi_operator(kube, work, port):
+def cnpgi_operator(kube, work, port, webhooks="webhooks"):
     for file in ["namespace.yaml", "rbac.yaml"]:
         for obj in load_yaml_documents(os.path.join(ROOT, "manifests", "operator", file)):
             kube.apply(obj)
     ca_bundle = serving_certificate(work, "tls.crt", "tls.key")
-    for obj in load_yaml_documents(os.path.join(ROOT, "manifests", "operator", "webhooks.yaml")):
-        kube.apply(point_webhooks(obj, port, ca_bundle))
+    if webhooks != "no-webhooks":
+        for obj in load_yaml_documents(os.path.join(ROOT, "manifests", "operator", "webhooks.yaml")):
+            kube.apply(point_webhooks(obj, port, ca_bundle))
     print(kube.token_kubeconfig("cnpgi-system", "cnpgi-operator", os.path.join(work, "operator.kubeconfig")))
 
 
@@ -272,6 +275,7 @@ COLUMNS = [
     "last Pod patched",
     "operator RSS peak / after rest",
     "operator CPU during / rest",
+    "machine CPU busy while creating",
     "plugin RSS peak",
     "plugin calls/s at rest (p99)",
     "API requests during: LIST pods / status writes / all",
@@ -293,6 +297,12 @@ def handler_ms_per_create(r):
     if not handlers:
         return None
     return handlers["seconds"] * 1000 / (r["driver"]["created"] or 1)
+
+
+def machine_busy_cell(r):
+    """How busy the machine's cores were while the creates ran (older results lack it)."""
+    busy = r["driver"].get("machine_busy_creating")
+    return "n/a" if busy is None else f"{100 * busy:.0f} %"
 
 
 def patched_cell(r):
@@ -327,6 +337,7 @@ def table(path):
             patched_cell(r),
             f"{fmt(op['during']['hwm_mib'])} / {fmt(op['rest']['rss_mib'])} MiB",
             f"{fmt(op['during']['cpu_s'] - op['start']['cpu_s'], 1)} / {fmt(op['rest']['cpu_s'] - op['during']['cpu_s'], 1)} s",
+            machine_busy_cell(r),
             f"{fmt(pl['rest']['hwm_mib'])} MiB",
             f"{fmt(calls['per_second'], 1)} ({fmt(calls['p99_ms'], 2)} ms)",
             f"{lists:.0f} / {status:.0f} / {sum(v for k, v in api.items() if not k.startswith('webhook ')):.0f}",
@@ -355,7 +366,7 @@ def main():
     if command == "crd":
         return crd(kube, args)
     if command == "cnpgi-operator":
-        return cnpgi_operator(kube, args[0], args[1])
+        return cnpgi_operator(kube, *args)
     if command == "cloudnative-pg":
         return cloudnative_pg(kube, *args)
     if command == "summary":

@@ -10,8 +10,10 @@
 //! (the plugin's patch), until all N do or `--timeout-seconds` passes.
 //!
 //! It prints one JSON object: the creates' latencies (p50, p99, max), their
-//! failures, and when the last instance Pod was seen patched, counted from
-//! the first create.
+//! failures, how busy the machine's cores were while they ran (from
+//! `/proc/stat`: on a shared machine, a create waits for CPU at every hop),
+//! and when the last instance Pod was seen patched, counted from the first
+//! create.
 //!
 //! ```sh
 //! cnpgi-scale-load --group cnpgi.io --namespace scale --clusters 100 \
@@ -74,6 +76,33 @@ struct Args {
     /// Give up waiting for the patched Pods after this long.
     #[arg(long, default_value_t = 900)]
     timeout_seconds: u64,
+}
+
+/// The machine's CPU time so far, in clock ticks of all its cores: (busy,
+/// all), busy being all but idle and iowait. `None` where `/proc/stat`
+/// cannot be read (not Linux).
+fn machine_cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    // "cpu  user nice system idle iowait irq softirq steal ..."
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let all: u64 = ticks.iter().sum();
+    Some((all - ticks.get(3)? - ticks.get(4)?, all))
+}
+
+/// The share of the machine's CPU time that was busy between two
+/// [`machine_cpu_ticks`] readings.
+fn busy_share(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> Option<f64> {
+    let ((busy0, all0), (busy1, all1)) = (before?, after?);
+    let all = all1.checked_sub(all0).filter(|all| *all > 0)?;
+    Some(busy1.saturating_sub(busy0) as f64 / all as f64)
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -184,6 +213,7 @@ async fn run(args: Args) -> anyhow::Result<serde_json::Value> {
         tokio::spawn(bind_pods(pods.clone(), node, is_instance, bound.clone()))
     });
     let start = Instant::now();
+    let cpu_at_start = machine_cpu_ticks();
     let seen = Arc::new(Mutex::new(HashMap::new()));
     let watch = args.patched_label.clone().map(|label| {
         tokio::spawn(watch_patched(
@@ -216,6 +246,7 @@ async fn run(args: Args) -> anyhow::Result<serde_json::Value> {
         .collect()
         .await;
     let create_wall = start.elapsed();
+    let busy_creating = busy_share(cpu_at_start, machine_cpu_ticks());
     let mut latencies: Vec<f64> = results.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
     latencies.sort_by(f64::total_cmp);
     let errors: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
@@ -261,6 +292,7 @@ async fn run(args: Args) -> anyhow::Result<serde_json::Value> {
         "failed": errors.len(),
         "first_error": errors.first(),
         "create_wall_s": create_wall.as_secs_f64(),
+        "machine_busy_creating": busy_creating,
         "create_ms": {
             "p50": percentile(&latencies, 50.0),
             "p99": percentile(&latencies, 99.0),
@@ -288,7 +320,19 @@ async fn main() -> std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::{is_instance_pod, percentile};
+    use super::{busy_share, is_instance_pod, machine_cpu_ticks, percentile};
+
+    #[test]
+    fn busy_share_is_busy_ticks_over_all_ticks_between_readings() {
+        assert_eq!(busy_share(Some((100, 400)), Some((250, 600))), Some(0.75));
+        // No time passed, or a reading is missing: no share.
+        assert_eq!(busy_share(Some((100, 400)), Some((100, 400))), None);
+        assert_eq!(busy_share(None, Some((100, 400))), None);
+        if cfg!(target_os = "linux") {
+            let (busy, all) = machine_cpu_ticks().expect("/proc/stat reads on Linux");
+            assert!(busy <= all && all > 0, "busy {busy} of {all}");
+        }
+    }
 
     #[test]
     fn instance_pods_are_the_first_of_each_cluster() {
