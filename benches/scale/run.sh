@@ -362,7 +362,7 @@ for n in $clusters; do
     run_one "$operator" "$n"
   done
 done
-echo "Machine: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1); $profile build"
+echo "Machine: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1); ${bin_dir:+the binaries in }${bin_dir:-$profile build}"
 scale table "$out"
 if [ "$smoke" = 1 ]; then
   # The harness ran end to end: every Cluster created, every instance Pod patched.
