@@ -675,13 +675,28 @@ async fn create_pods(pods: &Api<Pod>, name: &str, to_create: Vec<serde_json::Val
     Ok(())
 }
 
-/// Whether the Pod `pod` exists and is labelled an instance of Cluster `cluster`.
+/// How long reading back a Pod whose create answered `409` may take: the
+/// client's own read timeout is for watches (minutes).
+const READ_BACK_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Whether the Pod `pod` exists and is labelled an instance of Cluster
+/// `cluster`. A read that fails or takes over [`READ_BACK_DEADLINE`] is
+/// logged and counts as no (the create's `409` is then reported, and the
+/// reconcile retried).
 async fn is_instance_of(pods: &Api<Pod>, pod: &str, cluster: &str) -> bool {
-    pods.get_opt(pod)
-        .await
-        .ok()
-        .flatten()
-        .is_some_and(|existing| existing.labels().get(CLUSTER_LABEL).map(String::as_str) == Some(cluster))
+    match tokio::time::timeout(READ_BACK_DEADLINE, pods.get_opt(pod)).await {
+        Ok(Ok(existing)) => {
+            existing.is_some_and(|existing| existing.labels().get(CLUSTER_LABEL).map(String::as_str) == Some(cluster))
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(%cluster, %pod, %error, "cannot read back a Pod that already exists");
+            false
+        }
+        Err(_) => {
+            tracing::warn!(%cluster, %pod, deadline_seconds = READ_BACK_DEADLINE.as_secs(), "no answer reading back a Pod that already exists");
+            false
+        }
+    }
 }
 
 /// `status.pluginStatus` from `SetStatusInCluster`, keeping the previous

@@ -56,7 +56,7 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "",
         resource: "pods",
-        verbs: &["list", "watch", "create", "delete"],
+        verbs: &["get", "list", "watch", "create", "delete"],
         scope: Scope::Cluster,
     },
     Permission {
