@@ -104,7 +104,8 @@ CP_ON_EXIT=on_exit
 cp_install_traps
 
 # --- builds (cached) ------------------------------------------------------------
-export GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false"
+# shellcheck source=../../tests/lib/go-env.sh
+source "$root/tests/lib/go-env.sh"
 cache="${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}"
 KWOK_VERSION=v0.8.0
 kwok="$cache/kwok-$KWOK_VERSION/kwok"

@@ -28,8 +28,8 @@ case "${1:-}" in
   *) echo "build-kube.sh: unknown argument $1 (only --node)" >&2; exit 2 ;;
 esac
 
-export GOTOOLCHAIN=local
-export GOFLAGS="-mod=mod -buildvcs=false"
+# shellcheck source=../lib/go-env.sh
+source "$(dirname "$0")/../lib/go-env.sh"
 
 etcd_bin="$cache/etcd-$etcd_version/etcd"
 apiserver_bin="$cache/kube-apiserver-$kube_version/kube-apiserver"

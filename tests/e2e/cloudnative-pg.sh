@@ -44,6 +44,8 @@ export CNPG_VERSION
 SUITE="cloudnative-pg e2e ($CNPG_VERSION)"
 # shellcheck source=../lib/checks.sh
 source "$here/../lib/checks.sh"
+# shellcheck source=../lib/go-env.sh
+source "$here/../lib/go-env.sh"
 
 finished=0
 on_exit() {
@@ -79,8 +81,7 @@ if [ -z "${CNPGI_SKIP_CARGO_BUILD:-}" ]; then
 fi
 hello="$root/target/debug/cnpg-i-hello-world"
 walarchive="$root/target/debug/cnpgi-wal-archive"
-(cd "$root/tests/interop" && GOTOOLCHAIN=local GONOSUMDB=github.com/cloudnative-pg GOFLAGS="-mod=mod -buildvcs=false" \
-  go build -o "$work/goplugin" ./goplugin) || die "go build tests/interop/goplugin failed"
+(cd "$root/tests/interop" && go build -o "$work/goplugin" ./goplugin) || die "go build tests/interop/goplugin failed"
 goplugin="$work/goplugin"
 echo "   CloudNativePG $CNPG_VERSION"
 cnpg_cache="$(bash "$cnpg_dir/build.sh")" || die "cannot build CloudNativePG (tests/e2e/cnpg/build.sh)"

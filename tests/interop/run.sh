@@ -39,10 +39,8 @@ SUITE=interop-go
 # shellcheck source=../lib/checks.sh
 source "$here/../lib/checks.sh"
 
-# The cnpg-i modules are served by the Go module proxy but not by its checksum
-# database mirror here; go.sum pins their hashes instead.
-export GONOSUMDB="github.com/cloudnative-pg"
-export GOFLAGS="-mod=mod"
+# shellcheck source=../lib/go-env.sh
+source "$here/../lib/go-env.sh"
 
 echo "== building"
 # CNPGI_SKIP_CARGO_BUILD=1: use target/debug as it is (.ci/run built it).

@@ -14,7 +14,9 @@ name="$1" module="$2" version="$3"
 shift 3
 cache="${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}"
 dest="$cache/$name-$version"
-export GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
+# shellcheck source=../lib/go-env.sh
+source "$(dirname "$0")/../lib/go-env.sh"
+export CGO_ENABLED=0
 command -v go >/dev/null 2>&1 || { echo "build-go.sh: Go is required to build $module@$version" >&2; exit 1; }
 
 missing=0

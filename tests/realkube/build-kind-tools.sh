@@ -20,7 +20,9 @@ set -euo pipefail
 # shellcheck source=tests/realkube/lib.sh
 source "$(dirname "$0")/lib.sh"
 command -v go >/dev/null 2>&1 || rk_die "Go >= 1.26 is required (containerd $CONTAINERD_VERSION needs it)"
-export GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
+# shellcheck source=tests/lib/go-env.sh
+source "$(dirname "$0")/../lib/go-env.sh"
+export CGO_ENABLED=0
 cache=${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT

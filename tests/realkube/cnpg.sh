@@ -21,7 +21,8 @@
 set -euo pipefail
 # shellcheck source=tests/realkube/lib.sh
 source "$(dirname "$0")/lib.sh"
-export GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false" GONOSUMDB=github.com/cloudnative-pg
+# shellcheck source=tests/lib/go-env.sh
+source "$(dirname "$0")/../lib/go-env.sh"
 module=github.com/cloudnative-pg/cloudnative-pg
 
 # module_dir: the release's source in the Go module cache (downloaded once).

@@ -34,6 +34,8 @@
 set -euo pipefail
 # shellcheck source=tests/realkube/lib.sh
 source "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/lib/go-env.sh
+source "$(dirname "$0")/../lib/go-env.sh"
 [ "$(id -u)" = 0 ] || rk_die "images.sh needs root (debootstrap, dockerd)"
 tools=("$DOCKER_BIN" python3)
 [ "$RK_UPSTREAM_IMAGES" = 1 ] || tools+=(debootstrap dockerd cargo rustc)
@@ -269,11 +271,11 @@ if [ "$(image_key "database-table-naming:$TAG")" != "$naming_key" ]; then
   started=$(date +%s)
   ctx="$work/naming"
   mkdir -p "$ctx"
-  mains=$(cd "$RK_REPO/$naming_dir" && GOTOOLCHAIN=local GOFLAGS=-mod=mod go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./...) ||
+  mains=$(cd "$RK_REPO/$naming_dir" && go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./...) ||
     rk_die "go list in $naming_dir failed"
   [ "$(wc -w <<<"$mains")" = 1 ] || rk_die "$naming_dir has not exactly one main package: ${mains:-none}"
-  (cd "$RK_REPO/$naming_dir" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false" \
-    go build -trimpath -ldflags=-s -o "$ctx/naming" "$mains") >"$work/build-naming.log" 2>&1 ||
+  (cd "$RK_REPO/$naming_dir" && CGO_ENABLED=0 \
+    go build -ldflags="-s -w" -o "$ctx/naming" "$mains") >"$work/build-naming.log" 2>&1 ||
     { tail -n 30 "$work/build-naming.log" >&2; rk_die "go build of the naming plugin ($naming_dir) failed"; }
   build_image "database-table-naming:$TAG" "$naming_key" "$ctx" "FROM gcr.io/distroless/cc-debian12:nonroot" \
     "COPY naming /usr/local/bin/naming" "USER 65532:65532" 'ENTRYPOINT ["/usr/local/bin/naming"]'

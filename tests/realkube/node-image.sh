@@ -35,7 +35,8 @@ docker() { rk_docker "$@"; }
 cache=${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}
 export PATH
 PATH=$(rk_tools_path)
-export GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false"
+# shellcheck source=tests/lib/go-env.sh
+source "$(dirname "$0")/../lib/go-env.sh"
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 
 bin() { [ -x "$1" ] || rk_die "missing $1 (tests/e2e/build-kube.sh --node, tests/realkube/build-addons.sh, build-kind-tools.sh)"; echo "$1"; }

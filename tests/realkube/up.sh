@@ -30,6 +30,8 @@
 set -euo pipefail
 # shellcheck source=tests/realkube/lib.sh
 source "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/lib/go-env.sh
+source "$(dirname "$0")/../lib/go-env.sh"
 [ "$(id -u)" = 0 ] || rk_die "up.sh needs root (dockerd, kind's privileged node)"
 for tool in task kustomize python3; do
   command -v "$tool" >/dev/null || rk_die "$tool is required (pip install go-task-bin; go install sigs.k8s.io/kustomize/kustomize/v5@v5.6.0)"
@@ -66,7 +68,7 @@ fi
 # With the upstream images, the task's default: the release manifest.
 cert_manager_manifest() {
   local module_dir
-  module_dir=$(cd "$RK_STATE" && GOTOOLCHAIN=local GOFLAGS=-mod=mod go mod download -json \
+  module_dir=$(cd "$RK_STATE" && go mod download -json \
     "github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [ -d "$module_dir/deploy/crds" ] || rk_die "no deploy/crds in github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION"
   python3 - "$module_dir/deploy/crds" <<'PY' || return 1

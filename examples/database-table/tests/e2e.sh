@@ -51,6 +51,8 @@ SUITE="DatabaseTable e2e"
 source "$root/tests/lib/checks.sh"
 # shellcheck source=../../../tests/lib/system-user.sh
 source "$root/tests/lib/system-user.sh"
+# shellcheck source=../../../tests/lib/go-env.sh
+source "$root/tests/lib/go-env.sh"
 
 # Every process started here carries CNPGI_CI_RUN (.ci/run's, or one of its
 # own when run alone): .ci/leftovers.py finds any still alive at the end.
@@ -107,8 +109,7 @@ operator_bin="$target/database-table-operator"
 postgres_plugin_bin="$target/database-table-postgres"
 # The Go naming plugin, static, into the work directory.
 naming_plugin_bin="$work/naming"
-(cd "$here/../plugins/naming" && CGO_ENABLED=0 GOTOOLCHAIN=local GONOSUMDB=github.com/cloudnative-pg \
-  GOFLAGS="-mod=mod -buildvcs=false" go build -o "$naming_plugin_bin" .) ||
+(cd "$here/../plugins/naming" && CGO_ENABLED=0 go build -o "$naming_plugin_bin" .) ||
   die "go build of examples/database-table/plugins/naming failed"
 for bin in "$operator_bin" "$postgres_plugin_bin"; do
   [ -x "$bin" ] || die "$bin is missing (cargo build -p cnpgi-example-database-table -p cnpgi-example-database-table-postgres)"

@@ -23,12 +23,9 @@ if ! command -v go >/dev/null 2>&1; then
   exit 1
 fi
 
-export GOTOOLCHAIN=local
-export GOFLAGS="-mod=mod -buildvcs=false"
+# shellcheck source=../../lib/go-env.sh
+source "$(dirname "$0")/../../lib/go-env.sh"
 export CGO_ENABLED=0
-# The module proxy serves the cloudnative-pg modules but the checksum database
-# may not answer for them (as in tests/interop/run.sh).
-export GONOSUMDB="github.com/cloudnative-pg"
 module=github.com/cloudnative-pg/cloudnative-pg
 
 scratch="$(mktemp -d)"
