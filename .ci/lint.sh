@@ -91,7 +91,7 @@ fi
 (cd tests/interop && go vet ./...)
 # The DatabaseTable example's naming plugin, on upstream's cnpg-i machinery.
 (cd examples/database-table/plugins/naming && go vet ./... && go test ./...)
-unformatted=$(gofmt -l tests/interop examples/database-table/plugins/naming)
+unformatted=$(gofmt -l tests/interop examples/database-table/plugins/naming tests/realkube/coredns)
 [ -z "$unformatted" ] || { echo "FAIL: gofmt would change: $unformatted" >&2; exit 1; }
 
 section "rustdoc without warnings"

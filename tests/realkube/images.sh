@@ -57,23 +57,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# root NAME PACKAGES: a debootstrap minbase root of Debian with PACKAGES, as a
-# cached tarball (key: suite and packages). Prints the tarball's path.
-root() {
-  local name=$1 packages=$2 key tar dir
-  key=$(printf '%s %s' "$DEBIAN_SUITE" "$packages" | sha256sum | cut -c1-12)
-  tar="$RK_CACHE/roots/$DEBIAN_SUITE-$name-$key.tar"
-  if [ ! -s "$tar" ]; then
-    dir="$work/root-$name"
-    rk_log "debootstrap $DEBIAN_SUITE ($name: $packages) from $DEBIAN_MIRROR"
-    debootstrap --variant=minbase --include="$packages" "$DEBIAN_SUITE" "$dir" "$DEBIAN_MIRROR" >"$work/debootstrap-$name.log" 2>&1 ||
-      { tail -n 20 "$work/debootstrap-$name.log" >&2; rk_die "debootstrap of $name failed"; }
-    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
-    tar -C "$dir" --numeric-owner -cf "$tar.partial" . && mv "$tar.partial" "$tar"
-    rm -rf "$dir"
-  fi
-  echo "$tar"
-}
 # unpack TAR DIR
 unpack() { mkdir -p "$2" && tar -C "$2" --numeric-owner -xf "$1"; }
 
@@ -84,7 +67,7 @@ debian_images() {
 pg_tar="$RK_CACHE/images/$(tr '/:' '__' <<<"$RK_POSTGRES_IMAGE").tar"
 if [ ! -s "$pg_tar" ]; then
   d="$work/postgresql"
-  unpack "$(root postgresql "ca-certificates,postgresql-15")" "$d"
+  unpack "$(rk_root postgresql "ca-certificates,postgresql-15")" "$d"
   old_uid=$(awk -F: '$1 == "postgres" {print $3}' "$d/etc/passwd")
   old_gid=$(awk -F: '$1 == "postgres" {print $3}' "$d/etc/group")
   if [ -z "$old_uid" ] || [ -z "$old_gid" ]; then rk_die "the postgresql-15 root has no postgres user"; fi
@@ -104,7 +87,7 @@ fi
 moto_tar="$RK_CACHE/images/$(tr '/:' '__' <<<"$RK_MOTO_IMAGE").tar"
 if [ ! -s "$moto_tar" ]; then
   d="$work/moto"
-  unpack "$(root python "ca-certificates,python3")" "$d"
+  unpack "$(rk_root python "ca-certificates,python3")" "$d"
   py=
   for dir in "$d"/usr/lib/python3.*; do
     [[ $(basename "$dir") =~ ^python3\.[0-9]+$ ]] && py=$(basename "$dir")
@@ -138,7 +121,7 @@ fi
 # and user of MARIADB_DATABASE/_USER/_PASSWORD, then runs mariadbd on 3306.
 mariadb_tar=$(rk_image_archive "$RK_MARIADB_IMAGE")
 started=$(date +%s)   # the root's debootstrap included, when it is not cached
-mariadb_root=$(root mariadb "ca-certificates,mariadb-server")
+mariadb_root=$(rk_root mariadb "ca-certificates,mariadb-server")
 mariadb_key="$(basename "$mariadb_root" .tar) $(sha256sum "$RK_DIR/mariadb-entrypoint.sh" | cut -c1-16)"
 if [ ! -s "$mariadb_tar" ] || [ "$(cat "$mariadb_tar.key" 2>/dev/null)" != "$mariadb_key" ]; then
   d="$work/mariadb"
@@ -182,7 +165,7 @@ build_args=()
 local_bases() {
 # --- the runtime stage's base
 runtime=gcr.io/distroless/cc-debian12:nonroot
-runtime_root=$(root base "ca-certificates")
+runtime_root=$(rk_root base "ca-certificates")
 runtime_key=$(basename "$runtime_root" .tar)
 if [ "$(image_key "$runtime")" != "$runtime_key" ]; then
   d="$work/runtime"
@@ -201,7 +184,7 @@ rust_minor=${rust_version%.*}
 toolchain=$(dirname "$(dirname "$(rustup which rustc 2>/dev/null || command -v rustc)")")
 [ -x "$toolchain/bin/cargo" ] || rk_die "no cargo beside rustc in $toolchain"
 builder="rust:$rust_minor-bookworm"
-build_root=$(root build "ca-certificates,gcc,libc6-dev")
+build_root=$(rk_root build "ca-certificates,gcc,libc6-dev")
 builder_key="$(basename "$build_root" .tar)-rust-$rust_version-lock-$(sha256sum "$RK_REPO/Cargo.lock" | cut -c1-12)"
 if [ "$(image_key "$builder")" != "$builder_key" ]; then
   d="$work/builder"
@@ -292,7 +275,7 @@ if [ "$RK_UPSTREAM_IMAGES" = 1 ]; then
   py_base=python:$py_version-slim-bookworm
 else
   py_base=localhost/cnpgi-python:$DEBIAN_SUITE
-  py_root=$(root python "ca-certificates,python3")
+  py_root=$(rk_root python "ca-certificates,python3")
   py_root_key=$(basename "$py_root" .tar)
   if [ "$(image_key "$py_base")" != "$py_root_key" ]; then
     d="$work/python-root"

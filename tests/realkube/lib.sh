@@ -123,3 +123,24 @@ rk_tools_path() {
 
 # rk_image_archive IMAGE: where an image made without Docker is cached as an archive.
 rk_image_archive() { echo "$RK_CACHE/images/$(tr '/:' '__' <<<"$1").tar"; }
+
+# rk_root NAME PACKAGES: a debootstrap minbase root of Debian $DEBIAN_SUITE
+# with PACKAGES, as a tarball cached under $RK_CACHE/roots (key: the suite and
+# the packages); prints its path. images.sh and node-image.sh share the roots.
+# A subshell: its trap removes an unfinished root whatever happens.
+rk_root() (
+  local name=$1 packages=$2 key tar dir
+  key=$(printf '%s %s' "$DEBIAN_SUITE" "$packages" | sha256sum | cut -c1-12)
+  tar="$RK_CACHE/roots/$DEBIAN_SUITE-$name-$key.tar"
+  if [ ! -s "$tar" ]; then
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-root-$name.XXXXXX")
+    trap 'rm -rf "$dir"' EXIT
+    mkdir -p "$RK_CACHE/roots"
+    rk_log "debootstrap $DEBIAN_SUITE ($name: $packages) from $DEBIAN_MIRROR"
+    debootstrap --variant=minbase --include="$packages" "$DEBIAN_SUITE" "$dir/root" "$DEBIAN_MIRROR" >"$dir/log" 2>&1 ||
+      { tail -n 20 "$dir/log" >&2; rk_die "debootstrap of $name failed"; }
+    rm -rf "$dir"/root/var/cache/apt/archives/*.deb "$dir"/root/var/lib/apt/lists/*
+    tar -C "$dir/root" --numeric-owner -cf "$tar.partial" . && mv "$tar.partial" "$tar"
+  fi
+  echo "$tar"
+)

@@ -21,7 +21,8 @@
 #              github.com/aojea/kindnet are not served by the Go module proxy): it
 #              writes kindnetd's CNI configuration for the node's podCIDR, which is
 #              all kindnetd does on a one-node cluster
-#   CoreDNS    $COREDNS_VERSION, tagged as the version kubeadm names
+#   CoreDNS    $COREDNS_VERSION with the plugins of kubeadm's Corefile only
+#              (coredns/main.go), tagged as the version kubeadm names
 # The result is cached: it is remade when a version, this script or a file of
 # tests/realkube/kind changes (the key is in $RK_CACHE/kind-node-image.key).
 #
@@ -47,7 +48,7 @@ CONTAINERD=$cache/containerd-$CONTAINERD_VERSION
 bin "$CONTAINERD/containerd" >/dev/null
 LPP=$(bin "$cache/local-path-provisioner-$LPP_VERSION/local-path-provisioner")
 ETCD=$(bin "$cache/etcd-$ETCD_VERSION/etcd")
-COREDNS=$(bin "$cache/coredns-$COREDNS_VERSION/coredns")
+COREDNS=$(bin "$cache/coredns-kubeadm-$COREDNS_VERSION/coredns")
 CM_CONTROLLER=$(bin "$cache/cert-manager-$CERT_MANAGER_VERSION/controller")
 CM_CAINJECTOR=$(bin "$cache/cert-manager-$CERT_MANAGER_VERSION/cainjector")
 bin "$cache/kind-$KIND_VERSION/kind" >/dev/null
@@ -68,20 +69,6 @@ fi
 started=$(date +%s)
 w=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-node-image.XXXXXX")
 trap 'rm -rf "$w"' EXIT
-# root NAME PACKAGES: images.sh's cached debootstrap roots (same key)
-root() {
-  local name=$1 packages=$2 tar
-  tar="$RK_CACHE/roots/$DEBIAN_SUITE-$name-$(printf '%s %s' "$DEBIAN_SUITE" "$packages" | sha256sum | cut -c1-12).tar"
-  if [ ! -s "$tar" ]; then
-    rk_log "debootstrap $DEBIAN_SUITE ($name: $packages)"
-    debootstrap --variant=minbase --include="$packages" "$DEBIAN_SUITE" "$w/root-$name" "$DEBIAN_MIRROR" >"$w/debootstrap-$name.log" 2>&1 ||
-      { tail -n 20 "$w/debootstrap-$name.log" >&2; rk_die "debootstrap of $name failed"; }
-    rm -rf "$w/root-$name"/var/cache/apt/archives/*.deb "$w/root-$name"/var/lib/apt/lists/*
-    tar -C "$w/root-$name" --numeric-owner -cf "$tar.partial" . && mv "$tar.partial" "$tar"
-    rm -rf "$w/root-$name"
-  fi
-  echo "$tar"
-}
 unpack() { mkdir -p "$2" && tar -C "$2" --numeric-owner -xf "$1"; }
 kind_dir=$(cd "$w" && go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 files=$kind_dir/images/base/files
@@ -91,7 +78,7 @@ files=$kind_dir/images/base/files
 # kind's package list minus nfs-common, open-iscsi and fuse-overlayfs (storage tests and
 # rootless only), plus what kind builds from GitHub sources (runc, CNI plugins)
 d=$w/base
-unpack "$(root node systemd,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,curl,jq,procps,runc,containernetworking-plugins)" "$d"
+unpack "$(rk_root node systemd,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,curl,jq,procps,runc,containernetworking-plugins)" "$d"
 install -m 0755 "$files"/usr/local/bin/* "$d/usr/local/bin/"
 mkdir -p "$d/kind" "$d/LICENSES" "$d/etc/containerd" "$d/etc/default" "$d/etc/sysctl.d" "$d/etc/systemd/system/kubelet.service.d"
 cp -r "$files/kind/." "$d/kind/"
@@ -157,8 +144,8 @@ if [ -z "$ETCD_IMAGE" ] || [ -z "$COREDNS_IMAGE" ] || [ -z "$PAUSE_IMAGE" ]; the
   rk_die "kubeadm config images list gave no etcd, coredns or pause: ${kubeadm_images[*]}"
 fi
 
-base_tar=$(root base ca-certificates)
-net_tar=$(root net ca-certificates,iptables,conntrack,curl,jq)
+base_tar=$(rk_root base ca-certificates)
+net_tar=$(rk_root net ca-certificates,iptables,conntrack,curl,jq)
 docker import - localhost/cnpgi-kind-root:base <"$base_tar" >/dev/null
 mkdir -p "$w/net" && unpack "$net_tar" "$w/net"
 # kube-proxy and the kindnetd stand-in: iptables as upstream's kube-proxy image picks it
