@@ -28,6 +28,7 @@ import argparse
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -427,7 +428,13 @@ def main():
     args = p.parse_args()
     if not args.kubeconfig:
         sys.exit("scenario_doctor.py: no kubeconfig (--kubeconfig or KUBECONFIG)")
-    sys.exit(Doctor(args).run())
+    doctor = Doctor(args)
+    try:
+        code = doctor.run()
+    finally:
+        # Its certificates and private keys, and the scratch copy's binary.
+        shutil.rmtree(doctor.dir, ignore_errors=True)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
