@@ -12,6 +12,7 @@
 #   ci_job NAME [--normal] [--after JOB...] -- COMMAND...
 #                                                 starts COMMAND in the background
 #   ci_await JOB...                               waits for jobs; fails with a job's log tail
+#   ci_await_report JOB [REGEX]                   waits for a job, prints its log, then ci_await
 #   ci_step NAME                                  starts a timed step (ends the previous one)
 #   ci_report                                     prints the steps' and jobs' times
 #
@@ -137,6 +138,20 @@ ci_await() {
     fi
   done
   printf 'wait\t%s\t%s\n' "$(($(date +%s) - waited_from))" "$*" >>"$CI_TIMINGS"
+}
+
+# ci_await_report JOB [REGEX]: waits for JOB to end, prints its log (only the
+# lines matching REGEX, when given) whether it passed or failed, then
+# ci_await JOB: for a suite run as a job, whose report belongs in the step's.
+ci_await_report() {
+  local name=$1
+  while [ ! -e "$CI_STATE/$name.rc" ]; do sleep 1; done
+  if [ $# -ge 2 ]; then
+    grep -E "$2" "$CI_STATE/$name.log" || true
+  else
+    cat "$CI_STATE/$name.log"
+  fi
+  ci_await "$name"
 }
 
 # ci_stop_jobs: SIGTERM to every job still running (each is a session of its
