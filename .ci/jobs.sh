@@ -4,13 +4,24 @@
 # Why: on 2 cores, a cold run spends long stretches with a core idle (cargo's
 # serial tails and links, downloads, end-to-end suites waiting on servers).
 # The builds that later steps need (Go programs, images, the publish check)
-# run beside the steps under SCHED_IDLE, so they take only CPU time nobody
-# else wants: a foreground step is never slowed by them, and a step that needs
-# a job's result waits for it (`ci_await`), at which point the job has the
-# whole machine.
+# run beside the steps at idle priority, so they take only CPU time nobody
+# else wants: a foreground step is hardly slowed by them, and a step that
+# needs a job's result waits for it (`ci_await`), at which point the job has
+# the whole machine.
 #
-#   ci_job NAME [--normal] [--after JOB...] -- COMMAND...
+# Priorities and sessions: every job runs in a session of its own, and
+# Linux's autogroup scheduling (kernel.sched_autogroup_enabled, on by default)
+# makes each session a group that gets an equal share of the CPU, whatever
+# the niceness or policy of its tasks. So the niceness that counts is the
+# group's (/proc/self/autogroup): 19 for an idle job, 10 for the compiling
+# steps (ci_nice) and the lint job, 0 for the rest. A cold run measured before
+# this: ten jobs with a share each, the kind chain's Go builds got about a
+# fifth of a core each, the "idle" builds as much. With autogroup off, the
+# tasks' own nice and SCHED_IDLE (also set) do the same.
+#
+#   ci_job NAME [--normal|--nice] [--after JOB...] -- COMMAND...
 #                                                 starts COMMAND in the background
+#   ci_nice COMMAND...                            runs COMMAND at the compiling steps' priority
 #   ci_await JOB...                               waits for jobs; fails with a job's log tail
 #   ci_await_report JOB [REGEX]                   waits for a job, prints its log, then ci_await
 #   ci_step NAME                                  starts a timed step (ends the previous one)
@@ -71,18 +82,32 @@ ci_step_end() {
   fi
 }
 
-# ci_job NAME [--normal] [--after JOB...] -- COMMAND...: runs COMMAND in the
-# background at idle CPU priority (and idle I/O class where the scheduler has
-# one), after the named jobs succeeded. --normal keeps the steps' priority:
-# for a suite that runs beside the steps (it mostly waits on servers, and
-# its timed checks must not starve while a step compiles), not for a build. Output: $CI_STATE/NAME.log; exit code:
+# `setsid bash -c "$CI_PRIORITIZED" NICE COMMAND...` runs COMMAND in a session
+# (so an autogroup) of its own whose niceness is NICE, the tasks' own too.
+# shellcheck disable=SC2016,SC2089 # a script for bash -c, expanded there
+CI_PRIORITIZED='echo "$0" >/proc/self/autogroup 2>/dev/null || true; exec nice -n "$0" "$@"'
+# ci_nice COMMAND...: COMMAND at the compiling steps' priority (niceness 10,
+# its own autogroup): it yields to the jobs at normal priority (the kind
+# chain, the suites beside the steps), not to the idle ones.
+ci_nice() { setsid bash -c "$CI_PRIORITIZED" 10 "$@"; }
+
+# ci_job NAME [--normal|--nice] [--after JOB...] -- COMMAND...: runs COMMAND in
+# the background at idle priority (niceness 19 and SCHED_IDLE; idle I/O class
+# where the scheduler has one), after the named jobs succeeded. --normal
+# keeps the steps' priority: for a suite that runs beside the steps (it
+# mostly waits on servers, and its timed checks must not starve while a step
+# compiles), or a build on the kind chain. --nice: the compiling steps'
+# (ci_nice). Output: $CI_STATE/NAME.log; exit code:
 # $CI_STATE/NAME.rc, written last. The job's runner is a new bash process
 # (not a subshell) so that its environment, which .ci/leftovers.py reads,
 # carries the jobs' token.
 ci_job() {
   local name=$1 after=() priority=idle
   shift
-  if [ "${1:-}" = --normal ]; then priority=normal; shift; fi
+  case "${1:-}" in
+  --normal) priority=normal; shift ;;
+  --nice) priority="nice"; shift ;;
+  esac
   if [ "${1:-}" = --after ]; then
     shift
     while [ "$1" != -- ]; do after+=("$1"); shift; done
@@ -97,9 +122,12 @@ ci_job() {
 }
 # ci_job_run NAME PRIORITY N DEP_1..DEP_N COMMAND...: the runner of ci_job.
 ci_job_run() {
-  local name=$1 priority=$2 n=$3 dep rc=0 started nice=(chrt --idle 0 ionice -c 3)
+  local name=$1 priority=$2 n=$3 dep rc=0 started nice=(19 chrt --idle 0 ionice -c 3)
   shift 3
-  if [ "$priority" = normal ]; then nice=(); fi
+  case "$priority" in
+  normal) nice=(0) ;;
+  nice) nice=(10) ;;
+  esac
   cd "$CI_REPO" || exit 1
   for dep in "${@:1:$n}"; do
     while [ ! -e "$CI_STATE/$dep.rc" ]; do sleep 2; done
@@ -113,7 +141,7 @@ ci_job_run() {
   printf 'start\t%s\t%s\n' "$(ci_now)" "$name" >>"$CI_TIMINGS"
   started=$(date +%s)
   printf 'priority\t%s\t%s\n' "$priority" "$name" >>"$CI_TIMINGS"
-  setsid "${nice[@]}" "$@" >"$CI_STATE/$name.log" 2>&1 </dev/null &
+  setsid bash -c "$CI_PRIORITIZED" "${nice[@]}" "$@" >"$CI_STATE/$name.log" 2>&1 </dev/null &
   echo "$!" >"$CI_STATE/$name.pid"
   wait "$!" || rc=$?
   ci_cpu "$CI_STATE/$name.jobcpu"
@@ -121,7 +149,8 @@ ci_job_run() {
   echo "$rc" >"$CI_STATE/$name.rc"
 }
 export -f ci_job_run ci_now ci_cpu
-export CI_STATE CI_STARTED CI_TIMINGS
+# shellcheck disable=SC2090 # CI_PRIORITIZED is a script for bash -c, not words
+export CI_STATE CI_STARTED CI_TIMINGS CI_PRIORITIZED
 
 # ci_await JOB...: waits until each job ended; fails the run, with the job's
 # log tail, if one failed. The wait is timed into the report.

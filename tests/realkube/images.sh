@@ -19,7 +19,7 @@
 #   database-table-naming:$TAG   the Go naming plugin, `go build` here (static,
 #       CGO_ENABLED=0) on the distroless stand-in below
 #
-# The Dockerfile's FROM images are made here from debootstrap roots of Debian
+# The Dockerfile's FROM images are made here from mmdebstrap roots of Debian
 # $DEBIAN_SUITE (cached as tarballs under $RK_CACHE/roots), under the names the
 # Dockerfile uses:
 #   rust:<this machine's rustc X.Y>-bookworm  the root + gcc + this machine's
@@ -30,17 +30,26 @@
 #       and the user nonroot 65532: a local stand-in for distroless, which
 #       no registry here serves.
 #
-#   tests/realkube/images.sh       (root; cold ~10 min on 2 cores, warm ~1-3 min)
+#   tests/realkube/images.sh             (root; cold ~10 min on 2 cores, warm ~1-3 min)
+#   tests/realkube/images.sh --archives  only the archives of PostgreSQL, moto and
+#       MariaDB (no dockerd): what node-image.sh preloads. CI makes them first, so
+#       that the node image is built beside the project's images, not after them.
 set -euo pipefail
+archives_only=0
+case "${1:-}" in
+"") ;;
+--archives) archives_only=1 ;;
+*) echo "usage: images.sh [--archives]" >&2; exit 2 ;;
+esac
 # shellcheck source=tests/realkube/lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/lib/go-env.sh
 source "$(dirname "$0")/../lib/go-env.sh"
-[ "$(id -u)" = 0 ] || rk_die "images.sh needs root (debootstrap, dockerd)"
+[ "$(id -u)" = 0 ] || rk_die "images.sh needs root (mmdebstrap, dockerd)"
 tools=("$DOCKER_BIN" python3)
-[ "$RK_UPSTREAM_IMAGES" = 1 ] || tools+=(debootstrap dockerd cargo rustc)
+[ "$RK_UPSTREAM_IMAGES" = 1 ] || tools+=(mmdebstrap dockerd cargo rustc)
 for b in "${tools[@]}"; do
-  command -v "$b" >/dev/null || rk_die "missing $b (apt-get install debootstrap docker.io; cargo and rustc from rustup)"
+  command -v "$b" >/dev/null || rk_die "missing $b (apt-get install mmdebstrap docker.io; cargo and rustc from rustup)"
 done
 TAG=${RK_IMAGE_TAG:-realkube}
 mkdir -p "$RK_CACHE/roots" "$RK_CACHE/images"
@@ -120,7 +129,7 @@ fi
 # package's own; mariadb-entrypoint.sh makes it on first start and the database
 # and user of MARIADB_DATABASE/_USER/_PASSWORD, then runs mariadbd on 3306.
 mariadb_tar=$(rk_image_archive "$RK_MARIADB_IMAGE")
-started=$(date +%s)   # the root's debootstrap included, when it is not cached
+started=$(date +%s)   # the root's mmdebstrap included, when it is not cached
 mariadb_root=$(rk_root mariadb "ca-certificates,mariadb-server")
 mariadb_key="$(basename "$mariadb_root" .tar) $(sha256sum "$RK_DIR/mariadb-entrypoint.sh" | cut -c1-16)"
 if [ ! -s "$mariadb_tar" ] || [ "$(cat "$mariadb_tar.key" 2>/dev/null)" != "$mariadb_key" ]; then
@@ -145,6 +154,7 @@ if [ ! -s "$mariadb_tar" ] || [ "$(cat "$mariadb_tar.key" 2>/dev/null)" != "$mar
 fi
 }
 [ "$RK_UPSTREAM_IMAGES" = 1 ] || debian_images
+[ "$archives_only" = 0 ] || exit 0
 
 # --- the tests' dockerd
 if ! rk_docker version >/dev/null 2>&1; then
@@ -330,4 +340,3 @@ PY
     "USER 65532:65532" "WORKDIR /tmp" 'ENTRYPOINT ["python3", "/opt/database-table-mariadb/plugin/mariadb.py"]'
   rk_log "database-table-mariadb:$TAG built in $(( $(date +%s) - started )) s"
 fi
-docker image prune -f >/dev/null 2>&1 || true

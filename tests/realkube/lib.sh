@@ -7,7 +7,7 @@ RK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RK_REPO="$(cd "$RK_DIR/../.." && pwd)"
 
 RK_STATE=${RK_STATE:-/tmp/cnpgi-realkube}          # kubeconfig, host state to put back, logs
-RK_CACHE=${RK_CACHE:-$HOME/.cache/cnpgi-realkube}  # debootstrap roots, image archives, dockerd's data root
+RK_CACHE=${RK_CACHE:-$HOME/.cache/cnpgi-realkube}  # mmdebstrap roots, image archives, dockerd's data root
 
 # Where the images come from. 0 (default): built on this machine, which reaches
 # no image registry (kind's node image, cert-manager's manifest, the Dockerfile's
@@ -124,23 +124,30 @@ rk_tools_path() {
 # rk_image_archive IMAGE: where an image made without Docker is cached as an archive.
 rk_image_archive() { echo "$RK_CACHE/images/$(tr '/:' '__' <<<"$1").tar"; }
 
-# rk_root NAME PACKAGES: a debootstrap minbase root of Debian $DEBIAN_SUITE
-# with PACKAGES, as a tarball cached under $RK_CACHE/roots (key: the suite and
-# the packages); prints its path. images.sh and node-image.sh share the roots.
+# rk_root NAME PACKAGES: a minbase root of Debian $DEBIAN_SUITE with PACKAGES,
+# made by mmdebstrap, as a tarball cached under $RK_CACHE/roots (key: the suite
+# and the packages, and the tool); prints its path. images.sh and node-image.sh share the
+# roots, and may ask for the same one at once (CI runs them side by side): the
+# first makes it under a lock, the other waits and takes it. mmdebstrap, not
+# debootstrap: apt's parallel downloads and dpkg's --force-unsafe-io halve
+# the time and the CPU (bookworm's mariadb-server root: 21 s and 22 CPU s
+# against 45 s and 49 CPU s idle; 32 s against 61 s beside a cargo build).
 # A subshell: its trap removes an unfinished root whatever happens.
 rk_root() (
   local name=$1 packages=$2 key tar dir
-  key=$(printf '%s %s' "$DEBIAN_SUITE" "$packages" | sha256sum | cut -c1-12)
+  key=$(printf '%s %s mmdebstrap' "$DEBIAN_SUITE" "$packages" | sha256sum | cut -c1-12)
   tar="$RK_CACHE/roots/$DEBIAN_SUITE-$name-$key.tar"
+  mkdir -p "$RK_CACHE/roots"
+  exec 9>"$tar.lock"
+  flock 9 || rk_die "cannot lock $tar.lock"
   if [ ! -s "$tar" ]; then
     dir=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-root-$name.XXXXXX")
     trap 'rm -rf "$dir"' EXIT
-    mkdir -p "$RK_CACHE/roots"
-    rk_log "debootstrap $DEBIAN_SUITE ($name: $packages) from $DEBIAN_MIRROR"
-    debootstrap --variant=minbase --include="$packages" "$DEBIAN_SUITE" "$dir/root" "$DEBIAN_MIRROR" >"$dir/log" 2>&1 ||
-      { tail -n 20 "$dir/log" >&2; rk_die "debootstrap of $name failed"; }
-    rm -rf "$dir"/root/var/cache/apt/archives/*.deb "$dir"/root/var/lib/apt/lists/*
-    tar -C "$dir/root" --numeric-owner -cf "$tar.partial" . && mv "$tar.partial" "$tar"
+    rk_log "mmdebstrap $DEBIAN_SUITE ($name: $packages) from $DEBIAN_MIRROR"
+    mmdebstrap --variant=minbase --include="$packages" --mode=root --format=tar \
+      --dpkgopt=force-unsafe-io "$DEBIAN_SUITE" "$dir/root.tar" "$DEBIAN_MIRROR" >"$dir/log" 2>&1 ||
+      { tail -n 20 "$dir/log" >&2; rk_die "mmdebstrap of $name failed (log above)"; }
+    mv "$dir/root.tar" "$tar"
   fi
   echo "$tar"
 )

@@ -2,13 +2,13 @@
 # kind's node image, made on this machine from Debian's packages and the Go module
 # proxy only, in the tests' dockerd (tests/realkube/dockerd.sh), with kind's own builder:
 #   1. the base image $RK_KIND_BASE_IMAGE (what docker.io/kindest/base holds): a
-#      debootstrap root with the packages of kind's images/base/Dockerfile, Debian's
+#      mmdebstrap root with the packages of kind's images/base/Dockerfile, Debian's
 #      runc and CNI plugins, containerd 2 and crictl (build-kind-tools.sh), and kind's
 #      images/base/files arranged as that Dockerfile's RUN steps do; four changes for
 #      these machines, each commented below;
 #   2. a Kubernetes release tarball (kubernetes/version, server/bin/{kubeadm,kubelet,
 #      kubectl} and the control-plane image archives) from tests/e2e/build-kube.sh
-#      --node's binaries, each image a debootstrap root plus one binary (no RUN step);
+#      --node's binaries, each image an mmdebstrap root plus one binary (no RUN step);
 #   3. kind build node-image --type file TARBALL --base-image $RK_KIND_BASE_IMAGE
 #      --image $RK_KIND_NODE_IMAGE.
 # Preloaded in the node (kind counts them as built, so nothing is ever pulled):
@@ -30,7 +30,7 @@
 set -euo pipefail
 # shellcheck source=tests/realkube/lib.sh
 source "$(dirname "$0")/lib.sh"
-[ "$(id -u)" = 0 ] || rk_die "node-image.sh needs root (debootstrap, chroot)"
+[ "$(id -u)" = 0 ] || rk_die "node-image.sh needs root (mmdebstrap, chroot)"
 rk_docker version >/dev/null 2>&1 || rk_die "the tests' dockerd is not running (tests/realkube/dockerd.sh start)"
 docker() { rk_docker "$@"; }
 cache=${CNPGI_E2E_CACHE:-$HOME/.cache/cnpgi-e2e}
@@ -216,5 +216,4 @@ TMPDIR="$w" kind build node-image --type file "$w/kubernetes-server-linux-amd64.
   --base-image "$RK_KIND_BASE_IMAGE" --image "$RK_KIND_NODE_IMAGE" >"$w/kind-build.log" 2>&1 ||
   { tail -n 30 "$w/kind-build.log" >&2; rk_die "kind build node-image failed"; }
 echo "$key" >"$RK_CACHE/kind-node-image.key"
-docker image prune -f >/dev/null 2>&1 || true
 rk_log "$RK_KIND_NODE_IMAGE built in $(( $(date +%s) - started )) s"

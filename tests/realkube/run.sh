@@ -51,7 +51,7 @@
 # commands on the node: RK_NODE_EXEC (default: docker exec into kind's node).
 #
 #   sudo bash tests/realkube/run.sh
-# Needs root, Debian packages (docker.io runc iptables debootstrap jq gcc),
+# Needs root, Debian packages (docker.io runc iptables mmdebstrap jq gcc),
 # Go >= 1.26, cargo, python3 with PyYAML and pip, task (go-task) and kustomize.
 set -euo pipefail
 # shellcheck source=tests/realkube/lib.sh
@@ -193,7 +193,7 @@ if [ -n "${REALKUBE_KUBECONFIG:-}" ]; then
   exit "$rc"
 fi
 
-[ "$(id -u)" = 0 ] || rk_die "run.sh needs root (dockerd, kind's privileged node, debootstrap)"
+[ "$(id -u)" = 0 ] || rk_die "run.sh needs root (dockerd, kind's privileged node, mmdebstrap)"
 finish() {
   local code=$? down=0
   trap - EXIT
@@ -230,6 +230,10 @@ if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
   bash "$RK_DIR/cnpg.sh" image >/dev/null || rk_die "building CloudNativePG's image failed"
   bash "$RK_DIR/node-image.sh" || rk_die "building kind's node image failed"
 fi
+# The images a rebuild left without a name. Here, not in images.sh or
+# node-image.sh: CI runs those two side by side on this dockerd, and one's
+# prune would remove the other's image between its build and its tag.
+rk_docker image prune -f >/dev/null 2>&1 || true
 rk_log "images ready in $(( $(date +%s) - built )) s"
 bash "$RK_DIR/up.sh" || rk_die "task local-kind-deploy did not bring the cluster up"
 manifests
