@@ -13,11 +13,13 @@
 # Linux's autogroup scheduling (kernel.sched_autogroup_enabled, on by default)
 # makes each session a group that gets an equal share of the CPU, whatever
 # the niceness or policy of its tasks. So the niceness that counts is the
-# group's (/proc/self/autogroup): 19 for an idle job, 10 for the compiling
-# steps (ci_nice) and the lint job, 0 for the rest. A cold run measured before
-# this: ten jobs with a share each, the kind chain's Go builds got about a
-# fifth of a core each, the "idle" builds as much. With autogroup off, the
-# tasks' own nice and SCHED_IDLE (also set) do the same.
+# group's (/proc/self/autogroup): 15 for an idle job, 10 for the compiling
+# steps (ci_nice) and the lint job, 0 for the rest. Not 19 for the idle jobs:
+# several run at once and the steps await each of them in turn, so they must
+# progress beside a compile, at about a third of its rate each. A cold run
+# measured before this: ten jobs with a share each, the kind chain's Go
+# builds got about a fifth of a core each, the "idle" builds as much. With
+# autogroup off, the tasks' own nice and SCHED_IDLE (also set) apply instead.
 #
 #   ci_job NAME [--normal|--nice] [--after JOB...] -- COMMAND...
 #                                                 starts COMMAND in the background
@@ -92,7 +94,7 @@ CI_PRIORITIZED='echo "$0" >/proc/self/autogroup 2>/dev/null || true; exec nice -
 ci_nice() { setsid bash -c "$CI_PRIORITIZED" 10 "$@"; }
 
 # ci_job NAME [--normal|--nice] [--after JOB...] -- COMMAND...: runs COMMAND in
-# the background at idle priority (niceness 19 and SCHED_IDLE; idle I/O class
+# the background at low priority (niceness 15 and SCHED_IDLE; idle I/O class
 # where the scheduler has one), after the named jobs succeeded. --normal
 # keeps the steps' priority: for a suite that runs beside the steps (it
 # mostly waits on servers, and its timed checks must not starve while a step
@@ -122,7 +124,7 @@ ci_job() {
 }
 # ci_job_run NAME PRIORITY N DEP_1..DEP_N COMMAND...: the runner of ci_job.
 ci_job_run() {
-  local name=$1 priority=$2 n=$3 dep rc=0 started nice=(19 chrt --idle 0 ionice -c 3)
+  local name=$1 priority=$2 n=$3 dep rc=0 started nice=(15 chrt --idle 0 ionice -c 3)
   shift 3
   case "$priority" in
   normal) nice=(0) ;;
