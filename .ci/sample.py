@@ -10,11 +10,10 @@ that window with their CPU seconds. A session is a CI job (each runs as a
 session of its own), dockerd's builds and containers (their own sessions),
 or the run's steps (.ci/measure's session).
 
-A session's CPU is the sum over its live processes of their own time and that
-of the children they reaped (utime + stime + cutime + cstime), so a process
-that exits between two samples is still counted, in its parent. A session
-whose leader was reaped by a process outside it loses that total: a negative
-change counts as zero.
+A process's CPU is its own time as it grows, and a process that exits is
+counted to the end through its parent's children's time (Processes says how),
+so short-lived ones (rustc, the Go compiler) are counted too, in their
+parent's session when they lived between two samples.
 """
 
 import argparse
@@ -26,31 +25,71 @@ import time
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def sessions():
-    """CPU seconds by session id, and a name for each session."""
-    cpu, names = {}, {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # comm may hold spaces and parentheses: split after the last ')'.
-        fields = stat[stat.rindex(")") + 2 :].split()
-        sid = int(fields[3])
-        ticks = sum(int(x) for x in fields[11:15])
-        cpu[sid] = cpu.get(sid, 0) + ticks / TICK
-    for sid in cpu:
-        try:
-            with open(f"/proc/{sid}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-            name = " ".join(a.decode(errors="replace") for a in args if a)[:60]
-        except OSError:
-            name = ""
-        names[sid] = name or f"session {sid}"
-    return cpu, names
+class Processes:
+    """CPU seconds by session between two samples, reaped children included.
+
+    Each process's own time (utime + stime) is counted as it grows. A parent's
+    children's time (cutime + cstime) grows when it reaps a child, by that
+    child's whole total: less what earlier samples already counted of the
+    children that disappeared, the rest is what they used since the last
+    sample (or in their whole life, if it fell between two samples).
+    """
+
+    def __init__(self):
+        self.seen = {}  # pid: (ppid, sid, own, children)
+        self.names = {}
+        self.sample()
+
+    @staticmethod
+    def read():
+        procs = {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            # comm may hold spaces and parentheses: split after the last ')'.
+            fields = stat[stat.rindex(")") + 2 :].split()
+            ppid, sid = int(fields[1]), int(fields[3])
+            own = (int(fields[11]) + int(fields[12])) / TICK
+            children = (int(fields[13]) + int(fields[14])) / TICK
+            procs[int(pid)] = (ppid, sid, own, children)
+        return procs
+
+    def sample(self):
+        """CPU seconds by session since the previous call."""
+        now = self.read()
+        counted = {}  # pid: seconds of its children's time already counted
+        for pid, (ppid, _, own, children) in self.seen.items():
+            if pid not in now:
+                reaper = ppid if ppid in now else 1
+                counted[reaper] = counted.get(reaper, 0.0) + own + children
+        used = {}
+        for pid, (_, sid, own, children) in now.items():
+            if pid in self.seen:
+                _, _, own0, children0 = self.seen[pid]
+                delta = (own - own0) + max(0.0, children - children0 - counted.get(pid, 0.0))
+            else:
+                delta = own + children if self.seen else 0.0
+            if delta > 0:
+                used[sid] = used.get(sid, 0.0) + delta
+            if sid not in self.names:
+                self.names[sid] = session_name(sid)
+        self.seen = now
+        return used
+
+
+def session_name(sid):
+    try:
+        with open(f"/proc/{sid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+        name = " ".join(a.decode(errors="replace") for a in args if a)[:60]
+    except OSError:
+        name = ""
+    return name or f"session {sid}"
 
 
 def pressure(kind):
@@ -78,22 +117,15 @@ def main():
     own_sid = os.getsid(0)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     start = time.monotonic()
-    last, names = sessions()
+    procs = Processes()
     used = {}
     next_window = start + args.window
     with open(args.out, "w", buffering=1) as out:
         out.write("# seconds, PSI avg10 (cpu some, io some, io full), then CPU seconds by session\n")
         while True:
             time.sleep(args.interval)
-            now, current = sessions()
-            names.update(current)
-            for sid, total in now.items():
-                if sid not in last:
-                    continue  # a new session: counted from its first sample on
-                delta = total - last[sid]
-                if delta > 0:
-                    used[sid] = used.get(sid, 0.0) + delta
-            last = now
+            for sid, seconds in procs.sample().items():
+                used[sid] = used.get(sid, 0.0) + seconds
             if time.monotonic() >= next_window:
                 cpu_some, _ = pressure("cpu")
                 io_some, io_full = pressure("io")
@@ -102,7 +134,7 @@ def main():
                 for sid, seconds in top:
                     if seconds < 0.5:
                         continue
-                    name = "steps" if sid == own_sid else names.get(sid, str(sid))
+                    name = "steps" if sid == own_sid else procs.names.get(sid, str(sid))
                     cells.append(f"{seconds:.0f} {name}")
                 out.write(f"{time.monotonic() - start:.0f}\tcpu {cpu_some} io {io_some}/{io_full}\ttotal {sum(used.values()):.0f}\t" + " | ".join(cells) + "\n")
                 used = {}
