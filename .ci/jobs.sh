@@ -13,17 +13,15 @@
 # Linux's autogroup scheduling (kernel.sched_autogroup_enabled, on by default)
 # makes each session a group that gets an equal share of the CPU, whatever
 # the niceness or policy of its tasks. So the niceness that counts is the
-# group's (/proc/self/autogroup): 15 for an idle job, 10 for the compiling
-# steps (ci_nice) and the lint job, 0 for the rest. Not 19 for the idle jobs:
-# several run at once and the steps await each of them in turn, so they must
-# progress beside a compile, at about a third of its rate each. A cold run
-# measured before this: ten jobs with a share each, the kind chain's Go
-# builds got about a fifth of a core each, the "idle" builds as much. With
-# autogroup off, the tasks' own nice and SCHED_IDLE (also set) apply instead.
+# group's (/proc/self/autogroup): 15 for a low-priority job, 0 for the rest
+# (the steps run in .ci/run's own session, at 0). Not 19: several run at
+# once and the steps await each of them in turn, so they must progress. A
+# cold run measured before this: ten jobs with a share each, the kind chain's
+# Go builds got about a fifth of a core each, the low-priority builds as much.
+# With autogroup off, the tasks' own nice and SCHED_IDLE (also set) apply.
 #
-#   ci_job NAME [--normal|--nice] [--after JOB...] -- COMMAND...
+#   ci_job NAME [--normal] [--after JOB...] -- COMMAND...
 #                                                 starts COMMAND in the background
-#   ci_nice COMMAND...                            runs COMMAND at the compiling steps' priority
 #   ci_await JOB...                               waits for jobs; fails with a job's log tail
 #   ci_await_report JOB [REGEX]                   waits for a job, prints its log, then ci_await
 #   ci_step NAME                                  starts a timed step (ends the previous one)
@@ -88,28 +86,20 @@ ci_step_end() {
 # (so an autogroup) of its own whose niceness is NICE, the tasks' own too.
 # shellcheck disable=SC2016,SC2089 # a script for bash -c, expanded there
 CI_PRIORITIZED='echo "$0" >/proc/self/autogroup 2>/dev/null || true; exec nice -n "$0" "$@"'
-# ci_nice COMMAND...: COMMAND at the compiling steps' priority (niceness 10,
-# its own autogroup): it yields to the jobs at normal priority (the kind
-# chain, the suites beside the steps), not to the idle ones.
-ci_nice() { setsid bash -c "$CI_PRIORITIZED" 10 "$@"; }
 
-# ci_job NAME [--normal|--nice] [--after JOB...] -- COMMAND...: runs COMMAND in
-# the background at low priority (niceness 15 and SCHED_IDLE; idle I/O class
-# where the scheduler has one), after the named jobs succeeded. --normal
-# keeps the steps' priority: for a suite that runs beside the steps (it
-# mostly waits on servers, and its timed checks must not starve while a step
-# compiles), or a build on the kind chain. --nice: the compiling steps'
-# (ci_nice). Output: $CI_STATE/NAME.log; exit code:
+# ci_job NAME [--normal] [--after JOB...] -- COMMAND...: runs COMMAND in the
+# background at low priority (niceness 15 and SCHED_IDLE; idle I/O class where
+# the scheduler has one), after the named jobs succeeded. --normal keeps the
+# steps' priority: for a suite that runs beside the steps (it mostly waits on
+# servers, and its timed checks must not starve while a step compiles), or a
+# build on the kind chain. Output: $CI_STATE/NAME.log; exit code:
 # $CI_STATE/NAME.rc, written last. The job's runner is a new bash process
 # (not a subshell) so that its environment, which .ci/leftovers.py reads,
 # carries the jobs' token.
 ci_job() {
   local name=$1 after=() priority=idle
   shift
-  case "${1:-}" in
-  --normal) priority=normal; shift ;;
-  --nice) priority="nice"; shift ;;
-  esac
+  if [ "${1:-}" = --normal ]; then priority=normal; shift; fi
   if [ "${1:-}" = --after ]; then
     shift
     while [ "$1" != -- ]; do after+=("$1"); shift; done
@@ -126,10 +116,7 @@ ci_job() {
 ci_job_run() {
   local name=$1 priority=$2 n=$3 dep rc=0 started nice=(15 chrt --idle 0 ionice -c 3)
   shift 3
-  case "$priority" in
-  normal) nice=(0) ;;
-  nice) nice=(10) ;;
-  esac
+  if [ "$priority" = normal ]; then nice=(0); fi
   cd "$CI_REPO" || exit 1
   for dep in "${@:1:$n}"; do
     while [ ! -e "$CI_STATE/$dep.rc" ]; do sleep 2; done

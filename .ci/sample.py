@@ -65,7 +65,14 @@ class Processes:
         counted = {}  # pid: seconds of its children's time already counted
         for pid, (ppid, _, own, children) in self.seen.items():
             if pid not in now:
-                reaper = ppid if ppid in now else 1
+                # Its total reaches the nearest living ancestor: a job's
+                # runner that reaped the job and exited in the same interval
+                # hands both totals up to .ci/run.
+                reaper = ppid
+                while reaper not in now and reaper in self.seen and reaper != self.seen[reaper][0]:
+                    reaper = self.seen[reaper][0]
+                if reaper not in now:
+                    reaper = 1
                 counted[reaper] = counted.get(reaper, 0.0) + own + children
         used = {}
         for pid, (_, sid, own, children) in now.items():
@@ -76,7 +83,9 @@ class Processes:
                 delta = own + children if self.seen else 0.0
             if delta > 0:
                 used[sid] = used.get(sid, 0.0) + delta
-            if sid not in self.names:
+            if sid not in self.names or pid == sid:
+                # The leader's command line as it is now: a job's leader
+                # execs its command a moment after it starts.
                 self.names[sid] = session_name(sid)
         self.seen = now
         return used

@@ -21,7 +21,10 @@
 #      out): p50 and p99. With --max-parallel the requests for segments
 #      archived ahead are answered from the spool, so the p50 drops while a
 #      batch's first request waits for all of it;
-#   4. the peak RSS of the plugin's process (VmHWM) while it archives the
+#   4. CPU per segment of the backlog: the plugin's process, the archive_command
+#      processes (their CPU, summed by the wrapper) and the whole machine's
+#      (PostgreSQL and pgbench included);
+#   5. the peak RSS of the plugin's process (VmHWM) while it archives the
 #      backlog, and, the peak reset, during a base backup of the PGDATA
 #      through it (`cnpgi-operator backup`), the load still running.
 #
@@ -84,6 +87,8 @@ for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$far_port/" >/dev/nul
 # The wrapper PostgreSQL runs as archive_command (timed LOG COMMAND...): the
 # command's own time, one line per request ("microseconds exit-status file")
 # appended to LOG.
+# The fourth field: the command's CPU time (user + system) in clock ticks, from
+# this shell's reaped children's times in /proc/$$/stat (fields 16 and 17).
 cat >"$work/timed" <<'EOF'
 #!/bin/bash
 log=$1
@@ -92,10 +97,17 @@ start=$EPOCHREALTIME
 "$@"
 status=$?
 end=$EPOCHREALTIME
-echo "$(( ${end/./} - ${start/./} )) $status ${!#}" >>"$log"
+read -r -a stat </proc/$$/stat
+echo "$(( ${end/./} - ${start/./} )) $status ${!#} $(( stat[15] + stat[16] ))" >>"$log"
 exit $status
 EOF
 chmod 755 "$work/timed"
+
+# machine_ticks: the CPU time every core spent busy so far (user, nice, system,
+# irq, softirq, steal; /proc/stat), in clock ticks.
+machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
+# process_ticks PID: the process's CPU time so far (user + system), in clock ticks.
+process_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 
 # row LABEL STORE KIND PARALLEL: one measured row (see the header).
 row() {
@@ -154,14 +166,20 @@ EOF
   sql "ALTER SYSTEM SET archive_command = '$work/timed $work/requests $command'" >/dev/null
   sql "SELECT pg_reload_conf()" >/dev/null
   t0="$(now)"
+  local cpu0 plugin_cpu0=0
+  cpu0="$(machine_ticks)"
+  [ -z "$plugin_pid" ] || plugin_cpu0="$(process_ticks "$plugin_pid")"
   for ((i = 0; i < 36000; i++)); do
     archived="$(sql "SELECT archived_count FROM pg_stat_archiver")"
     [ "$archived" -ge "$ready" ] && break
     sleep 0.1
   done
   t1="$(now)"
+  local machine_cpu plugin_cpu=""
+  machine_cpu=$(( $(machine_ticks) - cpu0 ))
+  [ -z "$plugin_pid" ] || plugin_cpu=$(( $(process_ticks "$plugin_pid") - plugin_cpu0 ))
   failed="$(sql "SELECT failed_count FROM pg_stat_archiver")"
-  # 4. the plugin's peak RSS while archiving; then, the peak reset
+  # 5. the plugin's peak RSS while archiving; then, the peak reset
   # (clear_refs 5), during a base backup through it.
   local rss_archive="" rss_backup="" backup_s=""
   if [ "$kind" = cnpgi ]; then
@@ -181,22 +199,33 @@ EOF
   data_mib="$(du -sm --exclude=pg_wal "$pgdata" | cut -f1)"
   u "$pgbin/pg_ctl" -D "$pgdata" stop -m fast -w >/dev/null
   if [ -n "$plugin_pid" ]; then kill "$plugin_pid" 2>/dev/null || true; wait "$plugin_pid" 2>/dev/null || true; fi
-  python3 - "$work/requests" "$ready" "$t0" "$t1" "$failed" "$label" "$store" "$parallel" "$rss_archive" "$rss_backup" "$backup_s" "$data_mib" <<'PY'
+  python3 - "$work/requests" "$ready" "$t0" "$t1" "$failed" "$label" "$store" "$parallel" "$rss_archive" "$rss_backup" "$backup_s" "$data_mib" \
+    "$machine_cpu" "$plugin_cpu" "$(getconf CLK_TCK)" <<'PY'
 import sys
-log, ready, t0, t1, failed, label, store, parallel, rss_archive, rss_backup, backup_s, data_mib = sys.argv[1:]
-times = sorted(int(line.split()[0]) / 1e6 for line in open(log) if line.strip())
+(log, ready, t0, t1, failed, label, store, parallel, rss_archive, rss_backup, backup_s, data_mib,
+ machine_cpu, plugin_cpu, tick) = sys.argv[1:]
+lines = [line.split() for line in open(log) if line.strip()]
+times = sorted(int(fields[0]) / 1e6 for fields in lines)
 seconds = float(t1) - float(t0)
+# CPU per segment of the backlog, in ms: the plugin's process, the
+# archive_command processes (all requests of the window), the whole machine.
+tick_ms = 1000 / int(tick)
+command_cpu = sum(int(fields[3]) for fields in lines if len(fields) > 3) * tick_ms
+def per_segment(ms):
+    return f"{ms / int(ready):.0f}"
+cpu = (f"{per_segment(int(plugin_cpu) * tick_ms) if plugin_cpu else '-'} / {per_segment(command_cpu)} / "
+       f"{per_segment(int(machine_cpu) * tick_ms)}")
 def q(p):
     return times[min(len(times) - 1, int(p * len(times)))] * 1000 if times else float("nan")
 memory = (f"{rss_archive} | {rss_backup} ({data_mib} MiB in {backup_s} s)" if rss_archive
           else "not measured | not measured")
 print(f"| {label} | {store} | {parallel} | {ready} in {seconds:.1f} s | {int(ready) / seconds:.1f} | "
-      f"{q(0.5):.0f} / {q(0.99):.0f} ms | {failed} | {memory} |")
+      f"{q(0.5):.0f} / {q(0.99):.0f} ms | {cpu} | {failed} | {memory} |")
 PY
 }
 
-echo "| archive_command | store | at once | backlog archived (under load) | segments/s | p50 / p99 per request | failed | plugin peak RSS, archiving | plugin peak RSS, base backup |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| archive_command | store | at once | backlog archived (under load) | segments/s | p50 / p99 per request | CPU ms per segment: plugin / archive_command / machine | failed | plugin peak RSS, archiving | plugin peak RSS, base backup |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for store in $stores; do
   for parallel in $parallel_list; do
     row "cnpgi-operator wal-archive" "$store" cnpgi "$parallel"
