@@ -3,7 +3,8 @@
 # without uploading: each packaged, then each type-checked from its package
 # alone, against the others' packages (none must be on crates.io first).
 #
-#   .ci/publish-check.sh        (the publish job of .ci/run; target/publish-check)
+#   .ci/publish-check.sh        (the publish job of .ci/run; in target/publish-check,
+#                               or CNPGI_PUBLISH_TARGET)
 #
 # What `cargo publish --dry-run` verifies, for less: it builds every .crate
 # (codegen included, about 530 CPU seconds cold on 2 cores), where a check
@@ -23,7 +24,11 @@
 # the working tree as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CARGO_TARGET_DIR=$(realpath -m "${CARGO_TARGET_DIR:-target/publish-check}")   # cargo runs in two directories
+# Its own target directory, whatever CARGO_TARGET_DIR says (.ci/run exports
+# the workspace's): its check units (another CARGO_HOME, no debug
+# information) share names with the workspace's and would be written over
+# them. Absolute: cargo runs in two directories.
+CARGO_TARGET_DIR=$(realpath -m "${CNPGI_PUBLISH_TARGET:-target/publish-check}")
 export CARGO_TARGET_DIR
 # The packages are workspaces of their own, without the workspace's
 # [profile]: no debug information (which nobody reads here).
