@@ -36,19 +36,22 @@ export CARGO_TARGET_DIR
 export CARGO_PROFILE_DEV_DEBUG=false
 export K8S_OPENAPI_ENABLED_VERSION=1.37
 
-# The publishable crates, in the workspace's order (dependencies first).
-mapfile -t crates < <(cargo metadata --no-deps --format-version 1 | python3 -c '
+# The publishable crates, in the workspace's order (dependencies first): their
+# names, and their packages' names (NAME-VERSION: the .crate file and the
+# directory it unpacks into).
+names=() packages=()
+while read -r name version; do
+  names+=("$name") packages+=("$name-$version")
+done < <(cargo metadata --no-deps --format-version 1 | python3 -c '
 import json, sys
 for p in json.load(sys.stdin)["packages"]:
     if p["publish"] != []:
-        print(p["name"] + " " + p["version"])')
-[ "${#crates[@]}" -gt 0 ] || { echo "publish-check: no publishable crate in the workspace" >&2; exit 1; }
-flags=()
-for c in "${crates[@]}"; do flags+=(-p "${c% *}"); done
+        print(p["name"], p["version"])')
+[ "${#names[@]}" -gt 0 ] || { echo "publish-check: no publishable crate in the workspace" >&2; exit 1; }
 
 package_dir="$CARGO_TARGET_DIR/package"
 rm -f "$package_dir"/*.crate
-cargo package --no-verify --allow-dirty "${flags[@]}" ||
+cargo package --no-verify --allow-dirty "${names[@]/#/--package=}" ||
   { echo "publish-check: cargo package failed (above)" >&2; exit 1; }
 
 ws="$CARGO_TARGET_DIR/unpacked"
@@ -59,26 +62,24 @@ mkdir -p "$ws"
   echo '[workspace]'
   echo 'resolver = "3"'
   echo 'members = ['
-  for c in "${crates[@]}"; do echo "  \"${c% *}-${c#* }\","; done
+  printf '  "%s",\n' "${packages[@]}"
   echo ']'
   echo '[patch.crates-io]'
-  for c in "${crates[@]}"; do echo "${c% *} = { path = \"${c% *}-${c#* }\" }"; done
+  for i in "${!names[@]}"; do echo "${names[i]} = { path = \"${packages[i]}\" }"; done
 } >"$ws/Cargo.toml"
-for c in "${crates[@]}"; do
-  file="$package_dir/${c% *}-${c#* }.crate"
-  [ -s "$file" ] || { echo "publish-check: cargo package wrote no $file" >&2; exit 1; }
-  tar -C "$ws" -xzf "$file"
+for package in "${packages[@]}"; do
+  [ -s "$package_dir/$package.crate" ] || { echo "publish-check: cargo package wrote no $package_dir/$package.crate" >&2; exit 1; }
+  tar -C "$ws" -xzf "$package_dir/$package.crate"
 done
 cp Cargo.lock "$ws/Cargo.lock"
 
 failed=()
-for c in "${crates[@]}"; do
-  name=${c% *}
-  echo "publish-check: $name ${c#* }, from its package" >&2
-  (cd "$ws" && cargo check --quiet -p "$name") || failed+=("$name")
+for i in "${!names[@]}"; do
+  echo "publish-check: ${packages[i]}, from its package" >&2
+  (cd "$ws" && cargo check --quiet -p "${names[i]}") || failed+=("${names[i]}")
 done
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "publish-check: FAIL: ${failed[*]} did not build from the package (errors above; files a package leaves out: cargo package --list -p NAME)" >&2
   exit 1
 fi
-echo "publish-check: ${#crates[@]} crates packaged and checked from their packages" >&2
+echo "publish-check: ${#names[@]} crates packaged and checked from their packages" >&2

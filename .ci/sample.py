@@ -83,22 +83,29 @@ class Processes:
                 delta = own + children if self.seen else 0.0
             if delta > 0:
                 used[sid] = used.get(sid, 0.0) + delta
-            if sid not in self.names or pid == sid:
-                # The leader's command line as it is now: a job's leader
-                # execs its command a moment after it starts.
-                self.names[sid] = session_name(sid)
+            if sid not in self.names:  # in case its leader is gone by the next line
+                self.names[sid] = session_name(sid) or f"session {sid}"
         self.seen = now
         return used
 
+    def name(self, sid):
+        """The session's name: its leader's command line as it is now (a job's
+        leader execs its command a moment after it starts), or as it was last
+        read once the leader is gone."""
+        name = session_name(sid)
+        if name:
+            self.names[sid] = name
+        return self.names.get(sid, f"session {sid}")
+
 
 def session_name(sid):
+    """The command line of process `sid`, shortened; empty when it is gone."""
     try:
         with open(f"/proc/{sid}/cmdline", "rb") as f:
             args = f.read().split(b"\0")
-        name = " ".join(a.decode(errors="replace") for a in args if a)[:60]
     except OSError:
-        name = ""
-    return name or f"session {sid}"
+        return ""
+    return " ".join(a.decode(errors="replace") for a in args if a)[:60]
 
 
 def pressure(kind):
@@ -143,7 +150,7 @@ def main():
                 for sid, seconds in top:
                     if seconds < 0.5:
                         continue
-                    name = "steps" if sid == own_sid else procs.names.get(sid, str(sid))
+                    name = "steps" if sid == own_sid else procs.name(sid)
                     cells.append(f"{seconds:.0f} {name}")
                 out.write(f"{time.monotonic() - start:.0f}\tcpu {cpu_some} io {io_some}/{io_full}\ttotal {sum(used.values()):.0f}\t" + " | ".join(cells) + "\n")
                 used = {}

@@ -66,8 +66,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# unpack TAR DIR
-unpack() { mkdir -p "$2" && tar -C "$2" --numeric-owner -xf "$1"; }
 
 # debian_images: PostgreSQL's and moto's images, as archives (pg_tar, moto_tar)
 debian_images() {
@@ -76,7 +74,7 @@ debian_images() {
 pg_tar="$RK_CACHE/images/$(tr '/:' '__' <<<"$RK_POSTGRES_IMAGE").tar"
 if [ ! -s "$pg_tar" ]; then
   d="$work/postgresql"
-  unpack "$(rk_root postgresql "ca-certificates,postgresql-15")" "$d"
+  rk_unpack "$(rk_root postgresql "ca-certificates,postgresql-15")" "$d"
   old_uid=$(awk -F: '$1 == "postgres" {print $3}' "$d/etc/passwd")
   old_gid=$(awk -F: '$1 == "postgres" {print $3}' "$d/etc/group")
   if [ -z "$old_uid" ] || [ -z "$old_gid" ]; then rk_die "the postgresql-15 root has no postgres user"; fi
@@ -96,7 +94,7 @@ fi
 moto_tar="$RK_CACHE/images/$(tr '/:' '__' <<<"$RK_MOTO_IMAGE").tar"
 if [ ! -s "$moto_tar" ]; then
   d="$work/moto"
-  unpack "$(rk_root python "ca-certificates,python3")" "$d"
+  rk_unpack "$(rk_root python "ca-certificates,python3")" "$d"
   py=
   for dir in "$d"/usr/lib/python3.*; do
     [[ $(basename "$dir") =~ ^python3\.[0-9]+$ ]] && py=$(basename "$dir")
@@ -134,7 +132,7 @@ mariadb_root=$(rk_root mariadb "ca-certificates,mariadb-server")
 mariadb_key="$(basename "$mariadb_root" .tar) $(sha256sum "$RK_DIR/mariadb-entrypoint.sh" | cut -c1-16)"
 if [ ! -s "$mariadb_tar" ] || [ "$(cat "$mariadb_tar.key" 2>/dev/null)" != "$mariadb_key" ]; then
   d="$work/mariadb"
-  unpack "$mariadb_root" "$d"
+  rk_unpack "$mariadb_root" "$d"
   old_uid=$(awk -F: '$1 == "mysql" {print $3}' "$d/etc/passwd")
   old_gid=$(awk -F: '$1 == "mysql" {print $3}' "$d/etc/group")
   if [ -z "$old_uid" ] || [ -z "$old_gid" ]; then rk_die "the mariadb-server root has no mysql user"; fi
@@ -179,7 +177,7 @@ runtime_root=$(rk_root base "ca-certificates")
 runtime_key=$(basename "$runtime_root" .tar)
 if [ "$(image_key "$runtime")" != "$runtime_key" ]; then
   d="$work/runtime"
-  unpack "$runtime_root" "$d"
+  rk_unpack "$runtime_root" "$d"
   echo "nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin" >>"$d/etc/passwd"
   echo "nonroot:x:65532:" >>"$d/etc/group"
   mkdir -p "$d/home/nonroot" && chown 65532:65532 "$d/home/nonroot"
@@ -198,7 +196,7 @@ build_root=$(rk_root build "ca-certificates,gcc,libc6-dev")
 builder_key="$(basename "$build_root" .tar)-rust-$rust_version-lock-$(sha256sum "$RK_REPO/Cargo.lock" | cut -c1-12)"
 if [ "$(image_key "$builder")" != "$builder_key" ]; then
   d="$work/builder"
-  unpack "$build_root" "$d"
+  rk_unpack "$build_root" "$d"
   mkdir -p "$d/usr/local/rust" "$d/usr/local/cargo/bin"
   cp -a "$toolchain/bin" "$toolchain/lib" "$toolchain/libexec" "$d/usr/local/rust/" 2>/dev/null ||
     cp -a "$toolchain/bin" "$toolchain/lib" "$d/usr/local/rust/"
@@ -289,7 +287,7 @@ else
   py_root_key=$(basename "$py_root" .tar)
   if [ "$(image_key "$py_base")" != "$py_root_key" ]; then
     d="$work/python-root"
-    unpack "$py_root" "$d"
+    rk_unpack "$py_root" "$d"
     [ -x "$d/usr/bin/python$py_version" ] || rk_die "the python root has no python$py_version"
     echo "nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin" >>"$d/etc/passwd"
     echo "nonroot:x:65532:" >>"$d/etc/group"

@@ -125,13 +125,14 @@ rk_tools_path() {
 rk_image_archive() { echo "$RK_CACHE/images/$(tr '/:' '__' <<<"$1").tar"; }
 
 # rk_root NAME PACKAGES: a minbase root of Debian $DEBIAN_SUITE with PACKAGES,
-# made by mmdebstrap, as a tarball cached under $RK_CACHE/roots (key: the suite
-# and the packages, and the tool); prints its path. images.sh and node-image.sh share the
-# roots, and may ask for the same one at once (CI runs them side by side): the
-# first makes it under a lock, the other waits and takes it. mmdebstrap, not
-# debootstrap: apt's parallel downloads and dpkg's --force-unsafe-io halve
-# the time and the CPU (bookworm's mariadb-server root: 21 s and 22 CPU s
-# against 45 s and 49 CPU s idle; 32 s against 61 s beside a cargo build).
+# made by mmdebstrap, as a tarball cached under $RK_CACHE/roots (key: the
+# suite, the packages and the tool); prints its path. images.sh and
+# node-image.sh share the roots and may ask for one at once (CI runs them side
+# by side): the first makes it under a lock, the other waits and takes it.
+# mmdebstrap, not debootstrap: apt's parallel downloads and dpkg's
+# --force-unsafe-io halve the time and the CPU (bookworm's mariadb-server
+# root: 21 s and 22 CPU s against 45 s and 49 CPU s idle; 32 s against 61 s
+# beside a cargo build). It downloads from Debian's mirror: 20 minutes at most.
 # A subshell: its trap removes an unfinished root whatever happens.
 rk_root() (
   local name=$1 packages=$2 key tar dir
@@ -144,10 +145,12 @@ rk_root() (
     dir=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-root-$name.XXXXXX")
     trap 'rm -rf "$dir"' EXIT
     rk_log "mmdebstrap $DEBIAN_SUITE ($name: $packages) from $DEBIAN_MIRROR"
-    mmdebstrap --variant=minbase --include="$packages" --mode=root --format=tar \
+    timeout 1200 mmdebstrap --variant=minbase --include="$packages" --mode=root --format=tar \
       --dpkgopt=force-unsafe-io "$DEBIAN_SUITE" "$dir/root.tar" "$DEBIAN_MIRROR" >"$dir/log" 2>&1 ||
-      { tail -n 20 "$dir/log" >&2; rk_die "mmdebstrap of $name failed (log above)"; }
+      { tail -n 20 "$dir/log" >&2; rk_die "mmdebstrap of $name failed or took over 20 minutes (log above)"; }
     mv "$dir/root.tar" "$tar"
   fi
   echo "$tar"
 )
+# rk_unpack TAR DIR: a root's tarball unpacked into DIR, owners kept.
+rk_unpack() { mkdir -p "$2" && tar -C "$2" --numeric-owner -xf "$1"; }

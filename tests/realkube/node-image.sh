@@ -69,7 +69,6 @@ fi
 started=$(date +%s)
 w=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-node-image.XXXXXX")
 trap 'rm -rf "$w"' EXIT
-unpack() { mkdir -p "$2" && tar -C "$2" --numeric-owner -xf "$1"; }
 kind_dir=$(cd "$w" && go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 files=$kind_dir/images/base/files
 [ -f "$files/usr/local/bin/entrypoint" ] || rk_die "no images/base/files in sigs.k8s.io/kind@$KIND_VERSION"
@@ -78,7 +77,7 @@ files=$kind_dir/images/base/files
 # kind's package list minus nfs-common, open-iscsi and fuse-overlayfs (storage tests and
 # rootless only), plus what kind builds from GitHub sources (runc, CNI plugins)
 d=$w/base
-unpack "$(rk_root node systemd,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,curl,jq,procps,runc,containernetworking-plugins)" "$d"
+rk_unpack "$(rk_root node systemd,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,curl,jq,procps,runc,containernetworking-plugins)" "$d"
 install -m 0755 "$files"/usr/local/bin/* "$d/usr/local/bin/"
 mkdir -p "$d/kind" "$d/LICENSES" "$d/etc/containerd" "$d/etc/default" "$d/etc/sysctl.d" "$d/etc/systemd/system/kubelet.service.d"
 cp -r "$files/kind/." "$d/kind/"
@@ -147,7 +146,7 @@ fi
 base_tar=$(rk_root base ca-certificates)
 net_tar=$(rk_root net ca-certificates,iptables,conntrack,curl,jq)
 docker import - localhost/cnpgi-kind-root:base <"$base_tar" >/dev/null
-mkdir -p "$w/net" && unpack "$net_tar" "$w/net"
+mkdir -p "$w/net" && rk_unpack "$net_tar" "$w/net"
 # kube-proxy and the kindnetd stand-in: iptables as upstream's kube-proxy image picks it
 install -m 0755 "$RK_DIR/kind/iptables-wrapper" "$w/net/usr/sbin/iptables-wrapper"
 for c in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do

@@ -84,11 +84,10 @@ python3 "$here/delay_proxy.py" "$far_port" "$s3_port" "$((rtt_ms / 2))" >"$work/
 pids+=($!)
 for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$far_port/" >/dev/null 2>&1 && break; sleep 0.1; done
 
-# The wrapper PostgreSQL runs as archive_command (timed LOG COMMAND...): the
-# command's own time, one line per request ("microseconds exit-status file")
-# appended to LOG.
-# The fourth field: the command's CPU time (user + system) in clock ticks, from
-# this shell's reaped children's times in /proc/$$/stat (fields 16 and 17).
+# The wrapper PostgreSQL runs as archive_command (timed LOG COMMAND...): one
+# line per request appended to LOG, "microseconds exit-status file ticks": the
+# command's own time, and its CPU time (user + system, in clock ticks: this
+# shell's reaped children's, fields 16 and 17 of /proc/$$/stat).
 cat >"$work/timed" <<'EOF'
 #!/bin/bash
 log=$1
