@@ -15,10 +15,19 @@
 #   CARGO_PROFILE  release (default: thin LTO, one codegen unit, stripped);
 #                  the project's tests build with `dev`, which compiles in a
 #                  fraction of the time (no release builds in tests)
+#   BUILD          source (default): the build stage compiles the binaries;
+#                  prebuilt: they come from the context's .prebuilt/ directory,
+#                  binaries a `cargo build` outside Docker made, staged by
+#                  `task prebuilt` (`task images PREBUILT=target/debug` does
+#                  both). The quick inner loop, and .ci/run's kind images (the
+#                  binaries its suites built): no second compile of the
+#                  workspace. Such binaries need a glibc no newer than the
+#                  runtime base's (Debian 12's 2.36); the task checks.
 
 ARG RUST_VERSION=1.89
+ARG BUILD=source
 
-FROM rust:${RUST_VERSION}-bookworm AS build
+FROM rust:${RUST_VERSION}-bookworm AS build-source
 ARG BINS="cnpgi-operator cnpg-i-hello-world cnpgi-wal-archive database-table-operator database-table-postgres"
 ARG CARGO_PROFILE=release
 WORKDIR /src
@@ -43,6 +52,15 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
       ln -s "${bin}" "/out/${bin}/entrypoint"; \
       if [ "${bin}" = cnpgi-operator ]; then ln -s "${bin}" "/out/${bin}/kubectl-cnpgi"; fi; \
     done
+
+# The layout of build-source's /out, made by `task prebuilt`. BuildKit builds
+# only the stage BUILD names: a prebuilt image needs no Rust image, and a
+# source one no .prebuilt/.
+FROM scratch AS build-prebuilt
+COPY .prebuilt/ /out/
+
+# hadolint ignore=DL3006
+FROM build-${BUILD} AS build
 
 # glibc, CA certificates and nothing else; runs as uid 65532.
 FROM gcr.io/distroless/cc-debian12:nonroot

@@ -1,22 +1,4 @@
-//! The Cluster files the instance commands and `render` read (YAML or
-//! JSON, any text): parsed or refused with the file's name, never a panic
-//! or a stack overflow, in time linear enough for libFuzzer's -timeout.
+//! libFuzzer's entry for `cnpgi_fuzz_targets::cluster_file` (fuzz/targets/src/cluster_file.rs), which says what it checks.
 #![no_main]
 
-use std::path::Path;
-
-use libfuzzer_sys::fuzz_target;
-
-#[path = "../../crates/operator-cli/src/yaml.rs"]
-#[allow(dead_code)]
-mod yaml;
-
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    if let Err(error) = yaml::parse_yaml(Path::new("cluster.yaml"), text) {
-        assert!(
-            format!("{error:#}").contains("cluster.yaml"),
-            "the error does not name the file: {error:#}"
-        );
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| cnpgi_fuzz_targets::cluster_file(data));

@@ -1,31 +1,4 @@
-//! JSON Patches as plugins answer them, applied to objects: any patch
-//! parses or is refused, and applies or fails naming the operation, never a
-//! panic; a patch that applies leaves the input object as it was.
+//! libFuzzer's entry for `cnpgi_fuzz_targets::json_patch` (fuzz/targets/src/json_patch.rs), which says what it checks.
 #![no_main]
 
-use cnpgi_core::patch::{create_patch, parse_patch, patched};
-use libfuzzer_sys::fuzz_target;
-use serde_json::Value;
-
-fuzz_target!(|data: &[u8]| {
-    // The object, a NUL byte, the patch.
-    let (object, patch) = match data.iter().position(|b| *b == 0) {
-        Some(at) => (&data[..at], &data[at + 1..]),
-        None => (&b"{}"[..], data),
-    };
-    let Ok(object) = serde_json::from_slice::<Value>(object) else {
-        return;
-    };
-    let Ok(patch) = parse_patch(patch) else { return };
-    let before = object.clone();
-    if let Ok(after) = patched(&object, &patch) {
-        assert_eq!(object, before, "patched() changed its input");
-        // The diff of the two, applied to the first, gives the second.
-        let diff = create_patch(&object, &after);
-        assert_eq!(
-            patched(&object, &diff).ok().as_ref(),
-            Some(&after),
-            "create_patch does not round-trip"
-        );
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| cnpgi_fuzz_targets::json_patch(data));

@@ -1,17 +1,4 @@
-//! What a store returns for a WAL file (the wal-archive plugin's object
-//! format: a header, then zstd), and the first bytes of a file PostgreSQL
-//! asks to archive: decoded or refused, never a panic, and never a
-//! reservation of the size a forged header announces (libFuzzer's
-//! -malloc_limit_mb fails one; see the corpus' `claims-900-mb`).
+//! libFuzzer's entry for `cnpgi_fuzz_targets::wal_object` (fuzz/targets/src/wal_object.rs), which says what it checks.
 #![no_main]
 
-use cnpgi_core::wal_segment::check_segment;
-use cnpgi_wal_archive::storage::object::{decode, header};
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    let _ = header(data);
-    let _ = decode(data, "000000010000000000000003");
-    let _ = check_segment(data.len() as u64, data, Some(16 << 20));
-    let _ = check_segment(16 << 20, data, None);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| cnpgi_fuzz_targets::wal_object(data));

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz target of fuzz/ for a bounded time over its committed
-# corpus (fuzz/corpus/<target>), as .ci/run does:
+# corpus (fuzz/corpus/<target>). The nightly workflow (.github/workflows/fuzz.yml,
+# 300 s each) and developers run it; .ci/run does not: per change, `cargo test
+# --workspace` replays the corpus through the targets' logic (fuzz/targets,
+# tests/corpus.rs), on stable and without instrumentation.
 #
 #   bash tests/fuzz/run.sh [SECONDS_PER_TARGET]     (default 20)
-#   bash tests/fuzz/run.sh --build-only              (.ci/run's early background job)
+#   bash tests/fuzz/run.sh --build-only              (the targets' build alone)
 #
 # Installs cargo-fuzz (pinned) and a nightly toolchain if missing; builds the
 # targets in the dev profile with libFuzzer's coverage instrumentation and
@@ -13,7 +16,7 @@
 # allocation over -malloc_limit_mb fails the run: libFuzzer's report is
 # printed with the input, kept as fuzz/artifacts/<target>/crash-*; make it a
 # regression test (a unit test beside the decoder) and commit its input to
-# the target's corpus.
+# the target's corpus, which `cargo test` then replays on every change.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build_only=0

@@ -5,7 +5,8 @@
 # (tests/realkube/node-image.sh) find them:
 #   cnpgi-operator:$TAG, cnpg-i-hello-world:$TAG, cnpgi-wal-archive:$TAG
 #       ./Dockerfile, as `task images` builds them (the same build arguments, so
-#       the task's own build in `task local-kind-deploy` is BuildKit's cache)
+#       the task's own build in `task local-kind-deploy` is BuildKit's cache);
+#       with RK_PREBUILT=DIR, from the binaries in DIR (BUILD=prebuilt)
 #   $RK_POSTGRES_IMAGE   Debian's postgresql-15, user postgres = 26:26
 #   $RK_MOTO_IMAGE       moto's S3 server on Debian's python3
 #   $RK_MARIADB_IMAGE    Debian's mariadb-server, mysql = 999:999, the data
@@ -186,9 +187,11 @@ if [ "$(image_key "$runtime")" != "$runtime_key" ]; then
   rm -rf "$d"
 fi
 
-# --- the build stage's base: this machine's Rust toolchain and the vendored dependencies
+# --- the build stage's base: this machine's Rust toolchain and the vendored
+# dependencies (not for prebuilt binaries: BuildKit skips that stage)
 rust_version=$(rustc --version | awk '{print $2}')
 rust_minor=${rust_version%.*}
+[ -z "$RK_PREBUILT" ] || return 0
 toolchain=$(dirname "$(dirname "$(rustup which rustc 2>/dev/null || command -v rustc)")")
 [ -x "$toolchain/bin/cargo" ] || rk_die "no cargo beside rustc in $toolchain"
 builder="rust:$rust_minor-bookworm"
@@ -219,6 +222,11 @@ fi
 if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
   local_bases
   build_args=(--build-arg "RUST_VERSION=$rust_minor")
+fi
+if [ -n "$RK_PREBUILT" ]; then
+  # The binaries given, staged as the task does it (its checks included).
+  (cd "$RK_REPO" && task prebuilt PREBUILT="$RK_PREBUILT" BINS="$RK_BINS") || rk_die "task prebuilt PREBUILT=$RK_PREBUILT failed"
+  build_args+=(--build-arg BUILD=prebuilt)
 fi
 # --- the project's images, from its Dockerfile with the arguments of `task
 # images` (RK_BINS and RK_CARGO_PROFILE are the task's BINS and CARGO_PROFILE):

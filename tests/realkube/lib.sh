@@ -47,6 +47,11 @@ RK_BIN=$RK_STATE/bin                               # docker (Debian's client) an
 RK_IMAGE_TAG=${RK_IMAGE_TAG:-realkube}
 RK_BINS=${RK_BINS:-cnpgi-operator cnpg-i-hello-world cnpgi-wal-archive database-table-operator database-table-postgres}
 RK_CARGO_PROFILE=${RK_CARGO_PROFILE:-dev}
+# A directory holding RK_BINS already compiled (the task's PREBUILT): the
+# images copy them (the Dockerfile's BUILD=prebuilt) instead of compiling
+# them. .ci/run sets it to the binaries its suites built; empty: compiled in
+# the image build, as users build them.
+RK_PREBUILT=${RK_PREBUILT:-}
 
 KUBE_VERSION=${KUBE_VERSION:-v1.34.4}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}

@@ -46,6 +46,9 @@
 # cnpgi-operator, cnpg-i-hello-world, cnpgi-wal-archive and $RK_DBT_IMAGES tagged
 # RK_IMAGE_TAG (default realkube), RK_POSTGRES_IMAGE, RK_CNPG_IMAGE, RK_MOTO_IMAGE
 # and RK_MARIADB_IMAGE (lib.sh).
+# RK_PREBUILT=DIR builds the project's images from the binaries in DIR (the
+# Dockerfile's BUILD=prebuilt; .ci/run gives those its suites built) instead of
+# compiling them in the image build.
 # RK_SCENARIOS="quick-start operator cloudnative-pg doctor database-table wal-archive faults" runs
 # those, in order (by default all, in three lanes side by side); faults runs
 # commands on the node: RK_NODE_EXEC (default: docker exec into kind's node).

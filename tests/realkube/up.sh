@@ -8,9 +8,10 @@
 #   CERT_MANAGER_MANIFEST  cert-manager $CERT_MANAGER_VERSION made here
 #                          ($RK_STATE/cert-manager.yaml: the module's CRDs and
 #                          addons/cert-manager.yaml), not the GitHub release
-#   OPERATOR_IMAGE, PLUGIN_IMAGE, BINS, CARGO_PROFILE, DOCKER_BUILD_ARGS
+#   OPERATOR_IMAGE, PLUGIN_IMAGE, BINS, CARGO_PROFILE, DOCKER_BUILD_ARGS, PREBUILT
 #                          the images as images.sh built them (the task's
-#                          build is BuildKit's cache; dev profile, as tests build)
+#                          build is BuildKit's cache; dev profile, as tests
+#                          build, or the binaries of RK_PREBUILT)
 #   POSTGRES_IMAGE         $RK_POSTGRES_IMAGE for the sample Clusters (no registry
 #                          serves the operators' default PostgreSQL images here)
 # The task makes the kind cluster, installs cert-manager, builds and loads the
@@ -106,7 +107,7 @@ task_() {
   fi
   (cd "$RK_REPO" && task "$1" KIND_CLUSTER="$KIND_CLUSTER" CNPG_MANIFEST="$RK_STATE/cnpg.yaml" \
     OPERATOR_IMAGE="cnpgi-operator:$RK_IMAGE_TAG" PLUGIN_IMAGE="cnpg-i-hello-world:$RK_IMAGE_TAG" \
-    POSTGRES_IMAGE="$RK_POSTGRES_IMAGE" BINS="$RK_BINS" CARGO_PROFILE="$RK_CARGO_PROFILE" \
+    POSTGRES_IMAGE="$RK_POSTGRES_IMAGE" BINS="$RK_BINS" CARGO_PROFILE="$RK_CARGO_PROFILE" PREBUILT="$RK_PREBUILT" \
     "${local_values[@]}") >"$RK_STATE/$1.log" 2>&1 ||
     { tail -n 40 "$RK_STATE/$1.log" >&2; rk_die "task $1 failed (log: $RK_STATE/$1.log)"; }
   rk_log "task $1 took $(( SECONDS - started )) s"

@@ -1,7 +1,7 @@
 //! Parsing the YAML (or JSON) files users give the commands (Clusters,
 //! objects), which may be anything: refused with the file's name, line and
 //! column when too deeply nested for the parser to take in reasonable time.
-//! Fuzzed by `fuzz/fuzz_targets/cluster_file.rs`, which includes this file.
+//! Fuzzed by `fuzz/targets/src/cluster_file.rs`, which includes this file.
 
 use std::path::Path;
 
