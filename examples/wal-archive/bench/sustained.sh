@@ -30,6 +30,7 @@
 #
 # Usage: bench/sustained.sh [--smoke]
 #   BACKLOG=128 PARALLEL="1 8" STORES="local s3 s3-far" S3_RTT_MS=50 BARMAN=auto|1|0 bench/sustained.sh
+#   LEVEL=N: the plugin's compressionLevel (zstd; the plugin's default, 3, when unset)
 # --smoke: a backlog of 4 segments, one row per store at --max-parallel 4 and
 #   barman skipped; CI runs it on debug binaries to prove the harness, its
 #   figures mean nothing.
@@ -48,6 +49,8 @@ parallel_list="${PARALLEL:-1 8}"
 stores="${STORES:-local s3 s3-far}"
 rtt_ms="${S3_RTT_MS:-50}"
 barman="${BARMAN:-auto}"
+level="${LEVEL:-}"
+case "$level" in '' | [1-9] | 1[0-9]) ;; *) echo "sustained.sh: LEVEL must be a zstd level from 1 to 19, not '$level'" >&2; exit 2 ;; esac
 bin="$root/target/release"
 if [ "$smoke" = 1 ]; then
   backlog=4 parallel_list=4 barman=0 bin="$root/target/debug"
@@ -129,7 +132,7 @@ row() {
 {"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster",
  "metadata": {"name": "bench", "namespace": "default", "uid": "$(python3 -c 'import uuid; print(uuid.uuid4())')"},
  "spec": {"plugins": [{"name": "$PLUGIN_NAME", "isWALArchiver": true,
-   "parameters": {"destinationPath": "$destination", "serverName": "bench", "pgHost": "$work/run", "pgPort": "$port"$endpoint}}]},
+   "parameters": {"destinationPath": "$destination", "serverName": "bench", "pgHost": "$work/run", "pgPort": "$port"$endpoint${level:+, \"compressionLevel\": \"$level\"}}}]},
  "status": {"currentPrimary": "bench-1", "targetPrimary": "bench-1"}}
 JSON
   chown --reference="$work" "$cluster"
@@ -223,6 +226,7 @@ print(f"| {label} | {store} | {parallel} | {ready} in {seconds:.1f} s | {int(rea
 PY
 }
 
+[ -z "$level" ] || echo "The plugin's compressionLevel: $level."
 echo "| archive_command | store | at once | backlog archived (under load) | segments/s | p50 / p99 per request | CPU ms per segment: plugin / archive_command / machine | failed | plugin peak RSS, archiving | plugin peak RSS, base backup |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 for store in $stores; do
