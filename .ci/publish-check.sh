@@ -12,8 +12,8 @@
 # that needs one, a feature a crate uses but only the workspace enabled, a
 # dependency without a version), build scripts included, without code
 # generation (378 CPU seconds from an empty target directory; not yet timed
-# side by side with the dry run). `cargo package` itself checks the manifests (versions of path
-# dependencies, metadata) and writes the .crate files.
+# side by side with the dry run). `cargo package` itself checks the manifests
+# (versions of path dependencies, metadata) and writes the .crate files.
 #
 # The packages are unpacked into one workspace whose [patch.crates-io] points
 # each crate at its unpacked package, with the repository's Cargo.lock (the

@@ -146,7 +146,7 @@ fi
 base_tar=$(rk_root base ca-certificates)
 net_tar=$(rk_root net ca-certificates,iptables,conntrack,curl,jq)
 docker import - localhost/cnpgi-kind-root:base <"$base_tar" >/dev/null
-mkdir -p "$w/net" && rk_unpack "$net_tar" "$w/net"
+rk_unpack "$net_tar" "$w/net"
 # kube-proxy and the kindnetd stand-in: iptables as upstream's kube-proxy image picks it
 install -m 0755 "$RK_DIR/kind/iptables-wrapper" "$w/net/usr/sbin/iptables-wrapper"
 for c in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
