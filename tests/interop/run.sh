@@ -216,7 +216,10 @@ for sample in cluster-example cluster-example-with-parameters cluster-example-wi
 done
 
 echo "== 4. cnpgi-operator webhook and reconciler paths -> Go plugin"
-if (cd "$root" && CNPGI_GO_PLUGIN="$work/goplugin" cargo test --quiet -p cnpgi-operator-cli --test go_plugin 2>&1 | tail -5); then
+# --workspace, not -p cnpgi-operator-cli: the test is the same, and the
+# workspace's feature resolution reuses the build CI (and `cargo test`) made
+# instead of rebuilding ten crates and cnpgi-operator in target/debug.
+if (cd "$root" && CNPGI_GO_PLUGIN="$work/goplugin" cargo test --quiet --workspace --test go_plugin 2>&1 | tail -5); then
   ok "cnpgi-operator webhook + lifecycle -> Go plugin (crates/operator-cli/tests/go_plugin.rs)"
 else
   fail "cnpgi-operator webhook + lifecycle -> Go plugin (crates/operator-cli/tests/go_plugin.rs)"
