@@ -222,8 +222,8 @@ class Faults(wa.Scenario):
     # -- the proof
 
     def rows_per_fault(self, pod):
-        """{fault: rows} of the ledger in the Pod's PostgreSQL."""
-        out = self.psql(NS, pod, "select fault || ' ' || count(*) from ledger group by fault order by fault")
+        """{fault: rows} of the ledger in the Pod's PostgreSQL, in the order they were written."""
+        out = self.psql(NS, pod, "select fault || ' ' || count(*) from ledger group by fault order by min(id)")
         return {fault: int(n) for fault, n in (line.split(" ") for line in out.splitlines() if line)}
 
     def proof(self):
