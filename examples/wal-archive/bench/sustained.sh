@@ -31,6 +31,11 @@
 # Usage: bench/sustained.sh [--smoke]
 #   BACKLOG=128 PARALLEL="1 8" STORES="local s3 s3-far" S3_RTT_MS=50 BARMAN=auto|1|0 bench/sustained.sh
 #   LEVEL=N: the plugin's compressionLevel (zstd; the plugin's default, 3, when unset)
+#   PERF=DIR: records where the whole machine's CPU goes while each row's
+#     backlog is archived (`perf record -a`, no call graphs) into
+#     DIR/<store>-<at once>.data; `perf report -i FILE --sort comm,dso,sym`
+#     then splits the plugin's and the archive_command processes' time by
+#     function (build with CARGO_PROFILE_RELEASE_STRIP=none for their names)
 # --smoke: a backlog of 4 segments, one row per store at --max-parallel 4 and
 #   barman skipped; CI runs it on debug binaries to prove the harness, its
 #   figures mean nothing.
@@ -50,6 +55,12 @@ stores="${STORES:-local s3 s3-far}"
 rtt_ms="${S3_RTT_MS:-50}"
 barman="${BARMAN:-auto}"
 level="${LEVEL:-}"
+perf_dir="${PERF:-}"
+if [ -n "$perf_dir" ]; then
+  command -v perf >/dev/null || { echo "sustained.sh: PERF=$perf_dir needs perf (Debian's linux-perf)" >&2; exit 1; }
+  mkdir -p "$perf_dir"
+  perf_dir="$(cd "$perf_dir" && pwd)"
+fi
 case "$level" in '' | [1-9] | 1[0-9]) ;; *) echo "sustained.sh: LEVEL must be a zstd level from 1 to 19, not '$level'" >&2; exit 2 ;; esac
 bin="$root/target/release"
 if [ "$smoke" = 1 ]; then
@@ -167,6 +178,11 @@ EOF
   local t0 t1 archived=0 failed
   sql "ALTER SYSTEM SET archive_command = '$work/timed $work/requests $command'" >/dev/null
   sql "SELECT pg_reload_conf()" >/dev/null
+  local perf_pid=""
+  if [ -n "$perf_dir" ] && [ "$kind" = cnpgi ]; then
+    perf record -a -F 999 -o "$perf_dir/$store-$parallel.data" >"$work/perf.log" 2>&1 &
+    perf_pid=$!
+  fi
   t0="$(now)"
   local cpu0 plugin_cpu0=0
   cpu0="$(machine_ticks)"
@@ -177,6 +193,7 @@ EOF
     sleep 0.1
   done
   t1="$(now)"
+  if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" || true; fi
   local machine_cpu plugin_cpu=""
   machine_cpu=$(( $(machine_ticks) - cpu0 ))
   [ -z "$plugin_pid" ] || plugin_cpu=$(( $(process_ticks "$plugin_pid") - plugin_cpu0 ))

@@ -18,7 +18,7 @@
 //!   before that leaves no marker and PostgreSQL's request archives the
 //!   segment again, with the same bytes;
 //! * it records the Cluster's `metadata.uid`, the plugins the Cluster
-//!   enables, and the segment's size and SHA-256. A request is answered from
+//!   enables, and the segment's size and BLAKE3 digest. A request is answered from
 //!   it only when all of these still hold for the file in `pg_wal`; any
 //!   difference (PGDATA restored or re-created under the same spool, a
 //!   plugin enabled since, another Cluster) drops the marker and archives
@@ -36,15 +36,16 @@ use std::{
 
 use cnpgi_core::{cluster::enabled_plugins, wal_segment::is_segment_name};
 use serde_json::{Value, json};
-use sha2::{Digest as _, Sha256};
 
 use super::{
     InstanceError, InstanceOptions,
     wal::{Archivers, check_wal_file},
 };
 
-/// The format of a marker (a JSON object with this `version`).
-const MARKER_VERSION: u64 = 1;
+/// The format of a marker (a JSON object with this `version`). Version 1
+/// held a SHA-256; a marker of another version is dropped, and its segment
+/// archived again in its turn.
+const MARKER_VERSION: u64 = 2;
 
 /// How far ahead to archive, and where the markers go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,9 +211,9 @@ async fn archive_and_mark(
     let digest = digest(path.to_owned());
     let (archived, digest) = tokio::join!(archivers.archive(path, false), digest);
     let plugins = archived.map_err(|e| e.to_string())?;
-    let (size, sha256) = digest.map_err(|e| format!("archived, but cannot read it again for its marker: {e}"))?;
+    let (size, blake3) = digest.map_err(|e| format!("archived, but cannot read it again for its marker: {e}"))?;
     spool
-        .write(name, &identity.marker(size, &sha256, &plugins))
+        .write(name, &identity.marker(size, &blake3, &plugins))
         .map_err(|e| format!("archived, but its marker cannot be written: {e} (it is archived again in its turn)"))
 }
 
@@ -239,21 +240,21 @@ impl Identity {
         }
     }
 
-    fn marker(&self, size: u64, sha256: &str, plugins: &[String]) -> Vec<u8> {
+    fn marker(&self, size: u64, blake3: &str, plugins: &[String]) -> Vec<u8> {
         let marker = json!({
             "version": MARKER_VERSION,
             "clusterUid": self.cluster_uid,
             "enabledPlugins": self.enabled,
             "archivedBy": plugins,
             "size": size,
-            "sha256": sha256,
+            "blake3": blake3,
         });
         marker.to_string().into_bytes()
     }
 
     /// Why `marker` does not vouch for a file of `size` bytes hashing to
-    /// `sha256` archived by these plugins, if it does not.
-    fn mismatch(&self, marker: &Value, size: u64, sha256: &str) -> Option<String> {
+    /// `blake3` archived by these plugins, if it does not.
+    fn mismatch(&self, marker: &Value, size: u64, blake3: &str) -> Option<String> {
         let field = |key: &str| marker.get(key).cloned().unwrap_or(Value::Null);
         if field("version") != json!(MARKER_VERSION) {
             return Some(format!("unknown marker version {}", field("version")));
@@ -272,25 +273,31 @@ impl Identity {
                 self.enabled
             ));
         }
-        if field("size") != json!(size) || field("sha256") != json!(sha256) {
+        if field("size") != json!(size) || field("blake3") != json!(blake3) {
             return Some(format!(
-                "the file changed since it was archived (size {}, SHA-256 {}; now {size}, {sha256})",
+                "the file changed since it was archived (size {}, BLAKE3 {}; now {size}, {blake3})",
                 field("size"),
-                field("sha256")
+                field("blake3")
             ));
         }
         None
     }
 }
 
-/// The size and SHA-256 (lower-case hex) of a file, read off the runtime's
-/// threads.
+/// The size and BLAKE3 digest (lower-case hex) of a file, read off the
+/// runtime's threads.
+///
+/// BLAKE3, not SHA-256: a segment archived ahead is hashed twice (for its
+/// marker, then when PostgreSQL asks for it), and with SHA-256 those two
+/// hashes took more CPU than the plugin's own SHA-256 of the segment
+/// (BENCHMARKS.md, "Where the CPU goes"); BLAKE3 is as collision-resistant
+/// and several times faster on one core.
 async fn digest(path: PathBuf) -> std::io::Result<(u64, String)> {
     tokio::task::spawn_blocking(move || {
         let mut file = std::fs::File::open(&path)?;
-        let mut hasher = Sha256::new();
+        let mut hasher = blake3::Hasher::new();
         let size = std::io::copy(&mut file, &mut hasher)?;
-        Ok((size, format!("{:x}", hasher.finalize())))
+        Ok((size, hasher.finalize().to_hex().to_string()))
     })
     .await
     .map_err(std::io::Error::other)?

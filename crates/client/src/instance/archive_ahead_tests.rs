@@ -26,10 +26,10 @@ fn layout() -> (tempfile::TempDir, PathBuf, Spool) {
 /// A marker for `file` as it is now, written for `identity`.
 async fn mark(spool: &Spool, identity: &Identity, file: &Path) {
     std::fs::create_dir_all(&spool.dir).unwrap();
-    let (size, sha256) = digest(file.to_owned()).await.unwrap();
+    let (size, blake3) = digest(file.to_owned()).await.unwrap();
     let name = file.file_name().unwrap().to_str().unwrap();
     spool
-        .write(name, &identity.marker(size, &sha256, &["p".to_owned()]))
+        .write(name, &identity.marker(size, &blake3, &["p".to_owned()]))
         .unwrap();
 }
 
@@ -96,9 +96,13 @@ fn the_mismatch_names_what_differs() {
         .mismatch(&marker, 5, "abc")
         .unwrap();
     assert!(other.contains("Cluster uid \"u1\""), "{other}");
-    let mut future = marker.clone();
-    future["version"] = json!(2);
-    assert!(identity.mismatch(&future, 5, "abc").unwrap().contains("version 2"));
+    for version in [1, 3] {
+        // Version 1 held a SHA-256: dropped, not read as a BLAKE3.
+        let mut other = marker.clone();
+        other["version"] = json!(version);
+        let why = identity.mismatch(&other, 5, "abc").unwrap();
+        assert!(why.contains(&format!("version {version}")), "{why}");
+    }
 }
 
 #[test]
