@@ -7,7 +7,7 @@
 # target/debug, Debian's PostgreSQL and moto[server] (.ci/run installs both).
 #
 # .ci/run starts it as the background job `wal-archive` once the binaries
-# are built: about five minutes that mostly wait on PostgreSQL (80 CPU
+# are built: about five minutes that mostly wait on PostgreSQL (about 90 CPU
 # seconds), which as a step made every later step wait too.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -182,6 +182,9 @@ EOF
   if [ -n "$perf_dir" ] && [ "$kind" = cnpgi ]; then
     perf record -a -F 999 -o "$perf_dir/$store-$parallel.data" >"$work/perf.log" 2>&1 &
     perf_pid=$!
+    # Stopped by the cleanup too if the row fails before its end: a
+    # whole-machine recording must not outlive the script.
+    pids+=("$perf_pid")
   fi
   t0="$(now)"
   local cpu0 plugin_cpu0=0
