@@ -30,7 +30,7 @@
 #
 # Usage: bench/sustained.sh [--smoke]
 #   BACKLOG=128 PARALLEL="1 8" STORES="local s3 s3-far" S3_RTT_MS=50 BARMAN=auto|1|0 bench/sustained.sh
-#   LEVEL=N: the plugin's compressionLevel (zstd; the plugin's default, 3, when unset)
+#   LEVEL=N: the plugin's compressionLevel (zstd; the plugin's default, 1, when unset)
 #   PERF=DIR: records where the whole machine's CPU goes while each row's
 #     backlog is archived (`perf record -a`, no call graphs) into
 #     DIR/<store>-<at once>.data; `perf report -i FILE --sort comm,dso,sym`

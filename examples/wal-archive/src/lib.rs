@@ -200,7 +200,7 @@ async fn archive_wal_file(state: &State, call: &WalArchiveCall<()>) -> Result<Ar
         .unwrap_or_else(|| marker.is_some() && !ClusterView::new(&call.cluster).skips_empty_archive_check());
     let encoded = wal::encode_wal_file(source, &call.file, config.compression_level).await?;
     if must_be_empty {
-        wal::refuse_foreign_archive(&store, &call.file, &encoded.sha256).await?;
+        wal::refuse_foreign_archive(&store, &call.file, &encoded.blake3).await?;
     }
     let decision = wal::store_wal(&store, &call.file, encoded).await?;
     if let Some(marker) = marker {

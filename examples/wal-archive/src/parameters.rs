@@ -12,7 +12,7 @@
 //! | `region` | `us-east-1` | the S3 region |
 //! | `s3CredentialsSecret` | | Secret with `ACCESS_KEY_ID` and `ACCESS_SECRET_KEY` |
 //! | `serverName` | the Cluster's (or external cluster's) name | folder of this cluster in the store |
-//! | `compressionLevel` | `3` | zstd level, 1 to 19 |
+//! | `compressionLevel` | `1` | zstd level, 1 to 19 (1 is the fastest, and on WAL stores no more than 3: BENCHMARKS.md) |
 //! | `keepBackups` | keep all | backups to keep, with the WAL they need |
 //! | `pgHost`, `pgPort`, `pgUser`, `pgDatabase` | `/controller/run`, `5432`, `postgres`, `postgres` | how the backup connects to PostgreSQL |
 //!
@@ -70,7 +70,7 @@ pub fn schema() -> ParameterSchema {
         .with(Parameter::string(REGION).default("us-east-1"))
         .with(Parameter::string(S3_CREDENTIALS_SECRET))
         .with(Parameter::string(SERVER_NAME))
-        .with(Parameter::integer(COMPRESSION_LEVEL).range(1..=19).default("3"))
+        .with(Parameter::integer(COMPRESSION_LEVEL).range(1..=19).default("1"))
         .with(Parameter::integer(KEEP_BACKUPS).range(1..=10_000))
         .with(Parameter::string(PG_HOST).default("/controller/run"))
         .with(Parameter::integer(PG_PORT).range(1..=65535).default("5432"))
@@ -435,7 +435,7 @@ mod tests {
                 server_name: "pg1".into()
             }
         );
-        assert_eq!(config.compression_level, 3);
+        assert_eq!(config.compression_level, 1);
         assert_eq!(config.keep_backups, None);
         assert_eq!(config.postgres.host, "/controller/run");
         assert_eq!(config.postgres.port, 5432);

@@ -152,6 +152,73 @@ async fn archive_is_idempotent_refuses_other_content_and_restores_atomically() {
     );
 }
 
+/// A WAL object as the plugin wrote them before BLAKE3 (format 1), built
+/// byte by byte: a zstd skippable frame holding the JSON header with the
+/// content's SHA-256, then the zstd frame with its checksum.
+fn format_1_object(name: &str, content: &[u8]) -> Vec<u8> {
+    use sha2::Digest as _;
+    let sha256: String = sha2::Sha256::digest(content).iter().map(|b| format!("{b:02x}")).collect();
+    let header = format!(
+        r#"{{"format":"cnpgi-wal-archive/1","name":"{name}","size":{},"sha256":"{sha256}"}}"#,
+        content.len()
+    );
+    let mut object = 0x184D_2A5Cu32.to_le_bytes().to_vec();
+    object.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    object.extend_from_slice(header.as_bytes());
+    let mut compressor = zstd::bulk::Compressor::new(3).unwrap();
+    compressor
+        .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+        .unwrap();
+    object.extend_from_slice(&compressor.compress(content).unwrap());
+    object
+}
+
+#[tokio::test]
+async fn an_archive_written_before_blake3_is_still_restored_and_compared() {
+    let plugin = TestPlugin::start_unix(server()).await.unwrap();
+    let mut wal = WalClient::new(plugin.channel());
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let cluster = cluster(&store, json!({}), json!({}));
+    let content: Vec<u8> = (0..16u32 << 16).map(|i| (i % 11) as u8).collect();
+    let object = store.join("pg1/wals/0000000100000000").join(format!("{SEGMENT}.zst"));
+    std::fs::create_dir_all(object.parent().unwrap()).unwrap();
+    let old = format_1_object(SEGMENT, &content);
+    std::fs::write(&object, &old).unwrap();
+
+    // Restored, and checked against its SHA-256.
+    let destination = dir.path().join("restored");
+    wal.restore(restore(&cluster, SEGMENT, &destination)).await.unwrap();
+    assert_eq!(std::fs::read(&destination).unwrap(), content);
+
+    // Archived again with the same content (PostgreSQL retrying across the
+    // upgrade): OK, the old object kept as it is.
+    let source = pgdata_with(&dir.path().join("pgdata"), &content);
+    wal.archive(archive(&cluster, &source)).await.unwrap();
+    assert_eq!(std::fs::read(&object).unwrap(), old);
+
+    // Other content under that name: refused.
+    let mut other = content.clone();
+    other[7] ^= 1;
+    let other_source = pgdata_with(&dir.path().join("other"), &other);
+    let status = wal.archive(archive(&cluster, &other_source)).await.unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+    assert_eq!(std::fs::read(&object).unwrap(), old);
+
+    // A damaged old object: DATA_LOSS naming its key, never restored, and
+    // never taken for the same content.
+    let mut damaged = old.clone();
+    let at = damaged.len() - 10;
+    damaged[at] ^= 0xFF;
+    std::fs::write(&object, &damaged).unwrap();
+    let status = wal.restore(restore(&cluster, SEGMENT, &destination)).await.unwrap_err();
+    assert_eq!(status.code(), Code::DataLoss, "{status:?}");
+    assert!(status.message().contains(&format!("{SEGMENT}.zst")), "{}", status.message());
+    let status = wal.archive(archive(&cluster, &source)).await.unwrap_err();
+    assert_ne!(status.code(), Code::Ok, "{status:?}");
+    assert_eq!(std::fs::read(&object).unwrap(), damaged);
+}
+
 #[tokio::test]
 async fn the_empty_archive_check_follows_cloudnative_pg() {
     let plugin = TestPlugin::start_unix(server()).await.unwrap();

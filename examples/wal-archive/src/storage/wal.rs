@@ -203,18 +203,22 @@ pub async fn encode_wal_file(source: &Path, name: &WalFileName, level: i32) -> R
 
 /// Refuses to archive into a folder another cluster already uses: the
 /// archive must be empty, or hold exactly this file with this content, its
-/// SHA-256 (this instance's own earlier success, the marker having outlived
+/// BLAKE3 (this instance's own earlier success, the marker having outlived
 /// it).
 ///
 /// # Errors
 ///
 /// [`WalStoreError::NotEmpty`], or the store's.
-pub async fn refuse_foreign_archive(store: &Store, name: &WalFileName, sha256: &str) -> Result<(), WalStoreError> {
+pub async fn refuse_foreign_archive(store: &Store, name: &WalFileName, blake3: &str) -> Result<(), WalStoreError> {
     if store.is_empty().await? {
         return Ok(());
     }
-    let same = match store.get(&store.wal_key(name)).await? {
-        Some(stored) => object::header(&stored).is_ok_and(|(h, _)| h.sha256 == sha256),
+    let key = store.wal_key(name);
+    let same = match store.get(&key).await? {
+        // Unreadable or damaged: not this instance's success either.
+        Some(stored) => archived_blake3(store, name, &key, stored, blake3)
+            .await
+            .is_ok_and(|theirs| theirs == blake3),
         None => false,
     };
     if same {
@@ -298,32 +302,27 @@ fn damaged(name: &WalFileName, key: &object_store::path::Path, store: &Store, so
     }
 }
 
-/// The SHA-256 of the archived copy of `name`, once that copy is known to
-/// be intact: a copy whose header says "same content" but whose data is
-/// damaged must not let `Archive` answer OK (PostgreSQL would then recycle
-/// the only good copy of the segment).
-async fn archived_sha256(
+/// The BLAKE3 of the archived copy of `name`, once that copy is known to be
+/// intact ([`object::content_blake3`]): a copy whose header says "same
+/// content" but whose data is damaged must not let `Archive` answer OK
+/// (PostgreSQL would then recycle the only good copy of the segment).
+async fn archived_blake3(
     store: &Store,
     name: &WalFileName,
     key: &object_store::path::Path,
     stored: Bytes,
-    sha256: &str,
+    blake3: &str,
 ) -> Result<String, WalStoreError> {
-    let (header, _) = object::header(&stored).map_err(|e| damaged(name, key, store, e))?;
-    if header.sha256 != sha256 {
-        // Different content: refused whatever the state of the stored copy.
-        return Ok(header.sha256);
-    }
     let expected = name.to_string();
-    tokio::task::spawn_blocking(move || object::decode(&stored, &expected))
+    let ours = blake3.to_owned();
+    tokio::task::spawn_blocking(move || object::content_blake3(&stored, &expected, &ours))
         .await
         .map_err(WalStoreError::Worker)?
-        .map_err(|e| damaged(name, key, store, e))?;
-    Ok(header.sha256)
+        .map_err(|e| damaged(name, key, store, e))
 }
 
 /// Archives `encoded` ([`encode_wal_file`]) as `name` unless the same
-/// content is there: the decision of [`decide_archive`] on SHA-256s.
+/// content is there: the decision of [`decide_archive`] on BLAKE3 digests.
 ///
 /// # Errors
 ///
@@ -338,7 +337,7 @@ pub async fn store_wal(
     let key = store.wal_key(name);
     // Archiving creates a local store's directory (a restore never does).
     store.prepare_write().await?;
-    let object::Encoded { sha256, object } = encoded;
+    let object::Encoded { blake3, object } = encoded;
     let encoded = Bytes::from(object);
 
     // The conditional put first: a new segment, the usual case, costs one
@@ -352,9 +351,9 @@ pub async fn store_wal(
         let Some(stored) = store.get(&key).await? else {
             continue;
         };
-        let existing = archived_sha256(store, name, &key, stored, &sha256).await?;
+        let existing = archived_blake3(store, name, &key, stored, &blake3).await?;
         // The only refusal of PostgreSQL's rule is other content.
-        return decide_archive(name, Some(existing.as_str()), sha256.as_str()).map_err(|_| WalStoreError::Conflict {
+        return decide_archive(name, Some(existing.as_str()), blake3.as_str()).map_err(|_| WalStoreError::Conflict {
             name: name.to_string(),
             key: store.show(&key),
             store: store.description().to_owned(),
