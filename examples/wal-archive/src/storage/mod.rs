@@ -6,6 +6,7 @@
 //! * [`object`]: a stored WAL file (compressed, with a checksummed header);
 //! * [`wal`]: archiving and restoring WAL files;
 //! * [`backup`] and [`pgdata_tar`]: base backups of the running instance;
+//!   [`part_upload`]: their data uploaded in parts, in bounded memory;
 //! * [`manifest`] and [`lsn`]: what a backup records, choosing the backup
 //!   a recovery starts from;
 //! * [`retention`]: the backups in a store, and deleting the old ones;
@@ -15,6 +16,7 @@ pub mod backup;
 pub mod lsn;
 pub mod manifest;
 pub mod object;
+pub mod part_upload;
 pub mod pgdata_tar;
 pub mod restore;
 pub mod retention;

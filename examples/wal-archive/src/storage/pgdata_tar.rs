@@ -8,14 +8,13 @@
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::PoisonError;
 use std::time::SystemTime;
 
-use object_store::buffered::BufWriter;
 use sha2::{Digest, Sha256};
-use tokio_util::io::SyncIoBridge;
 
 use crate::storage::object;
+use crate::storage::part_upload::PartUpload;
 use crate::storage::store::{Store, StoreError};
 
 /// Top-level directories whose contents are not backed up (the directory
@@ -50,12 +49,7 @@ const SKIPPED_FILES: [&str; 10] = [
 /// [`finish`] closes it.
 pub(crate) type DataTar = tar::Builder<Sink>;
 
-/// What the upload failed with, kept classified: the tar and zstd layers
-/// above it only pass its text on.
-pub(crate) type UploadFailure = Arc<Mutex<Option<StoreError>>>;
-
-/// The size of a backup's upload parts (S3's smallest).
-const UPLOAD_PART: usize = 5 * 1024 * 1024;
+pub(crate) use crate::storage::part_upload::UploadFailure;
 
 /// The stream into `key` of `store`, at zstd `level`; a failure of the
 /// store is kept in `failure`. Blocking: call it on a blocking thread.
@@ -65,16 +59,13 @@ pub(crate) fn open(
     level: i32,
     failure: &UploadFailure,
 ) -> io::Result<DataTar> {
-    // object_store's defaults (10 MiB parts, 8 in flight) would let a backup
-    // hold 80 MiB in a sidecar; 5 MiB (S3's smallest part) and 2 in flight
-    // keep it near 15 MiB and the upload still overlaps the compression.
-    let writer = BufWriter::with_capacity(store.object_store(), key.clone(), UPLOAD_PART).with_max_concurrency(2);
-    let upload = Upload {
-        inner: SyncIoBridge::new(writer),
-        store: store.clone(),
+    let upload = PartUpload::new(
+        tokio::runtime::Handle::current(),
+        store,
         key,
-        failure: failure.clone(),
-    };
+        store.upload_part_size(),
+        failure,
+    );
     let hashing = Hashing {
         inner: upload,
         hasher: Sha256::new(),
@@ -167,53 +158,7 @@ impl<W: Write> Write for Hashing<W> {
     }
 }
 
-/// The upload of a backup's data: an error there is the store's, kept
-/// classified in `failure` (the tar and zstd layers above it only pass its
-/// text on), so that a backup failing on the store is answered with the
-/// store's code (`UNAVAILABLE`, `FAILED_PRECONDITION`…), not `INTERNAL`.
-pub(crate) struct Upload {
-    inner: SyncIoBridge<BufWriter>,
-    store: Store,
-    key: object_store::path::Path,
-    failure: Arc<Mutex<Option<StoreError>>>,
-}
-
-impl Upload {
-    fn record(&self, error: io::Error) -> io::Error {
-        if !error.get_ref().is_some_and(|e| e.is::<object_store::Error>()) {
-            return error;
-        }
-        let kind = error.kind();
-        match error.into_inner().map(|e| e.downcast::<object_store::Error>()) {
-            Some(Ok(source)) => {
-                let classified = self.store.classify("upload", &self.key, *source);
-                let text = classified.to_string();
-                *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(classified);
-                io::Error::new(kind, text)
-            }
-            Some(Err(other)) => io::Error::new(kind, other),
-            None => io::Error::from(kind),
-        }
-    }
-
-    /// Completes the upload (the last part, then the rename or the S3
-    /// multipart completion).
-    fn shutdown(&mut self) -> io::Result<()> {
-        self.inner.shutdown().map_err(|e| self.record(e))
-    }
-}
-
-impl Write for Upload {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.inner.write(buf).map_err(|e| self.record(e))
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush().map_err(|e| self.record(e))
-    }
-}
-
-pub(crate) type Sink = Counting<zstd::stream::write::Encoder<'static, Hashing<Upload>>>;
+pub(crate) type Sink = Counting<zstd::stream::write::Encoder<'static, Hashing<PartUpload>>>;
 
 fn header_for(metadata: &std::fs::Metadata, kind: tar::EntryType, size: u64) -> tar::Header {
     let mut header = tar::Header::new_gnu();
@@ -365,13 +310,8 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("pg1/backups")).unwrap();
         std::fs::write(dir.path().join("pg1/backups/20260101T000000"), b"x").unwrap();
         let key = store.backup_prefix("20260101T000000").join(manifest::DATA_FILE);
-        let failure = Arc::new(Mutex::new(None));
-        let mut upload = Upload {
-            inner: SyncIoBridge::new(BufWriter::new(store.object_store(), key.clone())),
-            store: store.clone(),
-            key,
-            failure: failure.clone(),
-        };
+        let failure = UploadFailure::default();
+        let mut upload = PartUpload::new(tokio::runtime::Handle::current(), &store, key, 1024, &failure);
         let error = tokio::task::spawn_blocking(move || {
             upload.write_all(b"data")?;
             upload.shutdown()
