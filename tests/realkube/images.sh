@@ -11,7 +11,8 @@
 #   $RK_MOTO_IMAGE       moto's S3 server on Debian's python3
 #   $RK_MARIADB_IMAGE    Debian's mariadb-server, mysql = 999:999, the data
 #                        directory made on first start (mariadb-entrypoint.sh)
-# (the last three also as archives in $RK_CACHE/images), and the DatabaseTable
+#   $RK_BARMAN_IMAGE, $RK_BARMAN_SIDECAR_IMAGE  plugin-barman-cloud's (barman.sh)
+# (the last five also as archives in $RK_CACHE/images), and the DatabaseTable
 # example's images, each remade only when its key (its sources, its base) changes:
 #   database-table-operator:$TAG, database-table-postgres:$TAG   ./Dockerfile
 #   database-table-mariadb:$TAG  the Python MariaDB plugin: Debian's python3, its
@@ -32,8 +33,8 @@
 #       no registry here serves.
 #
 #   tests/realkube/images.sh             (root; cold ~10 min on 2 cores, warm ~1-3 min)
-#   tests/realkube/images.sh --archives  only the archives of PostgreSQL, moto and
-#       MariaDB (no dockerd): what node-image.sh preloads. CI makes them first, so
+#   tests/realkube/images.sh --archives  only the archives of PostgreSQL, moto,
+#       MariaDB and plugin-barman-cloud (no dockerd): what node-image.sh preloads. CI makes them first, so
 #       that the node image is built beside the project's images, not after them.
 set -euo pipefail
 archives_only=0
@@ -151,6 +152,11 @@ if [ ! -s "$mariadb_tar" ] || [ "$(cat "$mariadb_tar.key" 2>/dev/null)" != "$mar
   rm -rf "$d"
   rk_log "$RK_MARIADB_IMAGE built in $(( $(date +%s) - started )) s"
 fi
+
+# --- plugin-barman-cloud's plugin and sidecar (barman.sh: its manager from the
+# Go module proxy; the sidecar on moto's python root with the release's wheels)
+mapfile -t barman_tars < <(bash "$RK_DIR/barman.sh" image)
+[ "${#barman_tars[@]}" = 2 ] || rk_die "tests/realkube/barman.sh image did not make plugin-barman-cloud's two images"
 }
 [ "$RK_UPSTREAM_IMAGES" = 1 ] || debian_images
 [ "$archives_only" = 0 ] || exit 0
@@ -162,7 +168,7 @@ if ! rk_docker version >/dev/null 2>&1; then
 fi
 docker() { rk_docker "$@"; }
 if [ "$RK_UPSTREAM_IMAGES" = 0 ]; then
-  for tar in "$pg_tar" "$moto_tar" "$mariadb_tar"; do
+  for tar in "$pg_tar" "$moto_tar" "$mariadb_tar" "${barman_tars[@]}"; do
     docker load -q -i "$tar" >/dev/null || rk_die "docker load -i $tar failed"
   done
 fi

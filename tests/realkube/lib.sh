@@ -81,6 +81,12 @@ RK_CM_CAINJECTOR_IMAGE=localhost/cert-manager-cainjector:$CERT_MANAGER_VERSION
 # and the S3 store of the wal-archive scenario: moto's server.
 CNPG_VERSION=${CNPG_VERSION:-v1.30.0}
 MOTO_VERSION=${MOTO_VERSION:-5.2.1}
+# plugin-barman-cloud (tests/realkube/barman.sh), the CNPG-I WAL archiving plugin
+# of CloudNativePG's project, beside wal-archive on the same CloudNativePG and
+# moto: v0.14.0 is the newest built against CloudNativePG v1.30.0 whose module
+# builds from the Go module proxy (v0.15.0's dependencies are refused), with
+# barman 3.19.1 in its sidecar.
+BARMAN_PLUGIN_VERSION=${BARMAN_PLUGIN_VERSION:-v0.14.0}
 # The DatabaseTable scenario's MariaDB server: Debian's mariadb-server (10.11 in
 # bookworm), with the official image's environment (MARIADB_DATABASE, _USER, _PASSWORD).
 MARIADB_VERSION=${MARIADB_VERSION:-10.11}
@@ -89,11 +95,15 @@ if [ "$RK_UPSTREAM_IMAGES" = 1 ]; then   # the same software, from its registrie
   RK_CNPG_IMAGE=${RK_CNPG_IMAGE:-ghcr.io/cloudnative-pg/cloudnative-pg:${CNPG_VERSION#v}}
   RK_MOTO_IMAGE=${RK_MOTO_IMAGE:-motoserver/moto:$MOTO_VERSION}
   RK_MARIADB_IMAGE=${RK_MARIADB_IMAGE:-docker.io/library/mariadb:$MARIADB_VERSION}
+  RK_BARMAN_IMAGE=${RK_BARMAN_IMAGE:-ghcr.io/cloudnative-pg/plugin-barman-cloud:$BARMAN_PLUGIN_VERSION}
+  RK_BARMAN_SIDECAR_IMAGE=${RK_BARMAN_SIDECAR_IMAGE:-ghcr.io/cloudnative-pg/plugin-barman-cloud-sidecar:$BARMAN_PLUGIN_VERSION}
 fi
 RK_POSTGRES_IMAGE=${RK_POSTGRES_IMAGE:-localhost/postgresql:15}
 RK_CNPG_IMAGE=${RK_CNPG_IMAGE:-localhost/cloudnative-pg:$CNPG_VERSION}
 RK_MOTO_IMAGE=${RK_MOTO_IMAGE:-localhost/moto:$MOTO_VERSION}
 RK_MARIADB_IMAGE=${RK_MARIADB_IMAGE:-localhost/mariadb:$MARIADB_VERSION}
+RK_BARMAN_IMAGE=${RK_BARMAN_IMAGE:-localhost/plugin-barman-cloud:$BARMAN_PLUGIN_VERSION}
+RK_BARMAN_SIDECAR_IMAGE=${RK_BARMAN_SIDECAR_IMAGE:-localhost/plugin-barman-cloud-sidecar:$BARMAN_PLUGIN_VERSION}
 # The DatabaseTable example's images (images.sh): the operator and the PostgreSQL
 # plugin from ./Dockerfile, the MariaDB plugin (Python) and the naming plugin (Go)
 # made here; tagged RK_IMAGE_TAG and loaded into the cluster with `kind load` (up.sh).

@@ -14,8 +14,9 @@
 # Preloaded in the node (kind counts them as built, so nothing is ever pulled):
 # kubeadm's images (etcd, CoreDNS, pause) under the names kubeadm $KUBE_VERSION uses,
 # kind's (kindnetd, local-path-provisioner and its helper), cert-manager's controller
-# and cainjector, PostgreSQL, moto, MariaDB and CloudNativePG's operator (images.sh,
-# cnpg.sh). The project's own images change with its sources: `kind load` (up.sh).
+# and cainjector, PostgreSQL, moto, MariaDB, plugin-barman-cloud's two images and
+# CloudNativePG's operator (images.sh, barman.sh, cnpg.sh). The project's own
+# images change with its sources: `kind load` (up.sh).
 # What is not the real component, and why:
 #   kindnetd   kind/kindnetd, a stand-in (sigs.k8s.io/kind/images/kindnetd and
 #              github.com/aojea/kindnet are not served by the Go module proxy): it
@@ -53,9 +54,10 @@ CM_CONTROLLER=$(bin "$cache/cert-manager-$CERT_MANAGER_VERSION/controller")
 CM_CAINJECTOR=$(bin "$cache/cert-manager-$CERT_MANAGER_VERSION/cainjector")
 bin "$cache/kind-$KIND_VERSION/kind" >/dev/null
 cnpg_tar=$(rk_image_archive "$RK_CNPG_IMAGE")
-preloaded=("$cnpg_tar" "$(rk_image_archive "$RK_POSTGRES_IMAGE")" "$(rk_image_archive "$RK_MOTO_IMAGE")" "$(rk_image_archive "$RK_MARIADB_IMAGE")")
+preloaded=("$cnpg_tar" "$(rk_image_archive "$RK_POSTGRES_IMAGE")" "$(rk_image_archive "$RK_MOTO_IMAGE")" "$(rk_image_archive "$RK_MARIADB_IMAGE")"
+  "$(rk_image_archive "$RK_BARMAN_IMAGE")" "$(rk_image_archive "$RK_BARMAN_SIDECAR_IMAGE")")
 for tar in "${preloaded[@]}"; do
-  [ -s "$tar" ] || rk_die "missing $tar (tests/realkube/images.sh, cnpg.sh image)"
+  [ -s "$tar" ] || rk_die "missing $tar (tests/realkube/images.sh, barman.sh image, cnpg.sh image)"
 done
 
 key=$(
@@ -196,7 +198,8 @@ cp "$KUBEADM" "$(kbin kubelet)" "$(kbin kubectl)" "$k/server/bin/"
 # pulls the others (kind/archive-repositories-first.py).
 docker save -o "$w/all.tar" "registry.k8s.io/kube-apiserver:$KUBE_VERSION" "$ETCD_IMAGE" "$COREDNS_IMAGE" \
   "$PAUSE_IMAGE" "$SANDBOX_IMAGE" "$RK_PAUSE_IMAGE" "$KINDNETD_IMAGE" "$LPP_IMAGE" "$LPH_IMAGE" \
-  "$RK_CM_CONTROLLER_IMAGE" "$RK_CM_CAINJECTOR_IMAGE" "$RK_CNPG_IMAGE" "$RK_POSTGRES_IMAGE" "$RK_MOTO_IMAGE" "$RK_MARIADB_IMAGE" ||
+  "$RK_CM_CONTROLLER_IMAGE" "$RK_CM_CAINJECTOR_IMAGE" "$RK_CNPG_IMAGE" "$RK_POSTGRES_IMAGE" "$RK_MOTO_IMAGE" "$RK_MARIADB_IMAGE" \
+  "$RK_BARMAN_IMAGE" "$RK_BARMAN_SIDECAR_IMAGE" ||
   rk_die "docker save of the node's images failed"
 python3 "$RK_DIR/kind/archive-repositories-first.py" "$w/all.tar" "$k/server/bin/kube-apiserver.tar" >/dev/null ||
   rk_die "cannot rewrite the images' archive for kind"
