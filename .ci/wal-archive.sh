@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The wal-archive plugin against a real PostgreSQL, as one CI job: its
 # scenario on the local store and on S3 (moto) side by side, check-plugin on
-# its binary, then the sustained-archiving benchmark's smoke run.
+# its binary, then the smoke runs of its two benchmarks (sustained archiving,
+# a sidecar's memory during a base backup).
 #   .ci/wal-archive.sh
 # needs the binaries of `cargo build --workspace --bins --examples` in
 # target/debug, Debian's PostgreSQL and moto[server] (.ci/run installs both).
@@ -38,3 +39,10 @@ echo "== examples/wal-archive/bench/sustained.sh --smoke"
 bash examples/wal-archive/bench/sustained.sh --smoke >"$logs/sustained.log" 2>&1 ||
   { cat "$logs/sustained.log"; echo "FAIL: sustained.sh --smoke (its output above)" >&2; exit 1; }
 echo "sustained.sh --smoke: passed"
+
+# A sidecar's memory during a base backup: a fresh plugin, one backup of a
+# small PGDATA into a directory and into S3 (moto); proves the harness runs.
+echo "== examples/wal-archive/bench/backup_memory.sh --smoke"
+bash examples/wal-archive/bench/backup_memory.sh --smoke >"$logs/backup_memory.log" 2>&1 ||
+  { cat "$logs/backup_memory.log"; echo "FAIL: backup_memory.sh --smoke (its output above)" >&2; exit 1; }
+echo "backup_memory.sh --smoke: passed"

@@ -9,7 +9,7 @@
 #
 # Each row, on a fresh PGDATA (16 MiB segments):
 #   1. archiving paused (archive_command = ''), `pgbench -i` writes a backlog
-#      of at least BACKLOG segments, all `.ready`;
+#      of at least BACKLOG segments, all `.ready`, then `sync`;
 #   2. pgbench's TPC-B load starts (2 clients, until the end of the row) and
 #      archive_command is set (stores: a local directory, moto on loopback,
 #      and `s3-far`, the same moto S3_RTT_MS (default 50) of round trip away
@@ -172,6 +172,10 @@ EOF
   sql "SELECT pg_switch_wal()" >/dev/null
   ready="$(find "$pgdata/pg_wal/archive_status" -name '*.ready' | wc -l)"
   [ "$ready" -ge "$backlog" ] || { echo "sustained.sh: pgbench -i -s $scale left $ready ready segments, fewer than $backlog" >&2; exit 1; }
+  # The backlog and the table on disk before the clock starts: otherwise the
+  # writeback of pgbench -i's 2.7 GiB falls into the timed window, more in
+  # one row than in another (rows of the same binary moved by a third).
+  sync
   # 2. load, then archiving on.
   u "$pgbin/pgbench" -h "$work/run" -p "$port" -U postgres -c 2 -j 2 -T 3600 -n postgres >/dev/null 2>&1 &
   local load=$!

@@ -915,6 +915,86 @@ async fn wal_codes_on_s3() {
     s3_codes(&endpoint, &checking).await;
 }
 
+/// The multipart uploads in progress in moto's bucket `wal-archive`.
+fn multipart_uploads(endpoint: &str) -> usize {
+    use std::io::{Read, Write};
+    let address = endpoint.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET /wal-archive?uploads HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answer.matches("<UploadId>").count()
+}
+
+/// A backup's data on S3: in 5 MiB parts, completed into one object; and an
+/// upload dropped half-way (the backup failed) leaves no multipart upload
+/// behind.
+async fn backup_upload_on_s3(endpoint: &str) {
+    use cnpgi_wal_archive::storage::part_upload::{PartUpload, UploadFailure};
+    use cnpgi_wal_archive::storage::store::{Location, Store, StoreConfig};
+    use std::io::Write as _;
+    let store = Store::open(&StoreConfig {
+        location: Location::S3 {
+            bucket: "wal-archive".into(),
+            prefix: "ci".into(),
+            endpoint: Some(endpoint.to_owned()),
+            region: "us-east-1".into(),
+        },
+        server_name: "pg1".into(),
+    })
+    .unwrap();
+    assert_eq!(store.upload_part_size(), 5 << 20);
+    let data: Vec<u8> = (0..(11u32 << 20)).map(|i| (i % 253) as u8).collect();
+    let start = |id: &str| {
+        let key = store.backup_prefix(id).join("data.tar.zst");
+        let upload = PartUpload::new(
+            tokio::runtime::Handle::current(),
+            &store,
+            key.clone(),
+            store.upload_part_size(),
+            &UploadFailure::default(),
+        );
+        (key, upload)
+    };
+
+    let (key, mut upload) = start("20260101T000000");
+    let written = data.clone();
+    tokio::task::spawn_blocking(move || {
+        upload.write_all(&written)?;
+        upload.shutdown()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(store.get(&key).await.unwrap().unwrap().to_vec(), data);
+    assert_eq!(multipart_uploads(endpoint), 0);
+
+    // Two parts sent, the third filling, then dropped: aborted.
+    let (_, mut upload) = start("20260102T000000");
+    let written = data.clone();
+    let upload = tokio::task::spawn_blocking(move || {
+        upload.write_all(&written).unwrap();
+        upload
+    })
+    .await
+    .unwrap();
+    assert_eq!(multipart_uploads(endpoint), 1, "the unfinished upload is in progress");
+    drop(upload);
+    let started = std::time::Instant::now();
+    while multipart_uploads(endpoint) > 0 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "the dropped upload was not aborted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 async fn s3_codes(endpoint: &str, checking_endpoint: &str) {
     use object_store::{ObjectStoreExt, PutPayload, aws::AmazonS3Builder, path::Path};
     let plugin = TestPlugin::start_unix(server()).await.unwrap();
@@ -977,6 +1057,8 @@ async fn s3_codes(endpoint: &str, checking_endpoint: &str) {
         "{}",
         status.message()
     );
+
+    backup_upload_on_s3(endpoint).await;
 
     // Credentials the store does not know: never NOT_FOUND, and said so.
     let refused = s3_cluster("wal-archive", checking_endpoint);

@@ -12,6 +12,25 @@
 //! (the backup failed) is aborted: S3 would otherwise keep, and bill, the
 //! parts of an unfinished multipart upload until a lifecycle rule removes
 //! them.
+//!
+//! ```no_run
+//! use std::io::Write as _;
+//! use cnpgi_wal_archive::storage::part_upload::{PartUpload, UploadFailure};
+//! use cnpgi_wal_archive::storage::store::Store;
+//!
+//! # async fn upload(store: Store) -> std::io::Result<()> {
+//! let key = store.backup_prefix("20260101T000000").join("data.tar.zst");
+//! let part_size = store.upload_part_size();
+//! let failure = UploadFailure::default();
+//! let mut upload = PartUpload::new(tokio::runtime::Handle::current(), &store, key, part_size, &failure);
+//! // Writes block on the runtime: from a blocking thread.
+//! tokio::task::spawn_blocking(move || {
+//!     upload.write_all(b"the data")?;
+//!     upload.shutdown()
+//! })
+//! .await?
+//! # }
+//! ```
 
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,7 +45,7 @@ use crate::storage::store::{Store, StoreError};
 
 /// What the upload failed with, kept classified: the tar and zstd layers
 /// above it only pass its text on.
-pub(crate) type UploadFailure = Arc<Mutex<Option<StoreError>>>;
+pub type UploadFailure = Arc<Mutex<Option<StoreError>>>;
 
 /// How long the abort of an unfinished upload may take; it runs after the
 /// backup already failed, and nobody waits for it.
@@ -34,7 +53,7 @@ const ABORT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The upload of one object in parts, written to from a blocking thread
 /// (`Write` blocks on the runtime of `runtime`).
-pub(crate) struct PartUpload {
+pub struct PartUpload {
     runtime: Handle,
     store: Store,
     key: Path,
@@ -54,7 +73,7 @@ impl PartUpload {
     /// An upload into `key` of `store`, in parts of `part_size` bytes (the
     /// last one may be shorter); a failure of the store is kept in
     /// `failure`. Nothing is sent before the first part is full.
-    pub(crate) fn new(runtime: Handle, store: &Store, key: Path, part_size: usize, failure: &UploadFailure) -> Self {
+    pub fn new(runtime: Handle, store: &Store, key: Path, part_size: usize, failure: &UploadFailure) -> Self {
         Self {
             runtime,
             store: store.clone(),
@@ -114,7 +133,7 @@ impl PartUpload {
 
     /// Sends the last part and completes the upload (S3's multipart
     /// completion, or a local store's rename).
-    pub(crate) fn shutdown(&mut self) -> io::Result<()> {
+    pub fn shutdown(&mut self) -> io::Result<()> {
         // An object is at least one part, even an empty one.
         if !self.filling.is_empty() || self.parts == 0 {
             self.send_part()?;

@@ -358,7 +358,7 @@ impl Store {
     /// The size of a backup's upload parts: 5 MiB on S3 (its smallest
     /// part), 256 KiB in a directory, where a part is a positioned write
     /// into a staging file and the size only bounds the memory held.
-    pub(crate) fn upload_part_size(&self) -> usize {
+    pub fn upload_part_size(&self) -> usize {
         match self.backend {
             Backend::Local { .. } => 256 * 1024,
             Backend::S3 { .. } => 5 * 1024 * 1024,
