@@ -5,8 +5,9 @@
 #        tests/e2e/build-kube.sh --node, build-addons.sh, build-kind-tools.sh
 #                       Kubernetes v1.34, CoreDNS, cert-manager, kind, containerd 2, ...
 #        images.sh      the project's images from its Dockerfile, the DatabaseTable
-#                       example's plugins in Python and Go, PostgreSQL's, moto's
-#                       and MariaDB's (in the tests' dockerd, tests/realkube/dockerd.sh)
+#                       example's plugins in Python and Go, PostgreSQL's, moto's,
+#                       MariaDB's and plugin-barman-cloud's (barman.sh) (in the
+#                       tests' dockerd, tests/realkube/dockerd.sh)
 #        cnpg.sh image  the real CloudNativePG's operator image
 #        node-image.sh  kind's node image, every image above but the project's preloaded
 #   2. up.sh       `task local-kind-deploy` with the local node image and cert-manager:
@@ -20,6 +21,8 @@
 #        scenario_cloudnative_pg.py 2. the real CloudNativePG with the hello-world plugin
 #        scenario_wal_archive.py    3. WAL archiving, a backup and a recovery through
 #                                      the wal-archive plugin, on CloudNativePG
+#        scenario_barman_cloud.py   3b. WAL archiving through plugin-barman-cloud (the
+#                                      CloudNativePG project's plugin) to moto
 #        scenario_faults.py         4. faults (the sidecar SIGKILLed, the store down, the
 #                                      store's volume full, the plugin's certificates
 #                                      rotated, the node's runtime restarted), each
@@ -33,7 +36,10 @@
 #                                      on MariaDB, references, the implementation choice,
 #                                      a plugin forgotten and back, a rogue certificate,
 #                                      deletion
-#   4. down.sh     on any exit: the cluster deleted, the host as it was.
+#   4. down.sh     on any exit: the cluster deleted, the host as it was; with
+#                  RK_KEEP=1, passed or failed, the cluster is left running
+#                  (its kubeconfig: $RK_STATE/kubeconfig) for
+#                  examples/wal-archive/bench/under_cnpg.py; down.sh removes it.
 # Each scenario prints one line per check and `N passed, M failed`; the run
 # exits non-zero on any failure, including a down.sh that could not undo
 # everything. Keeps the cluster's logs of a failed run (the path is printed).
@@ -45,11 +51,11 @@
 # StorageClass, and its nodes the images (`kind load docker-image`):
 # cnpgi-operator, cnpg-i-hello-world, cnpgi-wal-archive and $RK_DBT_IMAGES tagged
 # RK_IMAGE_TAG (default realkube), RK_POSTGRES_IMAGE, RK_CNPG_IMAGE, RK_MOTO_IMAGE
-# and RK_MARIADB_IMAGE (lib.sh).
+# RK_MARIADB_IMAGE, RK_BARMAN_IMAGE and RK_BARMAN_SIDECAR_IMAGE (lib.sh).
 # RK_PREBUILT=DIR builds the project's images from the binaries in DIR (the
 # Dockerfile's BUILD=prebuilt; .ci/run gives those its suites built) instead of
 # compiling them in the image build.
-# RK_SCENARIOS="quick-start operator cloudnative-pg doctor database-table wal-archive faults" runs
+# RK_SCENARIOS="quick-start operator cloudnative-pg doctor database-table wal-archive barman-cloud faults" runs
 # those, in order (by default all, in three lanes side by side); faults runs
 # commands on the node: RK_NODE_EXEC (default: docker exec into kind's node).
 #
@@ -77,6 +83,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/cnpgi-realkube-run.XXXXXX")
 #   cnpg.yaml         CloudNativePG's config/default with its image (cnpg.sh manifest)
 #   hello-world.yaml  manifests/hello-world in cnpg-system, for CloudNativePG
 #   wal-archive.yaml  examples/wal-archive/manifests with the image set
+#   barman-cloud.yaml plugin-barman-cloud's kubernetes/ with our images (barman.sh manifest)
 #   database-table.yaml, database-table-mariadb.yaml
 #                     examples/database-table/manifests and its mariadb/, images set
 manifests() {
@@ -92,6 +99,8 @@ manifests() {
   cp -r "$RK_REPO/examples/wal-archive/manifests" "$work/wal-archive"
   (cd "$work/wal-archive" && kustomize edit set image "cnpgi-wal-archive=cnpgi-wal-archive:$TAG" &&
     kustomize build . >"$work/wal-archive.yaml") || rk_die "cannot build examples/wal-archive/manifests"
+  bash "$RK_DIR/barman.sh" manifest >"$work/barman-cloud.yaml" 2>"$work/barman-kustomize.log" ||
+    { cat "$work/barman-kustomize.log" >&2; rk_die "cannot build plugin-barman-cloud's manifest"; }
   cp -r "$RK_REPO/examples/database-table/manifests" "$work/database-table"
   (cd "$work/database-table" && kustomize edit set image "database-table-operator=database-table-operator:$TAG" \
     "database-table-postgres=database-table-postgres:$TAG" "database-table-naming=database-table-naming:$TAG" &&
@@ -118,6 +127,10 @@ scenario() {
   wal-archive)
     python3 "$RK_DIR/scenario_wal_archive.py" --kubeconfig "$kubeconfig" --cnpg-manifest "$work/cnpg.yaml" \
       --plugin-manifest "$work/wal-archive.yaml" --postgres-image "$RK_POSTGRES_IMAGE" \
+      --moto-image "$RK_MOTO_IMAGE" || rc=1 ;;
+  barman-cloud)
+    python3 "$RK_DIR/scenario_barman_cloud.py" --kubeconfig "$kubeconfig" --cnpg-manifest "$work/cnpg.yaml" \
+      --plugin-manifest "$work/barman-cloud.yaml" --postgres-image "$RK_POSTGRES_IMAGE" \
       --moto-image "$RK_MOTO_IMAGE" || rc=1 ;;
   faults)
     # It acts on the node itself (SIGKILL to a container, restarting containerd
@@ -152,15 +165,18 @@ scenario() {
 # scenarios KUBECONFIG: RK_SCENARIOS in order, each run whatever the previous
 # gave. By default, four lanes side by side (the scenarios mostly wait on
 # PostgreSQL and the API server): A quick-start, operator, cloudnative-pg, doctor,
-# database-table; B wal-archive; D the faults on archiving (sidecar killed,
+# database-table; B wal-archive, then barman-cloud; D the faults on archiving (sidecar killed,
 # store's volume full) with a Cluster and store of their own; C the other
 # faults (store down, certificates rotated, node runtime restarted). B, C and
 # D start once operator's plugin-arrival check is done (a plugin installed and
 # used in the same second must be admitted: its Pod's start is not to be
 # slowed by their PostgreSQL instances); faults rotates the wal-archive
-# plugin's certificates once B and D are done (CloudNativePG's calls to the
-# plugin fail until the plugin's Pod sees its new Secrets), and restarts the
-# node's runtime once A, B and D are done. D used to follow B in one lane: the
+# plugin's certificates once wal-archive (B) and D are done (CloudNativePG's calls
+# to the plugin fail until the plugin's Pod sees its new Secrets), and restarts the
+# node's runtime once A, B and D are done. barman-cloud (its own plugin, Cluster
+# and moto) follows wal-archive in B, which otherwise ends minutes before A and
+# D (warm run: A 430 s, B 182 s after operator's check, D 312 s): it does not
+# hold the rotation, only the restart, which waits for A anyway. D used to follow B in one lane: the
 # rotation, then the restart, waited for both (719 s for C in a warm run).
 # Each lane's output is printed when it ends.
 scenarios() {
@@ -176,6 +192,7 @@ scenarios() {
     while [ ! -e "$work/timed-done" ] && kill -0 "$lane_a" 2>/dev/null; do sleep 1; done
   }
   ( after_timed; rc=0; scenario wal-archive "$kubeconfig" || rc=1
+    touch "$work/wal-archive.done"; scenario barman-cloud "$kubeconfig" || rc=1
     touch "$work/lane-b.done"; exit "$rc" ) >"$work/lane-b.log" 2>&1 &
   lane_b=$!
   ( after_timed; rc=0
@@ -183,7 +200,7 @@ scenarios() {
     touch "$work/lane-d.done"; exit "$rc" ) >"$work/lane-d.log" 2>&1 &
   lane_d=$!
   ( after_timed; RK_FAULTS=store-down,certificates,runtime \
-      RK_PLUGIN_ALONE_AFTER="$work/lane-b.done $work/lane-d.done" \
+      RK_PLUGIN_ALONE_AFTER="$work/wal-archive.done $work/lane-d.done" \
       RK_NODE_ALONE_AFTER="$work/lane-a.done $work/lane-b.done $work/lane-d.done" \
       scenario faults "$kubeconfig" ) >"$work/lane-c.log" 2>&1 || rc=1
   wait "$lane_a" || rc=1
@@ -210,6 +227,13 @@ finish() {
   if [ "$code" != 0 ] && rk_docker version >/dev/null 2>&1 &&
     PATH=$(rk_tools_path) kind get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
     PATH=$(rk_tools_path) kind export logs --name "$KIND_CLUSTER" "$work/cluster" >/dev/null 2>&1 || true
+  fi
+  if [ "${RK_KEEP:-0}" = 1 ]; then
+    if [ "$code" = 0 ]; then rm -rf "$work"; rk_log "passed in $(( $(date +%s) - started )) s"
+    else rk_log "failed (exit $code); logs kept in $work"; fi
+    rk_log "the cluster is kept (RK_KEEP=1): KUBECONFIG=$RK_KUBECONFIG, kubectl $(rk_kubectl_bin);" \
+      "bash $RK_DIR/down.sh removes it"
+    exit "$code"
   fi
   bash "$RK_DIR/down.sh" || down=1
   if [ "$down" = 1 ]; then
