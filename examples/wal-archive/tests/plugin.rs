@@ -157,7 +157,10 @@ async fn archive_is_idempotent_refuses_other_content_and_restores_atomically() {
 /// content's SHA-256, then the zstd frame with its checksum.
 fn format_1_object(name: &str, content: &[u8]) -> Vec<u8> {
     use sha2::Digest as _;
-    let sha256: String = sha2::Sha256::digest(content).iter().map(|b| format!("{b:02x}")).collect();
+    let sha256: String = sha2::Sha256::digest(content)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let header = format!(
         r#"{{"format":"cnpgi-wal-archive/1","name":"{name}","size":{},"sha256":"{sha256}"}}"#,
         content.len()
@@ -213,7 +216,11 @@ async fn an_archive_written_before_blake3_is_still_restored_and_compared() {
     std::fs::write(&object, &damaged).unwrap();
     let status = wal.restore(restore(&cluster, SEGMENT, &destination)).await.unwrap_err();
     assert_eq!(status.code(), Code::DataLoss, "{status:?}");
-    assert!(status.message().contains(&format!("{SEGMENT}.zst")), "{}", status.message());
+    assert!(
+        status.message().contains(&format!("{SEGMENT}.zst")),
+        "{}",
+        status.message()
+    );
     let status = wal.archive(archive(&cluster, &source)).await.unwrap_err();
     assert_ne!(status.code(), Code::Ok, "{status:?}");
     assert_eq!(std::fs::read(&object).unwrap(), damaged);

@@ -487,7 +487,11 @@ mod tests {
         lying_header.sha256 = Some(sha256_hex(b"other"));
         let lying = encode_with_header(&lying_header, &content, 3).unwrap();
         match decode(&lying, NAME) {
-            Err(err @ ObjectError::Checksum { algorithm: "SHA-256", .. }) => {
+            Err(
+                err @ ObjectError::Checksum {
+                    algorithm: "SHA-256", ..
+                },
+            ) => {
                 assert!(err.to_string().contains("with SHA-256"), "{err}")
             }
             other => panic!("expected a SHA-256 mismatch, got {other:?}"),

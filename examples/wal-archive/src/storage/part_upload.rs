@@ -117,7 +117,9 @@ impl PartUpload {
     fn send_part(&mut self) -> io::Result<()> {
         let spare = self.wait_in_flight()?;
         if self.upload.is_none() {
-            let created = self.runtime.block_on(self.store.object_store().put_multipart(&self.key));
+            let created = self
+                .runtime
+                .block_on(self.store.object_store().put_multipart(&self.key));
             self.upload = Some(created.map_err(|error| self.fail("upload", error))?);
         }
         let next = spare.unwrap_or_else(|| BytesMut::with_capacity(self.part_size));
@@ -239,7 +241,10 @@ mod tests {
         store.prepare_write().await.unwrap();
         let key = store.key("empty");
         let mut upload = PartUpload::new(Handle::current(), &store, key.clone(), 1000, &UploadFailure::default());
-        tokio::task::spawn_blocking(move || upload.shutdown()).await.unwrap().unwrap();
+        tokio::task::spawn_blocking(move || upload.shutdown())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(store.get(&key).await.unwrap().unwrap().len(), 0);
     }
 
@@ -264,7 +269,10 @@ mod tests {
                 break;
             }
         }
-        let left: Vec<_> = std::fs::read_dir(dir.path().join("pg1")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("pg1"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert!(left.is_empty(), "{left:?}");
         assert!(store.get(&key).await.unwrap().is_none());
     }
