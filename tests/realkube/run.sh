@@ -23,6 +23,8 @@
 #                                      the wal-archive plugin, on CloudNativePG
 #        scenario_barman_cloud.py   3b. WAL archiving through plugin-barman-cloud (the
 #                                      CloudNativePG project's plugin) to moto
+#        under-cnpg                 3c. examples/wal-archive/bench/under_cnpg.py --smoke:
+#                                      the bench beside plugin-barman-cloud, harness only
 #        scenario_faults.py         4. faults (the sidecar SIGKILLed, the store down, the
 #                                      store's volume full, the plugin's certificates
 #                                      rotated, the node's runtime restarted), each
@@ -55,7 +57,7 @@
 # RK_PREBUILT=DIR builds the project's images from the binaries in DIR (the
 # Dockerfile's BUILD=prebuilt; .ci/run gives those its suites built) instead of
 # compiling them in the image build.
-# RK_SCENARIOS="quick-start operator cloudnative-pg doctor database-table wal-archive barman-cloud faults" runs
+# RK_SCENARIOS="quick-start operator cloudnative-pg doctor database-table wal-archive barman-cloud under-cnpg faults" runs
 # those, in order (by default all, in three lanes side by side); faults runs
 # commands on the node: RK_NODE_EXEC (default: docker exec into kind's node).
 #
@@ -132,6 +134,11 @@ scenario() {
     python3 "$RK_DIR/scenario_barman_cloud.py" --kubeconfig "$kubeconfig" --cnpg-manifest "$work/cnpg.yaml" \
       --plugin-manifest "$work/barman-cloud.yaml" --postgres-image "$RK_POSTGRES_IMAGE" \
       --moto-image "$RK_MOTO_IMAGE" || rc=1 ;;
+  under-cnpg)
+    # The bench beside plugin-barman-cloud in smoke mode (BENCHMARKS.md): its own
+    # namespace and moto, both plugins as wal-archive and barman-cloud left them.
+    python3 "$RK_REPO/examples/wal-archive/bench/under_cnpg.py" --smoke --rows wal-archive,barman-8 \
+      --kubeconfig "$kubeconfig" --postgres-image "$RK_POSTGRES_IMAGE" --moto-image "$RK_MOTO_IMAGE" || rc=1 ;;
   faults)
     # It acts on the node itself (SIGKILL to a container, restarting containerd
     # and the kubelet), the last only once the other lanes are done (below).
@@ -165,19 +172,20 @@ scenario() {
 # scenarios KUBECONFIG: RK_SCENARIOS in order, each run whatever the previous
 # gave. By default, four lanes side by side (the scenarios mostly wait on
 # PostgreSQL and the API server): A quick-start, operator, cloudnative-pg, doctor,
-# database-table; B wal-archive, then barman-cloud; D the faults on archiving (sidecar killed,
+# database-table; B wal-archive, then barman-cloud and under-cnpg (the bench beside
+# plugin-barman-cloud, smoke mode); D the faults on archiving (sidecar killed,
 # store's volume full) with a Cluster and store of their own; C the other
 # faults (store down, certificates rotated, node runtime restarted). B, C and
 # D start once operator's plugin-arrival check is done (a plugin installed and
 # used in the same second must be admitted: its Pod's start is not to be
 # slowed by their PostgreSQL instances); faults rotates the wal-archive
-# plugin's certificates once wal-archive (B) and D are done (CloudNativePG's calls
-# to the plugin fail until the plugin's Pod sees its new Secrets), and restarts the
-# node's runtime once A, B and D are done. barman-cloud (its own plugin, Cluster
-# and moto) follows wal-archive in B, which otherwise ends minutes before A and
-# D (warm run: A 430 s, B 182 s after operator's check, D 312 s): it does not
-# hold the rotation, only the restart, which waits for A anyway. D used to follow B in one lane: the
-# rotation, then the restart, waited for both (719 s for C in a warm run).
+# plugin's certificates once B and D are done (CloudNativePG's calls to the
+# plugin fail until the plugin's Pod sees its new Secrets, and under-cnpg
+# archives through it), and restarts the node's runtime once A, B and D are
+# done. barman-cloud and under-cnpg follow wal-archive in B, which otherwise
+# ends minutes before A and D (warm run: A 430 s, B 182 s after operator's
+# check, D 312 s). D used to follow B in one lane: the rotation, then the
+# restart, waited for both (719 s for C in a warm run).
 # Each lane's output is printed when it ends.
 scenarios() {
   local kubeconfig=$1 rc=0 s lane_a lane_b lane_d
@@ -192,7 +200,7 @@ scenarios() {
     while [ ! -e "$work/timed-done" ] && kill -0 "$lane_a" 2>/dev/null; do sleep 1; done
   }
   ( after_timed; rc=0; scenario wal-archive "$kubeconfig" || rc=1
-    touch "$work/wal-archive.done"; scenario barman-cloud "$kubeconfig" || rc=1
+    scenario barman-cloud "$kubeconfig" || rc=1; scenario under-cnpg "$kubeconfig" || rc=1
     touch "$work/lane-b.done"; exit "$rc" ) >"$work/lane-b.log" 2>&1 &
   lane_b=$!
   ( after_timed; rc=0
@@ -200,7 +208,7 @@ scenarios() {
     touch "$work/lane-d.done"; exit "$rc" ) >"$work/lane-d.log" 2>&1 &
   lane_d=$!
   ( after_timed; RK_FAULTS=store-down,certificates,runtime \
-      RK_PLUGIN_ALONE_AFTER="$work/wal-archive.done $work/lane-d.done" \
+      RK_PLUGIN_ALONE_AFTER="$work/lane-b.done $work/lane-d.done" \
       RK_NODE_ALONE_AFTER="$work/lane-a.done $work/lane-b.done $work/lane-d.done" \
       scenario faults "$kubeconfig" ) >"$work/lane-c.log" 2>&1 || rc=1
   wait "$lane_a" || rc=1
