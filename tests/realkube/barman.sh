@@ -81,19 +81,13 @@ image)
   # --- the sidecar: Debian's python3 and the release's pinned wheels for it
   d="$w/sidecar"
   rk_unpack "$(rk_root python "ca-certificates,python3")" "$d"
-  py=
-  for dir in "$d"/usr/lib/python3.*; do
-    [[ $(basename "$dir") =~ ^python3\.[0-9]+$ ]] && py=$(basename "$dir")
-  done
-  [ -n "$py" ] || rk_die "the python root has no /usr/lib/python3.N"
+  py=$(rk_root_python "$d")
   pyv=${py#python}
   # The release's pins without their hashes; psycopg2 (an sdist: a C build
   # against libpq-dev) as psycopg2-binary, the same module in a manylinux wheel.
   grep -E '^[a-z0-9]' "$src/containers/sidecar-requirements.txt" | sed -e 's/ *\\$//' \
     -e 's/^psycopg2==/psycopg2-binary==/' >"$w/requirements.txt"
-  python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version "$pyv" \
-    --implementation cp --abi "cp${pyv/./}" --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux_2_28_x86_64 --platform any -d "$w/wheels" -r "$w/requirements.txt" >&2 ||
+  rk_wheels_for "$pyv" "$w/wheels" --no-deps -r "$w/requirements.txt" ||
     rk_die "pip download of plugin-barman-cloud's sidecar requirements for Python $pyv failed"
   python3 - "$w/wheels" "$d/usr/local/lib/$py/dist-packages" "$d/usr/local/bin" "/usr/bin/$py" <<'PY' || rk_die "cannot unpack the sidecar's wheels"
 import configparser, pathlib, sys, zipfile

@@ -97,23 +97,10 @@ moto_tar="$RK_CACHE/images/$(tr '/:' '__' <<<"$RK_MOTO_IMAGE").tar"
 if [ ! -s "$moto_tar" ]; then
   d="$work/moto"
   rk_unpack "$(rk_root python "ca-certificates,python3")" "$d"
-  py=
-  for dir in "$d"/usr/lib/python3.*; do
-    [[ $(basename "$dir") =~ ^python3\.[0-9]+$ ]] && py=$(basename "$dir")
-  done
-  [ -n "$py" ] || rk_die "the python root has no /usr/lib/python3.N"
-  pyv=${py#python}
-  python3 -m pip download -q --disable-pip-version-check --only-binary=:all: --python-version "$pyv" \
-    --implementation cp --abi "cp${pyv/./}" --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux_2_28_x86_64 --platform any -d "$work/wheels" "moto[server]==$MOTO_VERSION" >&2 ||
+  py=$(rk_root_python "$d")
+  rk_wheels_for "${py#python}" "$work/wheels" "moto[server]==$MOTO_VERSION" ||
     rk_die "pip download of moto[server]==$MOTO_VERSION failed"
-  python3 - "$work/wheels" "$d/usr/local/lib/$py/dist-packages" <<'PY' || rk_die "cannot unpack moto's wheels"
-import pathlib, sys, zipfile
-wheels, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-dest.mkdir(parents=True, exist_ok=True)
-for wheel in sorted(wheels.glob("*.whl")):
-    zipfile.ZipFile(wheel).extractall(dest)
-PY
+  rk_unpack_wheels "$work/wheels" "$d/usr/local/lib/$py/dist-packages" || rk_die "cannot unpack moto's wheels"
   chmod -R a+rX "$d/usr/local/lib/$py"
   echo "moto:x:65532:65532:moto:/tmp:/usr/sbin/nologin" >>"$d/etc/passwd"
   echo "moto:x:65532:" >>"$d/etc/group"
@@ -317,16 +304,9 @@ if [ "$(image_key "database-table-mariadb:$TAG")" != "$mariadb_plugin_key" ]; th
   started=$(date +%s)
   ctx="$work/mariadb-plugin"
   mkdir -p "$ctx/lib" "$ctx/plugin"
-  python3 -m pip download -q --disable-pip-version-check --only-binary=:all: --python-version "$py_version" \
-    --implementation cp --abi "cp${py_version/./}" --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux_2_28_x86_64 --platform any -d "$work/mariadb-wheels" -r "$RK_REPO/$mariadb_dir/requirements.txt" >&2 ||
+  rk_wheels_for "$py_version" "$work/mariadb-wheels" -r "$RK_REPO/$mariadb_dir/requirements.txt" ||
     rk_die "pip download of $mariadb_dir/requirements.txt for Python $py_version failed"
-  python3 - "$work/mariadb-wheels" "$ctx/lib" <<'PY' || rk_die "cannot unpack the MariaDB plugin's wheels"
-import pathlib, sys, zipfile
-wheels, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-for wheel in sorted(wheels.glob("*.whl")):
-    zipfile.ZipFile(wheel).extractall(dest)
-PY
+  rk_unpack_wheels "$work/mariadb-wheels" "$ctx/lib" || rk_die "cannot unpack the MariaDB plugin's wheels"
   (cd "$RK_REPO/$mariadb_dir" && find . -type f \( -name '*.py' -o -name 'requirements.txt' \) ! -path '*/cnpgi_stubs/*' \
     ! -path '*/__pycache__/*' ! -path './tests/*' -print0 | xargs -0 cp --parents -t "$ctx/plugin") ||
     rk_die "cannot copy $mariadb_dir"
@@ -335,12 +315,7 @@ PY
   # image's protobuf of the same requirements).
   python3 -m pip download -q --disable-pip-version-check --only-binary=:all: -d "$work/stub-wheels" \
     -r "$RK_REPO/$mariadb_dir/requirements.txt" >&2 || rk_die "pip download of $mariadb_dir/requirements.txt for this machine failed"
-  python3 - "$work/stub-wheels" "$work/stub-tools" <<'PY' || rk_die "cannot unpack grpcio-tools' wheels"
-import pathlib, sys, zipfile
-wheels, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-for wheel in sorted(wheels.glob("*.whl")):
-    zipfile.ZipFile(wheel).extractall(dest)
-PY
+  rk_unpack_wheels "$work/stub-wheels" "$work/stub-tools" || rk_die "cannot unpack grpcio-tools' wheels"
   PYTHONPATH="$work/stub-tools" python3 "$ctx/plugin/stubs.py" "$ctx/stubs" --proto "$RK_REPO/proto" >&2 ||
     rk_die "stubs.py could not generate the MariaDB plugin's stubs"
   find "$ctx" -name __pycache__ -prune -exec rm -rf {} +

@@ -169,3 +169,36 @@ rk_root() (
 )
 # rk_unpack TAR DIR: a root's tarball unpacked into DIR, owners kept.
 rk_unpack() { mkdir -p "$2" && tar -C "$2" --numeric-owner -xf "$1"; }
+
+# rk_root_python DIR: the python3.N of the root unpacked in DIR (the name of
+# its /usr/lib/python3.N), for wheels made for that Python.
+rk_root_python() {
+  local dir py=
+  for dir in "$1"/usr/lib/python3.*; do
+    [[ $(basename "$dir") =~ ^python3\.[0-9]+$ ]] && py=$(basename "$dir")
+  done
+  [ -n "$py" ] || rk_die "the python root in $1 has no /usr/lib/python3.N"
+  echo "$py"
+}
+
+# rk_wheels_for VERSION DEST PIP-ARGS...: binary wheels for CPython VERSION
+# (3.N) on x86-64 Linux into DEST (pip download; the images have no pip).
+rk_wheels_for() {
+  local version=$1 dest=$2
+  shift 2
+  python3 -m pip download -q --disable-pip-version-check --only-binary=:all: --python-version "$version" \
+    --implementation cp --abi "cp${version/./}" --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux_2_28_x86_64 --platform any -d "$dest" "$@" >&2
+}
+
+# rk_unpack_wheels WHEELS DEST: every wheel in WHEELS unpacked into DEST (a
+# wheel is a zip of what site-packages holds).
+rk_unpack_wheels() {
+  python3 - "$1" "$2" <<'PY'
+import pathlib, sys, zipfile
+wheels, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+dest.mkdir(parents=True, exist_ok=True)
+for wheel in sorted(wheels.glob("*.whl")):
+    zipfile.ZipFile(wheel).extractall(dest)
+PY
+}

@@ -26,6 +26,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
+# shellcheck source=common.sh
+source "$here/common.sh"
 smoke=0
 [ "${1:-}" = --smoke ] && smoke=1
 scale="${SCALE:-100}"
@@ -37,15 +39,13 @@ if [ "$smoke" = 1 ]; then
   scale=1 stores="local s3" bin="$root/target/debug"
 fi
 plugins="${PLUGINS:-plugin=$bin/cnpgi-wal-archive}"
-case "$level" in '' | [1-9] | 1[0-9]) ;; *) echo "backup_memory.sh: LEVEL must be a zstd level from 1 to 19, not '$level'" >&2; exit 2 ;; esac
+check_level backup_memory.sh "$level"
 pgbin="$(pg_config --bindir)"
 PLUGIN_NAME=wal-archive.cnpgi.io
 for tool in "$bin/cnpgi-operator" "$pgbin/pgbench"; do
   [ -x "$tool" ] || { echo "backup_memory.sh: $tool is missing (cargo build ${bin##*/} binaries of cnpgi-operator-cli)" >&2; exit 1; }
 done
 
-# shellcheck source=common.sh
-source "$here/common.sh"
 bench_workdir wal-backup-memory
 labels=()
 for entry in $plugins; do
@@ -58,10 +58,8 @@ install -m 755 "$bin/cnpgi-operator" "$work/"
 mkd "$work/run"
 
 start_moto bench
-far_port="$(free_port)"
-python3 "$here/delay_proxy.py" "$far_port" "$s3_port" "$((rtt_ms / 2))" >"$work/proxy.log" 2>&1 &
-pids+=($!)
-for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$far_port/" >/dev/null 2>&1 && break; sleep 0.1; done
+# s3-far: the same moto behind a proxy adding half of S3_RTT_MS each way.
+start_far_s3 "$rtt_ms"
 
 pgdata="$work/pg"
 port="$(free_port)"

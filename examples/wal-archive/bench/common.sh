@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by bench.sh and sustained.sh: what both benchmarks set up.
+# Sourced by bench.sh, sustained.sh and backup_memory.sh: what they set up.
 #
 #   bench_workdir PREFIX   a work directory under /tmp that PostgreSQL's user
 #                          owns and enters (as root: the user cnpgi-wal, made if
@@ -7,6 +7,10 @@
 #                          with the processes in pids and the PostgreSQL at
 #                          $pgdata (stopped); sets work, pids, pgdata, as_user
 #   start_moto BUCKET      moto's S3 on loopback with BUCKET; sets s3_port
+#   start_far_s3 RTT_MS    the same moto behind delay_proxy.py, RTT_MS of round
+#                          trip away (half each way); sets far_port
+#   check_level SCRIPT LEVEL  exits (naming SCRIPT) unless LEVEL, the plugin's
+#                          compressionLevel, is empty or a zstd level 1 to 19
 #   u CMD...               CMD as PostgreSQL's user, HOME in the work directory
 #   mkd DIR...             directories that user owns
 #   free_port, now         a free loopback port; the time in seconds
@@ -58,4 +62,19 @@ start_moto() {
   for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$s3_port/" >/dev/null 2>&1 && break; sleep 0.1; done
   python3 -c "import boto3, sys; boto3.client('s3', endpoint_url=sys.argv[1]).create_bucket(Bucket=sys.argv[2])" \
     "http://127.0.0.1:$s3_port" "$1"
+}
+
+start_far_s3() {
+  local i
+  far_port="$(free_port)"
+  python3 "$(dirname "${BASH_SOURCE[0]}")/delay_proxy.py" "$far_port" "$s3_port" "$(($1 / 2))" >"$work/proxy.log" 2>&1 &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$far_port/" >/dev/null 2>&1 && break; sleep 0.1; done
+}
+
+check_level() {
+  case "$2" in
+  '' | [1-9] | 1[0-9]) ;;
+  *) echo "$1: LEVEL must be a zstd level from 1 to 19, not '$2'" >&2; exit 2 ;;
+  esac
 }

@@ -47,6 +47,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
+# shellcheck source=common.sh
+source "$here/common.sh"
 smoke=0
 [ "${1:-}" = --smoke ] && smoke=1
 backlog="${BACKLOG:-128}"
@@ -61,7 +63,7 @@ if [ -n "$perf_dir" ]; then
   mkdir -p "$perf_dir"
   perf_dir="$(cd "$perf_dir" && pwd)"
 fi
-case "$level" in '' | [1-9] | 1[0-9]) ;; *) echo "sustained.sh: LEVEL must be a zstd level from 1 to 19, not '$level'" >&2; exit 2 ;; esac
+check_level sustained.sh "$level"
 bin="$root/target/release"
 if [ "$smoke" = 1 ]; then
   backlog=4 parallel_list=4 barman=0 bin="$root/target/debug"
@@ -84,8 +86,6 @@ if [ "$barman" != 0 ] && [ ! -x "$barman_venv/bin/barman-cloud-wal-archive" ]; t
 fi
 [ "$barman" = auto ] && barman=1
 
-# shellcheck source=common.sh
-source "$here/common.sh"
 bench_workdir wal-sustained
 install -m 755 "$bin/cnpgi-wal-archive" "$bin/cnpgi-operator" "$work/"
 sql() { u "$pgbin/psql" -X -q -A -t -h "$work/run" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 -c "$1"; }
@@ -93,10 +93,7 @@ mkd "$work/run"
 
 start_moto bench
 # s3-far: the same moto behind a proxy adding half of S3_RTT_MS each way.
-far_port="$(free_port)"
-python3 "$here/delay_proxy.py" "$far_port" "$s3_port" "$((rtt_ms / 2))" >"$work/proxy.log" 2>&1 &
-pids+=($!)
-for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$far_port/" >/dev/null 2>&1 && break; sleep 0.1; done
+start_far_s3 "$rtt_ms"
 
 # The wrapper PostgreSQL runs as archive_command (timed LOG COMMAND...): one
 # line per request appended to LOG, "microseconds exit-status file ticks": the
