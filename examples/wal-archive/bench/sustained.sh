@@ -10,7 +10,8 @@
 # Each row, on a fresh PGDATA (16 MiB segments):
 #   1. archiving paused (archive_command = ''), `pgbench -i` writes a backlog
 #      of at least BACKLOG segments, all `.ready`, then `sync`;
-#   2. pgbench's TPC-B load starts (2 clients, until the end of the row) and
+#   2. pgbench's TPC-B load starts (CLIENTS clients, default 2, until the end
+#      of the row; CLIENTS=0: none, the archiver alone on the machine) and
 #      archive_command is set (stores: a local directory, moto on loopback,
 #      and `s3-far`, the same moto S3_RTT_MS (default 50) of round trip away
 #      through bench/delay_proxy.py): the row's rate is BACKLOG segments over the
@@ -30,6 +31,7 @@
 #
 # Usage: bench/sustained.sh [--smoke]
 #   BACKLOG=128 PARALLEL="1 8" STORES="local s3 s3-far" S3_RTT_MS=50 BARMAN=auto|1|0 bench/sustained.sh
+#   CLIENTS=N: pgbench clients writing during each row (2; 0 for no load)
 #   LEVEL=N: the plugin's compressionLevel (zstd; the plugin's default, 1, when unset)
 #   PERF=DIR: records where the whole machine's CPU goes while each row's
 #     backlog is archived (`perf record -a`, no call graphs) into
@@ -57,6 +59,7 @@ stores="${STORES:-local s3 s3-far}"
 rtt_ms="${S3_RTT_MS:-50}"
 barman="${BARMAN:-auto}"
 level="${LEVEL:-}"
+clients="${CLIENTS:-2}"
 perf_dir="${PERF:-}"
 if [ -n "$perf_dir" ]; then
   command -v perf >/dev/null || { echo "sustained.sh: PERF=$perf_dir needs perf (Debian's linux-perf)" >&2; exit 1; }
@@ -64,6 +67,7 @@ if [ -n "$perf_dir" ]; then
   perf_dir="$(cd "$perf_dir" && pwd)"
 fi
 check_level sustained.sh "$level"
+[[ $clients =~ ^[0-9]+$ ]] || { echo "sustained.sh: CLIENTS must be a number of pgbench clients (0 for no load), not '$clients'" >&2; exit 2; }
 bin="$root/target/release"
 if [ "$smoke" = 1 ]; then
   backlog=4 parallel_list=4 barman=0 bin="$root/target/debug"
@@ -174,8 +178,11 @@ EOF
   # one row than in another (rows of the same binary moved by a third).
   sync
   # 2. load, then archiving on.
-  u "$pgbin/pgbench" -h "$work/run" -p "$port" -U postgres -c 2 -j 2 -T 3600 -n postgres >/dev/null 2>&1 &
-  local load=$!
+  local load=""
+  if [ "$clients" -gt 0 ]; then
+    u "$pgbin/pgbench" -h "$work/run" -p "$port" -U postgres -c "$clients" -j "$clients" -T 3600 -n postgres >/dev/null 2>&1 &
+    load=$!
+  fi
   local t0 t1 archived=0 failed
   sql "ALTER SYSTEM SET archive_command = '$work/timed $work/requests $command'" >/dev/null
   sql "SELECT pg_reload_conf()" >/dev/null
@@ -216,8 +223,7 @@ EOF
     backup_s="$(python3 -c "print(f'{$b1 - $b0:.1f}')")"
     rss_backup="$(awk '/VmHWM/ {printf "%.0f MiB", $2 / 1024}' "/proc/$plugin_pid/status")"
   fi
-  kill "$load" 2>/dev/null || true
-  wait "$load" 2>/dev/null || true
+  if [ -n "$load" ]; then kill "$load" 2>/dev/null || true; wait "$load" 2>/dev/null || true; fi
   local data_mib
   data_mib="$(du -sm --exclude=pg_wal "$pgdata" | cut -f1)"
   u "$pgbin/pg_ctl" -D "$pgdata" stop -m fast -w >/dev/null
@@ -248,7 +254,9 @@ PY
 }
 
 [ -z "$level" ] || echo "The plugin's compressionLevel: $level."
-echo "| archive_command | store | at once | backlog archived (under load) | segments/s | p50 / p99 per request | CPU ms per segment: plugin / archive_command / machine | failed | plugin peak RSS, archiving | plugin peak RSS, base backup |"
+under="under pgbench -c $clients"
+[ "$clients" -gt 0 ] || under="no load"
+echo "| archive_command | store | at once | backlog archived ($under) | segments/s | p50 / p99 per request | CPU ms per segment: plugin / archive_command / machine | failed | plugin peak RSS, archiving | plugin peak RSS, base backup |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 for store in $stores; do
   for parallel in $parallel_list; do
