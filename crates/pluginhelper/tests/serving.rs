@@ -642,8 +642,26 @@ async fn refused_connections_are_logged_once_every_few_seconds_with_a_count() {
         let mut buffer = [0u8; 256];
         while matches!(tls.read(&mut buffer).await, Ok(n) if n > 0) {}
     }
-    let refused = log.lines_with("TLS handshake refused");
-    let no_preface = log.lines_with("not an HTTP/2 client");
+    // The server logs a refusal after the connection is gone (the failed
+    // handshake drops it), so a client that saw it close may look before
+    // the line is written: wait for it, then count.
+    let logged = async |text: &str, at_least: usize| {
+        eventually(
+            &format!("{at_least} lines with {text:?}"),
+            Duration::from_secs(10),
+            async || {
+                let lines = log.lines_with(text);
+                if lines.len() < at_least {
+                    Err("not yet")
+                } else {
+                    Ok(lines)
+                }
+            },
+        )
+        .await
+    };
+    let refused = logged("TLS handshake refused", 1).await;
+    let no_preface = logged("not an HTTP/2 client", 1).await;
     assert_eq!(refused.len(), 1, "{refused:#?}");
     assert_eq!(no_preface.len(), 1, "{no_preface:#?}");
     assert!(refused[0].contains("count=1"), "{}", refused[0]);
@@ -677,7 +695,7 @@ async fn refused_connections_are_logged_once_every_few_seconds_with_a_count() {
     // count of those not shown.
     tokio::time::sleep(Duration::from_millis(5100)).await;
     refuse_one().await;
-    let refused = log.lines_with("TLS handshake refused");
+    let refused = logged("TLS handshake refused", 3).await;
     assert_eq!(refused.len(), 3, "{refused:#?}");
     assert!(
         refused[2].contains("count=100") && refused[2].contains("100 like it in the last 5s"),
