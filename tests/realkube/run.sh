@@ -182,10 +182,11 @@ scenario() {
 # plugin's certificates once B and D are done (CloudNativePG's calls to the
 # plugin fail until the plugin's Pod sees its new Secrets, and under-cnpg
 # archives through it), and restarts the node's runtime once A, B and D are
-# done. barman-cloud and under-cnpg follow wal-archive in B, which otherwise
-# ends minutes before A and D (warm run: A 430 s, B 182 s after operator's
-# check, D 312 s). D used to follow B in one lane: the rotation, then the
-# restart, waited for both (719 s for C in a warm run).
+# done. barman-cloud and under-cnpg follow wal-archive in B, which makes B the
+# longest lane (warm run at 0accce5, scenario times: A about 300 s after
+# operator's check, B 194 + 99 + 176 s, D 339 s), so the rotation now waits
+# for B. D used to follow B in one lane: the rotation, then the restart,
+# waited for both (719 s for C in a warm run).
 # Each lane's output is printed when it ends.
 scenarios() {
   local kubeconfig=$1 rc=0 s lane_a lane_b lane_d

@@ -14,6 +14,7 @@
 #   u CMD...               CMD as PostgreSQL's user, HOME in the work directory
 #   mkd DIR...             directories that user owns
 #   free_port, now         a free loopback port; the time in seconds
+#   wait_http PORT         until something answers HTTP on loopback PORT (10 s)
 #
 # moto takes any credentials: the test ones are exported for every process.
 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1
@@ -54,22 +55,26 @@ mkd() { mkdir -p "$@"; chown --reference="$work" "$@"; }
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
 
-start_moto() {
+# wait_http PORT: until something answers HTTP on the loopback PORT (10 s at most).
+wait_http() {
   local i
+  for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$1/" >/dev/null 2>&1 && break; sleep 0.1; done
+}
+
+start_moto() {
   s3_port="$(free_port)"
   python3 -m moto.server -H 127.0.0.1 -p "$s3_port" >"$work/moto.log" 2>&1 &
   pids+=($!)
-  for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$s3_port/" >/dev/null 2>&1 && break; sleep 0.1; done
+  wait_http "$s3_port"
   python3 -c "import boto3, sys; boto3.client('s3', endpoint_url=sys.argv[1]).create_bucket(Bucket=sys.argv[2])" \
     "http://127.0.0.1:$s3_port" "$1"
 }
 
 start_far_s3() {
-  local i
   far_port="$(free_port)"
   python3 "$(dirname "${BASH_SOURCE[0]}")/delay_proxy.py" "$far_port" "$s3_port" "$(($1 / 2))" >"$work/proxy.log" 2>&1 &
   pids+=($!)
-  for ((i = 0; i < 100; i++)); do curl -sf "http://127.0.0.1:$far_port/" >/dev/null 2>&1 && break; sleep 0.1; done
+  wait_http "$far_port"
 }
 
 check_level() {

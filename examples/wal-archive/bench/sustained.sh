@@ -27,7 +27,7 @@
 #      (PostgreSQL and pgbench included);
 #   5. the peak RSS of the plugin's process (VmHWM) while it archives the
 #      backlog, and, the peak reset, during a base backup of the PGDATA
-#      through it (`cnpgi-operator backup`), the load still running.
+#      through it (`cnpgi-operator backup`), the load (if any) still running.
 #
 # Usage: bench/sustained.sh [--smoke]
 #   BACKLOG=128 PARALLEL="1 8" STORES="local s3 s3-far" S3_RTT_MS=50 BARMAN=auto|1|0 bench/sustained.sh
