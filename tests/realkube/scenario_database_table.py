@@ -61,6 +61,13 @@ TTL = 30
 OPERATOR_SELECTOR = "app.kubernetes.io/name=database-table-operator"
 
 
+def namespace_conditions(ns):
+    """What a Terminating namespace still waits for, from its status's conditions
+    (NamespaceContentRemaining, NamespaceFinalizersRemaining, a discovery failure)."""
+    said = [f"{c['type']}: {c.get('message', '')}" for c in (ns.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
+    return "; ".join(said) or f"phase {(ns.get('status') or {}).get('phase')}, no condition"
+
+
 def api_path(plural, name=None, ns=NS, subresource=None):
     path = f"/apis/{GROUP}/v1/namespaces/{ns}/{plural}"
     if name:
@@ -664,16 +671,30 @@ class Scenario(realkube.Scenario):
             return True
 
         wait_for("every DatabaseTable gone", tables_gone, timeout=90, interval=1)
+        # The scenario's namespace (the Cluster, MariaDB) first, while
+        # CloudNativePG, the example's CRD and its webhooks are all still
+        # there: deleted together, the namespace controller could meet the CRD
+        # going away mid-discovery and back off (a warm run saw the namespace,
+        # its Pods gone, still there 180 s later).
+        self.kubectl("delete", "namespace", NS, "--wait=false", "--ignore-not-found")
+
+        def namespace_gone():
+            ns = self.api.maybe_get(f"/api/v1/namespaces/{NS}")
+            if ns:
+                pods = [p["metadata"]["name"] for p in self.pods(NS, "")]
+                raise Failure(f"namespace {NS} still there (Pods {pods}; {namespace_conditions(ns)})")
+            return True
+
+        wait_for(f"namespace {NS} deleted", namespace_gone, timeout=180, interval=2)
         self.kubectl("delete", "--wait=false", "--ignore-not-found", "-f", self.args.mariadb_plugin_manifest)
         self.kubectl("delete", "--wait=false", "--ignore-not-found", "-f", self.args.manifest)
-        self.kubectl("delete", "namespace", NS, "--wait=false", "--ignore-not-found")
 
         def gone():
             left = []
-            for ns in (NS, SYSTEM):
-                if self.api.maybe_get(f"/api/v1/namespaces/{ns}"):
-                    pods = [p["metadata"]["name"] for p in self.pods(ns, "")]
-                    left.append(f"namespace {ns} (Pods {pods})")
+            ns = self.api.maybe_get(f"/api/v1/namespaces/{SYSTEM}")
+            if ns:
+                pods = [p["metadata"]["name"] for p in self.pods(SYSTEM, "")]
+                left.append(f"namespace {SYSTEM} (Pods {pods}; {namespace_conditions(ns)})")
             for path in (
                 "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/database-table-operator",
                 "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/database-table-operator",
