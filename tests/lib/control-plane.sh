@@ -161,11 +161,10 @@ cp_start() {
   CP_ADMIN_CERT="$pki/admin.crt"
   CP_ADMIN_KEY="$pki/admin.key"
 
-  local etcd_port etcd_peer_port api_port kcm_port
+  local etcd_port etcd_peer_port api_port kcm_port attempt
   etcd_port="$(cp_free_port)"
   etcd_peer_port="$(cp_free_port)"
   api_port="$(cp_free_port)"
-  kcm_port="$(cp_free_port)"
   CP_SERVER="https://127.0.0.1:$api_port"
 
   cp_spawn etcd "$CP_DIR/etcd.log" "$etcd" --name=e2e --data-dir="$CP_DIR/etcd-data" \
@@ -201,16 +200,31 @@ cp_start() {
   _cp_kubeconfig "$CP_DIR/kcm.kubeconfig" "$pki/kcm.crt" "$pki/kcm.key"
   _cp_wait_ready "$CP_SERVER/readyz" 60 "$api_pid" kube-apiserver || return 1
 
-  cp_spawn kube-controller-manager "$CP_DIR/kube-controller-manager.log" "$kcm" \
-    --kubeconfig="$CP_DIR/kcm.kubeconfig" \
-    --authentication-kubeconfig="$CP_DIR/kcm.kubeconfig" --authorization-kubeconfig="$CP_DIR/kcm.kubeconfig" \
-    --controllers="${CP_CONTROLLERS:-garbagecollector,namespace,serviceaccount}" \
-    --bind-address=127.0.0.1 --secure-port="$kcm_port" \
-    --cert-dir="$CP_DIR/kcm-certs" \
-    --leader-elect=false --use-service-account-credentials=false --profiling=false
-  local kcm_pid=$CP_LAST_PID
-  # Ready when the serviceaccount controller made the `default` ServiceAccount.
-  _cp_wait_ready "$CP_SERVER/api/v1/namespaces/default/serviceaccounts/default" 60 "$kcm_pid" kube-controller-manager || return 1
+  # Its port is picked only now, and again if it is taken before it binds it:
+  # a free port is one of the kernel's ephemeral ports, which the API server's
+  # own connections (to etcd, ...) also draw from while it starts. A warm
+  # .ci/run lost one so ("bind: address already in use").
+  for attempt in 1 2 3; do
+    kcm_port="$(cp_free_port)"
+    cp_spawn kube-controller-manager "$CP_DIR/kube-controller-manager.log" "$kcm" \
+      --kubeconfig="$CP_DIR/kcm.kubeconfig" \
+      --authentication-kubeconfig="$CP_DIR/kcm.kubeconfig" --authorization-kubeconfig="$CP_DIR/kcm.kubeconfig" \
+      --controllers="${CP_CONTROLLERS:-garbagecollector,namespace,serviceaccount}" \
+      --bind-address=127.0.0.1 --secure-port="$kcm_port" \
+      --cert-dir="$CP_DIR/kcm-certs" \
+      --leader-elect=false --use-service-account-credentials=false --profiling=false
+    local kcm_pid=$CP_LAST_PID
+    # Ready when the serviceaccount controller made the `default` ServiceAccount.
+    if _cp_wait_ready "$CP_SERVER/api/v1/namespaces/default/serviceaccounts/default" 60 "$kcm_pid" kube-controller-manager; then
+      break
+    fi
+    if [ "$attempt" -lt 3 ] && ! kill -0 "$kcm_pid" 2>/dev/null &&
+      grep -q "address already in use" "$CP_DIR/kube-controller-manager.log"; then
+      cp_log "kube-controller-manager's port $kcm_port was taken before it bound it; another port"
+      continue
+    fi
+    return 1
+  done
   cp_log "ready at $CP_SERVER (logs and certificates in $CP_DIR)"
 }
 
