@@ -73,6 +73,18 @@ pub async fn start_with(limits: &ServerLimits) -> Webhook {
 
 /// [`start_with`], the requests measured in `metrics` when given.
 pub async fn start_observed(limits: &ServerLimits, metrics: Option<Metrics>) -> Webhook {
+    start_full(limits, metrics, Duration::from_millis(700)).await
+}
+
+/// [`start_with`], the plugins given `plugin_deadline` per request instead
+/// of 700 ms (the flood test: a busy machine must not turn its latency
+/// into a plugin deadline's refusal).
+#[allow(dead_code)] // Each test binary uses its own subset of these helpers.
+pub async fn start_with_deadline(limits: &ServerLimits, plugin_deadline: Duration) -> Webhook {
+    start_full(limits, None, plugin_deadline).await
+}
+
+async fn start_full(limits: &ServerLimits, metrics: Option<Metrics>, plugin_deadline: Duration) -> Webhook {
     let dir = tempfile::tempdir().unwrap();
     let plugins = vec![
         TestPlugin::start_unix_in(cnpg_i_hello_world::server(), dir.path())
@@ -102,7 +114,7 @@ pub async fn start_observed(limits: &ServerLimits, metrics: Option<Metrics>) -> 
         .await
         .unwrap();
     }
-    let routes = webhook::routes(&host, Duration::from_millis(700));
+    let routes = webhook::routes(&host, plugin_deadline);
 
     let certs = TestCertificates::generate("cnpgi-webhook.cnpgi-system.svc").unwrap();
     let tls = ReloadingServerConfig::with_alpn(
