@@ -79,7 +79,6 @@ pub async fn start_observed(limits: &ServerLimits, metrics: Option<Metrics>) -> 
 /// [`start_with`], the plugins given `plugin_deadline` per request instead
 /// of 700 ms (the flood test: a busy machine must not turn its latency
 /// into a plugin deadline's refusal).
-#[allow(dead_code)] // Each test binary uses its own subset of these helpers.
 pub async fn start_with_deadline(limits: &ServerLimits, plugin_deadline: Duration) -> Webhook {
     start_full(limits, None, plugin_deadline).await
 }
