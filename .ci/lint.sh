@@ -88,13 +88,7 @@ if ! command -v go >/dev/null 2>&1; then
   echo "Go >= 1.25 is required (go vet here; tests/interop and the e2e suites later)" >&2
   exit 1
 fi
-# Without cgo, as the naming plugin ships (its Dockerfile) and as the run's
-# other builds of these two modules are (the naming plugin's image, the Rust
-# tests' naming_go, the DatabaseTable e2e, tests/interop/run.sh): both modules
-# require the same cnpg-i, machinery and Kubernetes libraries, and Go's build
-# cache is keyed by CGO_ENABLED too, so with cgo on here every package was
-# compiled twice (the naming plugin's vet and test after its static build:
-# 230 CPU seconds with cgo, 113 without).
+# Without cgo, as every build of these two modules (tests/lib/go-env.sh says why).
 export CGO_ENABLED=0
 (cd tests/interop && go vet ./...)
 # The DatabaseTable example's naming plugin, on upstream's cnpg-i machinery.

@@ -14,10 +14,10 @@
 # crates' features unified: each crate alone (`cargo check -p` per package,
 # its own feature set) checked the dependencies once per feature set (tokio
 # and k8s-openapi four times each): 444 CPU seconds of a cold .ci/run, against
-# 201 for one check of them all (from an empty target directory). What only the per-crate check finds (a
-# feature one published crate uses but only another one enables) is left to
-# the release workflow's `cargo publish`, which verifies each crate alone with
-# a full build before uploading it.
+# 201 for one check of them all (from an empty target directory). What only
+# the per-crate check finds (a feature one published crate uses but only
+# another one enables) is left to the release workflow's `cargo publish`,
+# which verifies each crate alone with a full build before uploading it.
 #
 # The packages are unpacked into one workspace whose [patch.crates-io] points
 # each crate at its unpacked package, with the repository's Cargo.lock (the

@@ -46,10 +46,8 @@ SUITE="cloudnative-pg e2e ($CNPG_VERSION)"
 source "$here/../lib/checks.sh"
 # shellcheck source=../lib/go-env.sh
 source "$here/../lib/go-env.sh"
-# Static, as tests/interop/run.sh and the lint job build and vet the same Go
-# module: Go's build cache is keyed by CGO_ENABLED too, and with cgo on here
-# the Go plugin's build compiled every package again (146 CPU seconds of a
-# cold .ci/run).
+# The Go plugin of tests/interop without cgo, as every build of that module
+# (tests/lib/go-env.sh says why; with cgo here, 146 more CPU s of a cold run).
 export CGO_ENABLED=0
 
 finished=0

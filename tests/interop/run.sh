@@ -41,9 +41,7 @@ source "$here/../lib/checks.sh"
 
 # shellcheck source=../lib/go-env.sh
 source "$here/../lib/go-env.sh"
-# Static, as the lint job vets these programs and as the naming plugin (the
-# same cnpg-i and Kubernetes libraries) is built: one compile of them in Go's
-# build cache, which is keyed by CGO_ENABLED too.
+# Without cgo, as every build of this module (tests/lib/go-env.sh says why).
 export CGO_ENABLED=0
 
 echo "== building"

@@ -208,8 +208,8 @@ for c in kube-controller-manager kube-scheduler kube-proxy; do
   docker save -o "$k/server/bin/$c.tar" "registry.k8s.io/$c:$KUBE_VERSION" || rk_die "docker save of $c failed"
 done
 # Gzip without compression (stored blocks): kind reads only a gzipped tarball,
-# and unpacks it a minute later. gzip -6 of its 2.5 GB of image archives took a
-# core for about 100 s on the kind chain's critical path (24 MB/s here); stored,
+# and unpacks it a minute later. gzip -6 of its 3.4 GB of image archives held a
+# core for over 100 s on the kind chain's critical path (24 MB/s here); stored,
 # a few seconds.
 tar -C "$w/tgz" -c kubernetes | python3 -c '
 import gzip, shutil, sys

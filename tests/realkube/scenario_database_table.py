@@ -659,6 +659,14 @@ class Scenario(realkube.Scenario):
         if not self.pg_exists("users") or self.pg("select count(*) from users") != "40":
             raise Failure("users (deletionPolicy Keep) is no longer in app-db with its 40 rows")
 
+    def namespace_left(self, name):
+        """`namespace NAME (its Pods; what it waits for)` while it exists, else None."""
+        ns = self.api.maybe_get(f"/api/v1/namespaces/{name}")
+        if not ns:
+            return None
+        pods = [p["metadata"]["name"] for p in self.pods(name, "")]
+        return f"namespace {name} (Pods {pods}; {namespace_conditions(ns)})"
+
     def nothing_left(self):
         # The remaining tables (while their plugins still run to answer), then
         # the example as it was applied.
@@ -679,10 +687,9 @@ class Scenario(realkube.Scenario):
         self.kubectl("delete", "namespace", NS, "--wait=false", "--ignore-not-found")
 
         def namespace_gone():
-            ns = self.api.maybe_get(f"/api/v1/namespaces/{NS}")
-            if ns:
-                pods = [p["metadata"]["name"] for p in self.pods(NS, "")]
-                raise Failure(f"namespace {NS} still there (Pods {pods}; {namespace_conditions(ns)})")
+            left = self.namespace_left(NS)
+            if left:
+                raise Failure(f"{left} still there")
             return True
 
         wait_for(f"namespace {NS} deleted", namespace_gone, timeout=180, interval=2)
@@ -690,11 +697,7 @@ class Scenario(realkube.Scenario):
         self.kubectl("delete", "--wait=false", "--ignore-not-found", "-f", self.args.manifest)
 
         def gone():
-            left = []
-            ns = self.api.maybe_get(f"/api/v1/namespaces/{SYSTEM}")
-            if ns:
-                pods = [p["metadata"]["name"] for p in self.pods(SYSTEM, "")]
-                left.append(f"namespace {SYSTEM} (Pods {pods}; {namespace_conditions(ns)})")
+            left = [n for n in (self.namespace_left(SYSTEM),) if n]
             for path in (
                 "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/database-table-operator",
                 "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/database-table-operator",

@@ -101,10 +101,10 @@ async fn flood(count: usize) {
         handshake_timeout: Duration::from_secs(5),
         ..ServerLimits::default()
     };
-    // The plugins get 4 s (cnpgi-operator's default is 8); 700 ms, the
-    // other tests', refused one request
-    // on a loaded 2-core CI machine (920 ms at worst): the machine's latency,
-    // not a blocked admission, which the 5 s bound below still catches.
+    // The plugins get 4 s (cnpgi-operator's default is 8): 700 ms, the other
+    // tests', refused one request on a loaded 2-core CI machine (920 ms at
+    // worst), the machine's latency and not a blocked admission, which the
+    // 5 s bound below still catches.
     let webhook = Arc::new(start_with_deadline(&limits, Duration::from_secs(4)).await);
     let connector = webhook.tls_connector(b"http/1.1");
     let flooding = Arc::new(AtomicBool::new(true));
